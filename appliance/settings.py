@@ -1,0 +1,208 @@
+"""Floe's settings: `config/floe.toml` defaults, overridden by `$FLOE_HOME/floe.toml`.
+
+Validation names the file and the key, so a typo is one clear line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ConfigError
+
+DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "config" / "floe.toml"
+DEFAULT_HOME = "~/.floe"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "kib": 1024, "mib": 1024**2, "gib": 1024**3}
+
+
+def parse_duration(value: Any, what: str = "duration") -> float:
+    """Seconds from '250ms', '5s', '7d' or a bare number of seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ConfigError(f"{what}: {value!r} is not a duration (use e.g. 500ms, 5s, 10m, 7d)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def parse_size(value: Any, what: str = "size") -> int:
+    """Bytes from '1MB', '128MiB' or a bare number of bytes."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ConfigError(f"{what}: {value!r} is not a size (use e.g. 512KB, 1MB, 128MiB)")
+    return int(float(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()])
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    endpoint: str = ""
+    region: str = "us-east-1"
+    access_key_id: str = ""
+    secret_access_key: str = field(default="", repr=False)
+
+    def __repr__(self) -> str:  # the secret never reaches a log line
+        return f"S3Settings(endpoint={self.endpoint!r}, region={self.region!r}, access_key_id=***)"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    commit_interval: float = 1.0
+    poll_interval: float = 0.25
+    max_batch_messages: int = 400_000
+    fetch_timeout: float = 10.0
+    max_message_bytes: int = 1024 * 1024
+    retry_backoff: float = 5.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    spark_master: str
+    spark_driver_memory: str
+    spark_conf: dict[str, str]
+    warehouse: str
+    s3: S3Settings
+    engine: EngineSettings
+    sample_messages: int
+    sample_timeout: float
+    dead_letter_suffix: str
+    default_namespace: str
+
+    @property
+    def state_db(self) -> Path:
+        return self.home / "state.db"
+
+    @property
+    def catalog_db(self) -> Path:
+        return self.home / "catalog.db"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+    def catalog_properties(self) -> dict[str, str]:
+        """PyIceberg SqlCatalog properties, S3 keys included when the warehouse is on S3."""
+        props = {"uri": f"sqlite:///{self.catalog_db}", "warehouse": self.warehouse}
+        if self.warehouse.startswith(("s3://", "s3a://")):
+            props.update(
+                {
+                    "s3.endpoint": self.s3.endpoint,
+                    "s3.region": self.s3.region,
+                    "s3.access-key-id": self.s3.access_key_id,
+                    "s3.secret-access-key": self.s3.secret_access_key,
+                }
+            )
+            props = {k: v for k, v in props.items() if v}
+        return props
+
+
+def home_dir() -> Path:
+    return Path(os.environ.get("FLOE_HOME") or DEFAULT_HOME).expanduser().resolve()
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any], path: Path, prefix: str = "") -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        where = f"{prefix}{key}"
+        if key not in base:
+            raise ConfigError(f"{path}: unknown setting {where!r}")
+        if isinstance(base[key], dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: {where!r} must be a table")
+            # spark.conf is free-form: any Spark property may be added
+            merged[key] = {**base[key], **value} if where == "spark.conf" else _merge(base[key], value, path, where + ".")
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(home: Path | None = None) -> Settings:
+    home = home or home_dir()
+    raw = _read_toml(DEFAULTS_FILE)
+    user_file = home / "floe.toml"
+    source = DEFAULTS_FILE
+    if user_file.exists():
+        raw = _merge(raw, _read_toml(user_file), user_file)
+        source = user_file
+
+    def get(section: str, key: str) -> Any:
+        return raw[section][key]
+
+    def check(cond: bool, key: str, why: str) -> None:
+        if not cond:
+            raise ConfigError(f"{source}: {key} {why}")
+
+    try:
+        engine = EngineSettings(
+            commit_interval=parse_duration(get("engine", "commit_interval"), "engine.commit_interval"),
+            poll_interval=parse_duration(get("engine", "poll_interval"), "engine.poll_interval"),
+            max_batch_messages=int(get("engine", "max_batch_messages")),
+            fetch_timeout=parse_duration(get("engine", "fetch_timeout"), "engine.fetch_timeout"),
+            max_message_bytes=parse_size(get("engine", "max_message_bytes"), "engine.max_message_bytes"),
+            retry_backoff=parse_duration(get("engine", "retry_backoff"), "engine.retry_backoff"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: [engine] {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    check(engine.max_batch_messages > 0, "engine.max_batch_messages", "must be positive")
+    check(engine.max_message_bytes > 0, "engine.max_message_bytes", "must be positive")
+
+    master = str(get("spark", "master"))
+    check(
+        bool(re.match(r"^(local(\[(\*|\d+)\])?|spark://[^\s/]+:\d+)$", master)),
+        "spark.master",
+        f"must be local[*], local[N] or spark://host:port, not {master!r}",
+    )
+    warehouse = str(get("warehouse", "location")) or (home / "warehouse").as_uri()
+    if "://" not in warehouse:
+        warehouse = Path(warehouse).expanduser().resolve().as_uri()
+    check(
+        warehouse.startswith(("file://", "s3://", "s3a://")),
+        "warehouse.location",
+        f"must be a local path, file:// or s3:// location, not {warehouse!r}",
+    )
+    s3raw = raw["warehouse"]["s3"]
+    s3 = S3Settings(**{k: str(v) for k, v in s3raw.items()})
+    sample = raw["streams"]["sample_messages"]
+    check(isinstance(sample, int) and sample > 0, "streams.sample_messages", "must be a positive integer")
+    return Settings(
+        home=home,
+        spark_master=os.environ.get("FLOE_SPARK_MASTER") or master,
+        spark_driver_memory=str(get("spark", "driver_memory")),
+        spark_conf={str(k): str(v) for k, v in raw["spark"]["conf"].items()},
+        warehouse=warehouse,
+        s3=s3,
+        engine=engine,
+        sample_messages=sample,
+        sample_timeout=parse_duration(raw["streams"]["sample_timeout"], "streams.sample_timeout"),
+        dead_letter_suffix=str(raw["streams"]["dead_letter_suffix"]),
+        default_namespace=str(raw["streams"]["default_namespace"]),
+    )
+
+
+def ensure_home(settings: Settings) -> None:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.log_dir.mkdir(exist_ok=True)
+    if settings.warehouse.startswith("file://"):
+        Path(settings.warehouse[len("file://"):]).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,211 @@
+"""The appliance's own state in SQLite (sqlite-utils): stream definitions and runtime status.
+
+It is also the control path between processes: the CLI (and the terminal UI)
+write definitions and pause/resume flags here; a running engine reads them
+between batches and writes back status, batches and events. Offsets are NOT
+kept here: they live in the Iceberg snapshots, committed with the data.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sqlite3
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import sqlite_utils
+
+from appliance.errors import StreamExists, StreamNotFound
+from appliance.kafka_client import KafkaSettings
+from appliance.mapping import Mapping
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class StreamDef:
+    name: str
+    id: str
+    topic: str
+    kafka: KafkaSettings
+    format: str
+    table: str
+    dead_letter_table: str
+    mapping: Mapping
+    starting_offsets: str  # "earliest" or "latest"
+    start_positions: dict[int, int]  # resolved at creation: where a fresh stream begins
+    paused: bool
+    created_at: str
+
+    @property
+    def group(self) -> str:
+        return f"floe.{self.name}"
+
+
+class StateStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not path.exists()
+        conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+        if fresh:
+            os.chmod(path, 0o600)  # it holds Kafka credentials
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA busy_timeout=30000")
+        self._migrate()
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def _migrate(self) -> None:
+        db = self.db
+        if "streams" not in db.table_names():
+            db["streams"].create(
+                {
+                    "name": str, "id": str, "topic": str, "bootstrap": str, "kafka_options": str,
+                    "format": str, "target_table": str, "dead_letter_table": str, "mapping": str,
+                    "starting_offsets": str, "start_positions": str, "paused": int,
+                    "created_at": str, "updated_at": str,
+                },
+                pk="name",
+            )
+        if "stream_status" not in db.table_names():
+            db["stream_status"].create(
+                {
+                    "name": str, "phase": str, "last_error": str, "last_error_at": str,
+                    "last_commit_at": str, "lag": int, "rows_total": int, "dead_letter_total": int,
+                    "messages_per_s": float, "updated_at": str,
+                },
+                pk="name",
+            )
+        if "batches" not in db.table_names():
+            db["batches"].create(
+                {
+                    "id": int, "stream": str, "started_at": str, "committed_at": str, "duration_ms": int,
+                    "messages": int, "rows": int, "dead_letter_rows": int, "bytes": int,
+                    "target_snapshot_id": int, "dead_letter_snapshot_id": int, "offsets": str,
+                },
+                pk="id",
+            )
+            db["batches"].create_index(["stream", "id"])
+        if "events" not in db.table_names():
+            db["events"].create(
+                {"id": int, "at": str, "stream": str, "level": str, "kind": str, "message": str}, pk="id"
+            )
+            db["events"].create_index(["stream", "id"])
+        if "engine" not in db.table_names():
+            db["engine"].create(
+                {"id": int, "pid": int, "started_at": str, "heartbeat_at": str, "spark_master": str, "state": str},
+                pk="id",
+            )
+
+    # ---- stream definitions ----
+
+    def add_stream(self, stream: StreamDef) -> None:
+        try:
+            self.db["streams"].insert(self._row(stream))
+        except sqlite3.IntegrityError:
+            raise StreamExists(f"stream {stream.name!r} already exists") from None
+
+    @staticmethod
+    def _row(stream: StreamDef) -> dict[str, Any]:
+        return {
+            "name": stream.name,
+            "id": stream.id,
+            "topic": stream.topic,
+            "bootstrap": stream.kafka.bootstrap,
+            "kafka_options": json.dumps(dict(stream.kafka.options)),
+            "format": stream.format,
+            "target_table": stream.table,
+            "dead_letter_table": stream.dead_letter_table,
+            "mapping": stream.mapping.to_toml(),
+            "starting_offsets": stream.starting_offsets,
+            "start_positions": json.dumps({str(k): v for k, v in stream.start_positions.items()}),
+            "paused": int(stream.paused),
+            "created_at": stream.created_at,
+            "updated_at": now(),
+        }
+
+    @staticmethod
+    def _stream(row: dict[str, Any]) -> StreamDef:
+        return StreamDef(
+            name=row["name"],
+            id=row["id"],
+            topic=row["topic"],
+            kafka=KafkaSettings(row["bootstrap"], tuple(sorted(json.loads(row["kafka_options"]).items()))),
+            format=row["format"],
+            table=row["target_table"],
+            dead_letter_table=row["dead_letter_table"],
+            mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['name']} mapping"),
+            starting_offsets=row["starting_offsets"],
+            start_positions={int(k): v for k, v in json.loads(row["start_positions"]).items()},
+            paused=bool(row["paused"]),
+            created_at=row["created_at"],
+        )
+
+    def stream(self, name: str) -> StreamDef:
+        rows = list(self.db["streams"].rows_where("name = ?", [name]))
+        if not rows:
+            raise StreamNotFound(f"no stream named {name!r} (see `floe stream list`)")
+        return self._stream(rows[0])
+
+    def streams(self) -> list[StreamDef]:
+        return [self._stream(r) for r in self.db["streams"].rows_where(order_by="name")]
+
+    def set_paused(self, name: str, paused: bool) -> None:
+        self.stream(name)
+        self.db["streams"].update(name, {"paused": int(paused), "updated_at": now()})
+
+    def remove_stream(self, name: str) -> None:
+        self.stream(name)
+        with self.db.conn:
+            self.db["streams"].delete(name)
+            self.db["stream_status"].delete_where("name = ?", [name])
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex
+
+    # ---- runtime status, batches, events ----
+
+    def status(self, name: str) -> dict[str, Any]:
+        rows = list(self.db["stream_status"].rows_where("name = ?", [name]))
+        return rows[0] if rows else {}
+
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        return {r["name"]: r for r in self.db["stream_status"].rows}
+
+    def update_status(self, name: str, **fields: Any) -> None:
+        self.db["stream_status"].upsert({"name": name, **fields, "updated_at": now()}, pk="name", alter=False)
+
+    def record_batch(self, stream: str, **fields: Any) -> None:
+        self.db["batches"].insert({"stream": stream, **fields})
+
+    def recent_batches(self, stream: str, limit: int = 20) -> list[dict[str, Any]]:
+        return list(self.db["batches"].rows_where("stream = ?", [stream], order_by="id desc", limit=limit))
+
+    def add_event(self, kind: str, message: str, stream: str | None = None, level: str = "info") -> None:
+        self.db["events"].insert({"at": now(), "stream": stream, "level": level, "kind": kind, "message": message})
+
+    def events(self, stream: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        where, args = ("stream = ?", [stream]) if stream else (None, [])
+        return list(self.db["events"].rows_where(where, args, order_by="id desc", limit=limit))
+
+    def engine_heartbeat(self, pid: int, spark_master: str, state: str, started_at: str) -> None:
+        self.db["engine"].upsert(
+            {"id": 1, "pid": pid, "started_at": started_at, "heartbeat_at": now(), "spark_master": spark_master, "state": state},
+            pk="id",
+        )
+
+    def engine(self) -> dict[str, Any]:
+        rows = list(self.db["engine"].rows_where("id = 1"))
+        return rows[0] if rows else {}
+
+    def iter_rows(self, table: str) -> Iterator[dict[str, Any]]:
+        return self.db[table].rows

@@ -1,0 +1,118 @@
+"""Real parts only: a Kafka-protocol broker process on loopback, a local SparkSession,
+a SQLite catalog and a warehouse in a temporary FLOE_HOME."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOE = [sys.executable, "-m", "appliance.cli"]
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):
+    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+            if value:
+                return value
+        except Exception as exc:  # the thing polled may not exist yet
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+class BrokerProcess:
+    """`floe broker` in its own process: other processes reach it over TCP like any broker."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            FLOE + ["broker"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
+        )
+        line = self.proc.stdout.readline().strip()
+        if not line:
+            raise RuntimeError("floe broker printed no bootstrap address")
+        self.bootstrap = line
+
+    def producer(self) -> Producer:
+        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "log_level": 0})
+
+    def produce(self, topic: str, values: list[bytes | None], keys: list[bytes | None] | None = None,
+                partition: int | None = None) -> None:
+        producer = self.producer()
+        for i, value in enumerate(values):
+            kwargs = {"partition": partition} if partition is not None else {}
+            producer.produce(topic, value=value, key=keys[i] if keys else None, **kwargs)
+            if i % 10000 == 0:
+                producer.poll(0)
+        assert producer.flush(30) == 0, "messages left unsent"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def broker():
+    b = BrokerProcess()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def topic() -> str:
+    return f"t_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def floe_home(tmp_path, monkeypatch) -> Path:
+    """Every test gets its own FLOE_HOME: a developer's own config never leaks in."""
+    home = tmp_path / "floe-home"
+    monkeypatch.setenv("FLOE_HOME", str(home))
+    monkeypatch.delenv("FLOE_SPARK_MASTER", raising=False)
+    return home
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from appliance.settings import load_settings
+    from appliance.spark import spark_session
+    from dataclasses import replace
+
+    home = Path(os.environ.get("PYTEST_SPARK_HOME", "/tmp")) / f"floe-spark-{os.getpid()}"
+    settings = replace(load_settings(home), spark_master="local[2]")
+    session = spark_session(settings, app_name="floe-tests")
+    yield session
+    session.stop()
+
+
+def floe(*args: str, env: dict | None = None, timeout: float = 300, input: str | None = None) -> subprocess.CompletedProcess:
+    """Run the `floe` command as a user would, in its own process."""
+    return subprocess.run(
+        FLOE + list(args), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        env={**os.environ, **(env or {})}, input=input,
+    )
+
+
+def pizza_values(n: int, start: int = 0) -> list[bytes]:
+    import orjson
+
+    return [
+        orjson.dumps({"order_id": i, "store": {"id": i % 7, "name": f"store {i % 7}"}, "amount": i * 1.25,
+                      "status": "accepted" if i % 3 else "delivered", "ordered_at": "2026-11-21T10:00:00Z"})
+        for i in range(start, start + n)
+    ]

@@ -1,0 +1,48 @@
+import pytest
+
+from appliance.errors import ConfigError
+from appliance.settings import load_settings, parse_duration, parse_size
+
+
+def test_defaults_come_from_config_dir(floe_home):
+    s = load_settings()
+    assert s.home == floe_home.resolve()
+    assert s.spark_master == "local[*]"
+    assert s.warehouse == (floe_home.resolve() / "warehouse").as_uri()
+    assert s.engine.max_message_bytes == 1024 * 1024
+
+
+def test_home_file_overrides_defaults(floe_home):
+    floe_home.mkdir()
+    (floe_home / "floe.toml").write_text('[engine]\ncommit_interval = "3s"\n[spark]\nmaster = "spark://h:7077"\n')
+    s = load_settings()
+    assert s.engine.commit_interval == 3.0 and s.spark_master == "spark://h:7077"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[engine\n", "not valid TOML"),
+        ("[engin]\nx = 1\n", "unknown setting 'engin'"),
+        ('[engine]\ncommit_interval = "soon"\n', "commit_interval"),
+        ('[spark]\nmaster = "yarn"\n', "spark.master"),
+        ('[engine]\nmax_message_bytes = "lots"\n', "max_message_bytes"),
+    ],
+)
+def test_bad_config_names_file_and_key(floe_home, text, message):
+    floe_home.mkdir()
+    (floe_home / "floe.toml").write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_settings()
+    assert str(floe_home / "floe.toml") in str(info.value)
+
+
+def test_secrets_do_not_show_in_repr(floe_home):
+    floe_home.mkdir()
+    (floe_home / "floe.toml").write_text('[warehouse.s3]\nsecret_access_key = "hunter2"\n')
+    assert "hunter2" not in repr(load_settings())
+
+
+def test_units():
+    assert parse_duration("250ms") == 0.25 and parse_duration("7d") == 7 * 86400
+    assert parse_size("128MiB") == 128 * 1024**2 and parse_size(10) == 10
