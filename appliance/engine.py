@@ -23,6 +23,7 @@ from typing import Callable
 
 from appliance.batch import BatchSpec, TaskResult, plan_tasks, run_batch
 from appliance.catalog import Catalog, commit_files, committed_offsets
+from appliance.failpoints import failpoint
 from appliance.errors import BrokerUnreachable, EngineBusy, FloeError, StreamNotFound
 from appliance.kafka_client import KafkaClient, Watermarks
 from appliance.reader import Piece
@@ -154,6 +155,7 @@ class StreamRunner:
             fetch_timeout=self.settings.engine.fetch_timeout,
         )
         results = run_batch(self.spark, spec, plan_tasks(pieces, parallelism(self.spark)))
+        failpoint("before_commit")
         new_offsets, read_errors = self._advance(positions, results)
         messages = sum(r.messages for r in results)
         rows = sum(r.rows for r in results)
@@ -168,11 +170,13 @@ class StreamRunner:
             )
             self.dead_letter_found = dict(new_offsets)
             self.dead_letter_offsets = dict(new_offsets)
+            failpoint("after_dead_letter_commit")
         self.target, target_snapshot = commit_files(
             self.target, target_files, stream.id, stream.topic, self.target_found, new_offsets
         )
         self.target_found = dict(new_offsets)
         self.offsets = dict(new_offsets)
+        failpoint("after_target_commit")
         if read_errors:
             self.state.add_event("partial_batch", "committed what was read; " + "; ".join(read_errors), stream.name, "warning")
         duration = time.monotonic() - started

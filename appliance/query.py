@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import decimal
 import io
 import json
 from importlib import import_module
@@ -66,9 +67,10 @@ def attach_catalog(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[s
             table = catalog.load_table(name)
             view = f'"{ident[0]}"."{ident[1]}"'
             if table.current_snapshot() is None:
-                empty = table.schema().as_arrow().empty_table()
-                con.register(f"__floe_empty_{ident[0]}_{ident[1]}", empty)
-                con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM __floe_empty_{ident[0]}_{ident[1]}")
+                # No snapshot yet, so no metadata to scan: an empty table of the same columns.
+                con.register("__floe_empty", table.schema().as_arrow().empty_table())
+                con.execute(f"CREATE OR REPLACE TABLE {view} AS SELECT * FROM __floe_empty")
+                con.unregister("__floe_empty")
             else:
                 location = table.metadata_location.replace("'", "''")
                 con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM iceberg_scan('{location}')")
@@ -127,6 +129,8 @@ def format_json(table: pa.Table) -> str:
     def default(value: Any) -> Any:
         if isinstance(value, bytes):
             return value.decode("utf-8", "backslashreplace")
+        if isinstance(value, decimal.Decimal):  # DuckDB sums integers into HUGEINT
+            return int(value) if value == value.to_integral_value() else float(value)
         return str(value)
 
     return "\n".join(json.dumps(row, default=default) for row in table.to_pylist()) + ("\n" if table.num_rows else "")

@@ -1,0 +1,155 @@
+"""The `floe` command as a user runs it: stream management and one-line errors that change nothing."""
+
+import json
+
+import pytest
+
+from conftest import floe, pizza_values
+
+
+def one_line_error(result, *fragments):
+    assert result.returncode != 0, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def streams():
+    result = floe("stream", "list", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def tables():
+    result = floe("query", "select table_schema || '.' || table_name as t from information_schema.tables order by 1", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line)["t"] for line in result.stdout.splitlines()]
+
+
+@pytest.fixture
+def fast_timeouts(floe_home):
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[streams]\nsample_timeout = "3s"\n')
+
+
+def test_stream_lifecycle_from_the_command_line(broker, topic):
+    broker.produce(topic, pizza_values(50))
+    created = floe("stream", "create", "orders", "--bootstrap", broker.bootstrap, "--topic", topic,
+                   "--table", "ingest.orders", "--kafka-option", "client.id=floe-test")
+    assert created.returncode == 0, created.stderr
+    assert 'name = "store_id", type = "long", source = "store.id"' in created.stdout
+    assert "created stream orders" in created.stderr and "ingest.orders_dlq" in created.stderr
+
+    assert [s["name"] for s in streams()] == ["orders"]
+    assert set(tables()) == {"ingest.orders", "ingest.orders_dlq"}
+    shown = floe("stream", "show", "orders")
+    assert shown.returncode == 0 and f"topic              {topic}" in shown.stdout
+    assert floe("stream", "pause", "orders").returncode == 0
+    assert streams()[0]["state"] == "paused"
+    assert floe("stream", "resume", "orders").returncode == 0
+    assert streams()[0]["state"] != "paused"
+
+    # The printed mapping is a file the user can edit and hand back.
+    edited = created.stdout.replace('name = "amount", type = "double"', 'name = "amount_eur", type = "double"')
+    mapping_file = "/tmp/floe-test-mapping.toml"
+    open(mapping_file, "w").write(edited)
+    again = floe("stream", "create", "orders2", "--bootstrap", broker.bootstrap, "--topic", topic,
+                 "--table", "ingest.orders2", "--mapping", mapping_file)
+    assert again.returncode == 0, again.stderr
+    assert "amount_eur" in floe("stream", "show", "orders2").stdout
+
+    deleted = floe("stream", "delete", "orders2", "--drop-tables")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "ingest.orders2" not in tables()
+    assert floe("stream", "delete", "orders").returncode == 0
+    assert "ingest.orders" in tables()  # kept without --drop-tables
+    assert streams() == []
+
+
+def test_secrets_are_never_printed(broker, topic):
+    broker.produce(topic, pizza_values(5))
+    created = floe("stream", "create", "secret", "--bootstrap", broker.bootstrap, "--topic", topic,
+                   "--table", "ingest.secret", "--kafka-option", "sasl.username=alice",
+                   "--kafka-option", "sasl.password=hunter2-very-secret")
+    # The broker speaks PLAINTEXT, so SASL settings without security.protocol are simply unused.
+    assert created.returncode == 0, created.stderr
+    shown = floe("stream", "show", "secret")
+    listed = floe("stream", "list")
+    for out in (created.stdout, created.stderr, shown.stdout, shown.stderr, listed.stdout):
+        assert "hunter2" not in out
+    assert '"sasl.password": "***"' in shown.stdout
+
+
+def test_unknown_stream_is_one_line(broker):
+    for command in (["show"], ["pause"], ["resume"], ["delete"]):
+        one_line_error(floe("stream", *command, "nope"), "no stream named 'nope'")
+
+
+def test_unreachable_broker_is_one_line_and_creates_nothing(fast_timeouts):
+    result = floe("stream", "create", "s", "--bootstrap", "127.0.0.1:1", "--topic", "x", "--table", "ingest.t")
+    one_line_error(result, "unreachable")
+    assert streams() == [] and tables() == []
+
+
+def test_missing_topic_is_one_line(broker, fast_timeouts):
+    result = floe("stream", "create", "s", "--bootstrap", broker.bootstrap, "--topic", "no_such_topic_here",
+                  "--table", "ingest.t")
+    one_line_error(result, "no_such_topic_here", "not found")
+    assert streams() == [] and tables() == []
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--table", "Ingest.Orders"], "lower snake_case"),
+        (["--table", "orders"], "NAMESPACE.TABLE"),
+        (["--table", "ingest.t", "--dead-letter-table", "ingest.t"], "must differ"),
+        (["--table", "ingest.t", "--format", "xml"], "format 'xml'"),
+        (["--table", "ingest.t", "--kafka-option", "nonsense"], "KEY=VALUE"),
+        (["--table", "ingest.t", "--kafka-option", "enable.auto.commit=true"], "set by Floe"),
+        (["--table", "ingest.t", "--kafka-option", "no.such.property=1"], "no.such.property"),
+        (["--table", "ingest.t", "--starting-offsets", "middle"], "middle"),
+        (["--table", "ingest.t", "--mapping", "/nonexistent.toml"], "cannot read"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_change_nothing(broker, topic, args, fragment):
+    broker.produce(topic, pizza_values(5))
+    result = floe("stream", "create", "s", "--bootstrap", broker.bootstrap, "--topic", topic, *args)
+    one_line_error(result, fragment)
+    assert streams() == [] and tables() == []
+
+
+def test_malformed_mapping_file_is_one_line(broker, topic, tmp_path):
+    broker.produce(topic, pizza_values(5))
+    bad = tmp_path / "bad.toml"
+    bad.write_text('columns = [{name = "x", type = "long", source = "x"}, {name = "y", type = "text"}]')
+    result = floe("stream", "create", "s", "--bootstrap", broker.bootstrap, "--topic", topic,
+                  "--table", "ingest.t", "--mapping", str(bad))
+    one_line_error(result, str(bad), "unknown type 'text'")
+    assert streams() == [] and tables() == []
+
+
+def test_duplicate_stream_name_is_one_line(broker, topic):
+    broker.produce(topic, pizza_values(5))
+    base = ["stream", "create", "dup", "--bootstrap", broker.bootstrap, "--topic", topic]
+    assert floe(*base, "--table", "ingest.a").returncode == 0
+    one_line_error(floe(*base, "--table", "ingest.b"), "stream 'dup' already exists")
+    assert [s["name"] for s in streams()] == ["dup"]
+    assert "ingest.b" not in tables()
+
+
+def test_usage_errors_are_one_line():
+    one_line_error(floe("stream", "create", "x"), "--bootstrap")
+    one_line_error(floe("nonsense"), "nonsense")
+    one_line_error(floe("query", "selec 1"), "syntax error")
+    one_line_error(floe("query", "select * from ingest.missing"), "missing")
+
+
+def test_query_formats():
+    assert floe("query", "select 1 as a, 'x' as b", "--format", "csv").stdout == "a,b\n1,x\n"
+    assert json.loads(floe("query", "select 1 as a", "--format", "json").stdout) == {"a": 1}
+    table = floe("query", "select 42 as answer").stdout
+    assert "| answer |" in table and "| 42     |" in table and "(1 row)" in table

@@ -1,0 +1,176 @@
+"""Ingestion end to end: a real broker process, a real SparkSession, a real catalog and warehouse."""
+
+import json
+import threading
+
+import orjson
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from appliance.engine import Engine
+from appliance.settings import load_settings
+from appliance.state import StateStore
+from appliance.streams import create_stream, set_paused
+from conftest import floe, pizza_values, wait_for
+
+MALFORMED = [
+    b"{broken json",
+    b'"a string, not an object"',
+    b"[1, 2, 3]",
+    b'{"order_id": "not a number"}',
+    b'{"order_id": 1, "ordered_at": "not a time"}',
+    b"\xff\xfe invalid utf-8",
+    b"",
+    b'{"pad": "' + b"x" * 100_000 + b'"}',  # over the 64KB limit these tests set
+]
+
+
+def query_json(sql):
+    result = floe("query", sql, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+@pytest.fixture
+def small_messages(floe_home):
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[engine]\nmax_message_bytes = "64KB"\n')
+
+
+def test_run_until_caught_up_lands_every_offset_once(broker, topic, small_messages):
+    good = pizza_values(3000)
+    values = good[:1500] + MALFORMED + good[1500:]
+    broker.produce(topic, values)
+    created = floe("stream", "create", "orders", "--bootstrap", broker.bootstrap, "--topic", topic,
+                   "--table", "ingest.orders")
+    assert created.returncode == 0, created.stderr
+
+    ran = floe("run", "--until-caught-up")
+    assert ran.returncode == 0, ran.stderr
+
+    [counts] = query_json(
+        "select (select count(*) from ingest.orders) as rows, (select count(*) from ingest.orders_dlq) as dead,"
+        " (select count(distinct (_kafka_partition, _kafka_offset)) from ingest.orders) as distinct_rows")
+    assert counts == {"rows": 3000, "dead": len(MALFORMED), "distinct_rows": 3000}
+    dead = query_json("select error_stage, error_message, octet_length(raw_value) as n from ingest.orders_dlq")
+    stages = sorted(d["error_stage"] for d in dead)
+    assert stages == ["convert", "convert", "decode", "decode", "decode", "decode", "validate", "validate"]
+    assert any(d["n"] > 100_000 for d in dead)  # raw bytes kept, even for an oversized message
+
+    columns = {r["column_name"]: r["column_type"] for r in query_json("describe ingest.orders")}
+    assert columns["_kafka_partition"] == "INTEGER" and columns["_kafka_offset"] == "BIGINT"
+    assert columns["_kafka_timestamp"] == "TIMESTAMP WITH TIME ZONE"
+    assert columns["_ingested_at"] == "TIMESTAMP WITH TIME ZONE"
+    assert columns["store_id"] == "BIGINT" and columns["ordered_at"] == "TIMESTAMP WITH TIME ZONE"
+    [sums] = query_json("select sum(order_id) as s from ingest.orders")
+    assert sums["s"] == sum(range(3000))
+
+    # The offsets live in the snapshot summary of the same commit as the data.
+    settings = load_settings()
+    table = SqlCatalog("floe", **settings.catalog_properties()).load_table("ingest.orders")
+    summary = table.current_snapshot().summary.additional_properties
+    offsets = json.loads(summary["floe.offsets"])
+    assert sum(offsets.values()) == len(values)
+
+    # Running again finds nothing new and commits nothing.
+    snapshots = len(table.snapshots())
+    assert floe("run", "--until-caught-up").returncode == 0
+    assert len(table.refresh().snapshots()) == snapshots
+
+
+@pytest.fixture
+def engine_thread(spark):
+    """An engine in this process on the shared SparkSession; stopped at the end."""
+    engines = []
+
+    def start():
+        engine = Engine(load_settings(), spark=spark)
+        thread = threading.Thread(target=engine.run, daemon=True)
+        thread.start()
+        engines.append((engine, thread))
+        return engine
+
+    yield start
+    for engine, thread in engines:
+        engine.stop()
+        thread.join(60)
+
+
+def count(table):
+    return query_json(f"select count(*) as n from {table}")[0]["n"]
+
+
+def test_pause_stops_reading_and_resume_continues(broker, topic, engine_thread):
+    settings = load_settings()
+    broker.produce(topic, pizza_values(200))
+    create_stream(settings, "live", bootstrap=broker.bootstrap, topic=topic, table="ingest.live")
+    engine = engine_thread()
+    wait_for(lambda: count("ingest.live") == 200, 120, what="first rows")
+
+    set_paused(settings, "live", True)
+    state = StateStore(settings.state_db)
+    wait_for(lambda: state.status("live").get("phase") == "paused", 30, what="paused phase")
+    broker.produce(topic, pizza_values(100, start=200))
+    # Let the engine go round its loop several times with the new messages there.
+    beat = state.engine()["heartbeat_at"]
+    for _ in range(4):
+        beat = wait_for(lambda: (b := state.engine()["heartbeat_at"]) != beat and b, 30, what="heartbeat")
+    assert count("ingest.live") == 200
+
+    set_paused(settings, "live", False)
+    wait_for(lambda: count("ingest.live") == 300, 60, what="rows after resume")
+    status = state.status("live")
+    assert status["rows_total"] == 300 and status["lag"] == 0
+    assert {e["kind"] for e in state.events("live")} >= {"stream_paused", "stream_resumed", "stream_created"}
+    assert engine.workers  # still running
+
+
+def test_latest_starting_offsets_skip_what_was_there(broker, topic, spark):
+    settings = load_settings()
+    broker.produce(topic, pizza_values(50))
+    create_stream(settings, "late", bootstrap=broker.bootstrap, topic=topic, table="ingest.late",
+                  starting_offsets="latest")
+    broker.produce(topic, pizza_values(20, start=1000))
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    assert query_json("select min(order_id) as lo, count(*) as n from ingest.late") == [{"lo": 1000, "n": 20}]
+
+
+def test_crash_between_dead_letter_and_target_commit_replays_exactly_once(broker, topic):
+    values = pizza_values(400) + MALFORMED[:4] + pizza_values(400, start=400)
+    broker.produce(topic, values)
+    assert floe("stream", "create", "crashy", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.crashy").returncode == 0
+    crashed = floe("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "after_dead_letter_commit"})
+    assert crashed.returncode == -9
+    assert count("ingest.crashy_dlq") == 4 and count("ingest.crashy") == 0
+
+    assert floe("run", "--until-caught-up").returncode == 0
+    assert count("ingest.crashy") == 800 and count("ingest.crashy_dlq") == 4
+    [dups] = query_json("select count(*) - count(distinct (_kafka_partition, _kafka_offset)) as d from ingest.crashy_dlq")
+    assert dups["d"] == 0
+
+
+@pytest.mark.parametrize("point", ["before_commit", "after_target_commit"])
+def test_crash_around_the_target_commit_loses_and_duplicates_nothing(broker, topic, point):
+    broker.produce(topic, pizza_values(500) + MALFORMED[:2])
+    assert floe("stream", "create", "c", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.c").returncode == 0
+    assert floe("run", "--until-caught-up", env={"FLOE_FAILPOINTS": point}).returncode == -9
+    broker.produce(topic, pizza_values(100, start=500))  # arrives while the engine is down
+    assert floe("run", "--until-caught-up").returncode == 0
+    assert count("ingest.c") == 600 and count("ingest.c_dlq") == 2
+    [dups] = query_json("select count(*) - count(distinct (_kafka_partition, _kafka_offset)) as d from ingest.c")
+    assert dups["d"] == 0
+
+
+def test_records_with_headers_and_keys_reach_the_dead_letter_table(broker, topic, spark):
+    settings = load_settings()
+    producer = broker.producer()
+    producer.produce(topic, value=orjson.dumps({"a": 1}), key=b"k0", partition=0)
+    producer.produce(topic, value=b"oops", key=b"k1", headers=[("trace", b"abc")], partition=0)
+    producer.flush(10)
+    create_stream(settings, "hdr", bootstrap=broker.bootstrap, topic=topic, table="ingest.hdr")
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    dead = query_json("select raw_key, raw_value, headers, error_stage from ingest.hdr_dlq")
+    assert dead == [{"raw_key": "k1", "raw_value": "oops", "headers": [{"key": "trace", "value": "abc"}],
+                     "error_stage": "decode"}]
