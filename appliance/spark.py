@@ -20,6 +20,9 @@ def spark_session(settings: Settings, app_name: str = "floe"):
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     settings.log_dir.mkdir(parents=True, exist_ok=True)
     java_opts = f"-Dlog4j.configurationFile={LOG4J.as_uri()} -Dfloe.log.dir={settings.log_dir}"
+    # Only the driver's JVM logs to FLOE_HOME. In local[N] the executor lives in that JVM;
+    # a cluster's executors log where the cluster keeps them (a standalone worker: its
+    # work dir, app-*/N/stderr), not to a path on the driver's machine they may not have.
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f'--driver-java-options "{java_opts}" pyspark-shell')
 
     from pyspark.sql import SparkSession
@@ -33,7 +36,6 @@ def spark_session(settings: Settings, app_name: str = "floe"):
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
-        .config("spark.executor.extraJavaOptions", java_opts)
         .config("spark.scheduler.mode", "FAIR")
         # A task that fails is retried by the engine's next batch, from committed offsets.
         .config("spark.task.maxFailures", "1")

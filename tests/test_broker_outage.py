@@ -1,0 +1,60 @@
+"""A broker that goes away and comes back: the stream reports it, waits, and then lands every offset once."""
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from appliance.settings import load_settings
+from appliance.state import StateStore
+from conftest import FLOE, ROOT, BrokerProcess, floe, pizza_values, wait_for
+
+
+@pytest.fixture
+def own_broker():
+    b = BrokerProcess()
+    yield b
+    os.kill(b.proc.pid, signal.SIGCONT)
+    b.stop()
+
+
+def count(table):
+    result = floe("query", f"select count(*) as n, count(distinct (_kafka_partition, _kafka_offset)) as d from {table}",
+                  "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_stream_survives_a_broker_outage(own_broker, topic, floe_home):
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[engine]\nfetch_timeout = "3s"\nretry_backoff = "1s"\n')
+    own_broker.produce(topic, pizza_values(500))
+    assert floe("stream", "create", "o", "--bootstrap", own_broker.bootstrap, "--topic", topic,
+                "--table", "ingest.o").returncode == 0
+    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: count("ingest.o")["n"] == 500, 120, what="first rows")
+
+        os.kill(own_broker.proc.pid, signal.SIGSTOP)  # the broker stops answering, connections stay open
+        state = StateStore(load_settings().state_db)
+        wait_for(lambda: state.status("o").get("phase") == "failed", 90, what="stream to report the outage")
+        assert "unreachable" in state.status("o")["last_error"] or "no message" in state.status("o")["last_error"]
+        assert engine.poll() is None, "the engine must keep running through an outage"
+
+        os.kill(own_broker.proc.pid, signal.SIGCONT)
+        own_broker.produce(topic, pizza_values(300, start=500))
+        wait_for(lambda: count("ingest.o") == {"n": 800, "d": 800}, 120, what="rows after the broker returned")
+        wait_for(lambda: state.status("o").get("phase") == "running", 30, what="running phase")
+        kinds = [e["kind"] for e in state.events("o")]
+        assert "stream_recovered" in kinds
+        assert "broker_unreachable" in kinds or "stream_failed" in kinds
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        try:
+            assert engine.wait(60) == 0, engine.stderr.read()
+        finally:
+            if engine.poll() is None:
+                engine.kill()

@@ -1,0 +1,130 @@
+"""Exactly once through kill -9: every offset of the topic lands once, in the target or the dead-letter table."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+
+import orjson
+import pytest
+
+from conftest import FLOE, ROOT, floe
+
+MALFORMED = [
+    b"{ not json",
+    b"[1, 2, 3]",
+    b'"a bare string"',
+    b'{"order_id": "twelve"}',
+    b'{"order_id": 5, "ordered_at": "the day after tomorrow"}',
+    b"\xc3\x28 not utf-8",
+    b"",
+    b'{"note": "' + b"z" * 5000 + b'"}',  # over max_message_bytes (4KB here)
+]
+
+
+class Publisher:
+    """Produces a mix of good and malformed messages and remembers where each one landed."""
+
+    def __init__(self, broker, topic, rng):
+        self.producer = broker.producer()
+        self.topic = topic
+        self.rng = rng
+        self.sent = 0
+        self.landed: dict[tuple[int, int], bool] = {}  # (partition, offset) -> malformed?
+        self.lock = threading.Lock()
+
+    def _delivered(self, malformed):
+        def callback(err, msg):
+            assert err is None, err
+            with self.lock:
+                self.landed[(msg.partition(), msg.offset())] = malformed
+        return callback
+
+    def publish(self, n, stop=None):
+        for _ in range(n):
+            if stop is not None and stop.is_set():
+                break
+            self.sent += 1
+            malformed = self.rng.random() < 0.04
+            value = self.rng.choice(MALFORMED) if malformed else orjson.dumps(
+                {"order_id": self.sent, "store": {"id": self.sent % 9}, "amount": self.sent / 4,
+                 "ordered_at": "2026-11-21T12:00:00Z", "status": self.rng.choice(["new", "paid"])})
+            self.producer.produce(self.topic, value=value, key=str(self.sent).encode(),
+                                  on_delivery=self._delivered(malformed))
+            self.producer.poll(0)
+            if stop is not None and self.sent % 50 == 0:
+                stop.wait(0.005)  # a steady trickle while the engine runs, not one burst
+        assert self.producer.flush(30) == 0
+
+
+def query_json(sql):
+    result = floe("query", sql, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+@pytest.mark.slow
+def test_every_offset_lands_once_through_repeated_kill_9(broker, topic, floe_home):
+    seed = int(os.environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text(
+        '[engine]\nmax_batch_messages = 600\ncommit_interval = "100ms"\nmax_message_bytes = "4KB"\n'
+        'fetch_timeout = "5s"\nretry_backoff = "1s"\n'
+    )
+    publisher = Publisher(broker, topic, rng)
+    publisher.publish(3000)
+    # Inference widens types across the sample, and the sample holds malformed messages
+    # ("twelve" would make order_id a string): pin the mapping as a user would.
+    mapping = floe_home / "eo.toml"
+    mapping.write_text(
+        'columns = [{name = "order_id", type = "long", source = "order_id"},\n'
+        '  {name = "store_id", type = "long", source = "store.id"},\n'
+        '  {name = "amount", type = "double", source = "amount"},\n'
+        '  {name = "ordered_at", type = "timestamptz", source = "ordered_at"},\n'
+        '  {name = "status", type = "string", source = "status"}]\n'
+    )
+    created = floe("stream", "create", "eo", "--bootstrap", broker.bootstrap, "--topic", topic,
+                   "--table", "ingest.eo", "--mapping", str(mapping))
+    assert created.returncode == 0, created.stderr
+
+    kills = 0
+    for _ in range(5):
+        engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, start_new_session=True)
+        stop = threading.Event()
+        trickle = threading.Thread(target=publisher.publish, args=(1000, stop))
+        trickle.start()
+        try:
+            engine.wait(timeout=rng.uniform(4, 22))  # the kill lands at a random moment of the run
+            pytest.fail(f"engine exited by itself: {engine.stderr.read()}")
+        except subprocess.TimeoutExpired:
+            engine.send_signal(signal.SIGKILL)
+            engine.wait()
+            kills += 1
+        stop.set()
+        trickle.join()
+        publisher.publish(rng.randint(100, 600))  # arrives while the engine is down
+        try:
+            os.killpg(engine.pid, signal.SIGKILL)  # Spark's JVM dies with its driver; make sure
+        except ProcessLookupError:
+            pass
+
+    final = floe("run", "--until-caught-up", timeout=600)
+    assert final.returncode == 0, final.stderr
+    assert kills == 5
+
+    target = {(r["p"], r["o"]) for r in query_json("select _kafka_partition p, _kafka_offset o from ingest.eo")}
+    dead = query_json("select _kafka_partition p, _kafka_offset o, raw_value, error_stage from ingest.eo_dlq")
+    dead_keys = {(r["p"], r["o"]) for r in dead}
+    [counts] = query_json("select (select count(*) from ingest.eo) t, (select count(*) from ingest.eo_dlq) d")
+
+    produced = len(publisher.landed)
+    assert produced == publisher.sent
+    assert counts["t"] + counts["d"] == produced, (counts, produced)
+    assert len(target) == counts["t"] and len(dead_keys) == counts["d"], "a (partition, offset) landed twice"
+    assert target | dead_keys == set(publisher.landed) and not target & dead_keys
+    assert dead_keys == {k for k, bad in publisher.landed.items() if bad}, "every malformed message dead-lettered"
