@@ -266,20 +266,27 @@ def convert_column(col: Column, values: list[Any], errors: dict[int, str]) -> pa
     return pa.array(out, col.arrow_type)
 
 
-def _getter(path: tuple[str, ...]) -> Callable[[dict[str, Any]], Any]:
-    if len(path) == 1:
-        key = path[0]
-        return lambda obj: obj.get(key)
+def extract_columns(objects: list[dict[str, Any]], paths: list[tuple[str, ...]]) -> list[list[Any]]:
+    """Values at each path, one list per path aligned with `objects`.
 
-    def get(obj: dict[str, Any]) -> Any:
-        value: Any = obj
-        for key in path:
-            if not isinstance(value, dict):
-                return None
-            value = value.get(key)
-        return value
+    Shared parents are looked up once: `customer.id` and `customer.name` walk
+    `customer` a single time. Comprehensions, not per-value function calls: this
+    is the innermost loop of ingestion.
+    """
+    levels: dict[tuple[str, ...], list[Any]] = {(): objects}
 
-    return get
+    def at(path: tuple[str, ...]) -> list[Any]:
+        found = levels.get(path)
+        if found is None:
+            parent, key = at(path[:-1]), path[-1]
+            if len(path) == 1:
+                found = [o.get(key) for o in parent]  # top level: every object is a dict
+            else:
+                found = [p.get(key) if p.__class__ is dict else None for p in parent]
+            levels[path] = found
+        return found
+
+    return [at(path) for path in paths]
 
 
 def _kind_of(value: Any) -> str:
@@ -334,7 +341,8 @@ def decode_batch(
         objects.append(obj)
 
     errors: dict[int, str] = {}
-    arrays = [convert_column(c, list(map(_getter(c.source), objects)), errors) for c in mapping.columns]
+    columns = extract_columns(objects, [c.source for c in mapping.columns])
+    arrays = [convert_column(c, values, errors) for c, values in zip(mapping.columns, columns)]
     if errors:
         keep = pa.array([i not in errors for i in range(len(good))])
         arrays = [pc.filter(a, keep) for a in arrays]
