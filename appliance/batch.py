@@ -29,8 +29,8 @@ class TableTarget:
     """What a task needs to write data files for one table, without a catalog."""
 
     metadata_json: str
-    io_properties: dict[str, str]
-    metadata_location: str
+    io_properties: dict[str, str] = field(repr=False)  # may hold S3 keys
+    metadata_location: str = ""
 
 
 @dataclass(frozen=True)

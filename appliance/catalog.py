@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, NoSuchTableError
@@ -23,7 +24,7 @@ from pyiceberg.types import (
 )
 
 from appliance.batch import TableTarget
-from appliance.errors import CommitConflict, OffsetsConflict, TableConflict
+from appliance.errors import CommitConflict, OffsetsConflict, TableConflict, WarehouseError
 from appliance.mapping import Mapping
 from appliance.names import check_table_name
 from appliance.settings import Settings
@@ -75,6 +76,22 @@ def open_catalog(settings: Settings) -> SqlCatalog:
     return SqlCatalog("floe", **settings.catalog_properties())
 
 
+@contextmanager
+def warehouse_io(settings: Settings, what: str) -> Iterator[None]:
+    """Storage failures as one line naming the warehouse, not a PyArrow traceback.
+
+    PyArrow's messages name the bucket, key and endpoint, never the credentials.
+    """
+    try:
+        yield
+    except OSError as exc:
+        where = settings.warehouse
+        if settings.warehouse.startswith(("s3://", "s3a://")) and settings.s3.endpoint:
+            where += f" (endpoint {settings.s3.endpoint})"
+        detail = " ".join(str(exc).split())
+        raise WarehouseError(f"warehouse {where}: cannot {what}: {detail}") from None
+
+
 class Catalog:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -90,7 +107,8 @@ class Catalog:
         """True when the table must be created, False when an existing one fits; raises otherwise."""
         check_table_name(name)
         try:
-            existing = self.iceberg.load_table(name)
+            with warehouse_io(self.settings, f"read table {name}"):
+                existing = self.iceberg.load_table(name)
         except NoSuchTableError:
             return True
         if not _same_columns(existing.schema(), schema):
@@ -106,8 +124,10 @@ class Catalog:
         except NamespaceAlreadyExistsError:
             pass
         if self.check_can_create(name, schema):
-            return self.iceberg.create_table(name, schema, properties={"format-version": "2"}), True
-        return self.iceberg.load_table(name), False
+            with warehouse_io(self.settings, f"create table {name}"):
+                return self.iceberg.create_table(name, schema, properties={"format-version": "2"}), True
+        with warehouse_io(self.settings, f"read table {name}"):
+            return self.iceberg.load_table(name), False
 
     def drop(self, name: str) -> None:
         try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from appliance.batch import BatchSpec, TaskResult, plan_tasks, run_batch
-from appliance.catalog import Catalog, commit_files, committed_offsets
+from appliance.catalog import Catalog, commit_files, committed_offsets, warehouse_io
 from appliance.failpoints import failpoint
 from appliance.errors import BrokerUnreachable, EngineBusy, FloeError, StreamNotFound
 from appliance.kafka_client import KafkaClient, Watermarks
@@ -114,6 +114,10 @@ class StreamRunner:
         return sum(max(0, w.high - max(pos.get(p, 0), w.low)) for p, w in marks.items())
 
     def step(self) -> BatchOutcome:
+        with warehouse_io(self.settings, f"write stream {self.stream.name}'s tables"):
+            return self._step()
+
+    def _step(self) -> BatchOutcome:
         started = time.monotonic()
         started_at = now()
         stream = self.stream

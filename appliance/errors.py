@@ -59,6 +59,12 @@ class TopicNotFound(FloeError):
     """The topic does not exist on the cluster."""
 
 
+class WarehouseError(FloeError):
+    """The warehouse's storage (S3, a local disk) failed a read or a write; often an outage."""
+
+    retryable = True
+
+
 class QueryError(FloeError):
     """A SQL statement failed; the message is DuckDB's."""
 

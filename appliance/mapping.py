@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections import Counter
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -186,9 +188,27 @@ def widen(a: str, b: str) -> str:
     return "string"
 
 
+# A kind seen in at most this share of a field's sampled values, that would turn a typed
+# column into text, is taken for bad data: those messages go to the dead-letter table.
+OUTLIER_SHARE = 0.02
+OUTLIER_MIN_SAMPLE = 50
+
+
+def decide_type(counts: Counter[str]) -> str:
+    """The column type for a field from how often each kind of value was seen."""
+    seen = {k: n for k, n in counts.items() if k != "null"}
+    widest = reduce(widen, seen, "null")
+    total = sum(seen.values())
+    if widest in ("string", "json") and total >= OUTLIER_MIN_SAMPLE:
+        usual = reduce(widen, (k for k, n in seen.items() if n / total > OUTLIER_SHARE), "null")
+        if usual not in ("null", "string", "json"):
+            return usual
+    return widest
+
+
 def infer_mapping(objects: Iterable[Any]) -> Mapping:
     """Infer columns from decoded sample messages; non-objects are ignored."""
-    kinds: dict[tuple[str, ...], str] = {}
+    counts: dict[tuple[str, ...], Counter[str]] = {}
     objects_at: set[tuple[str, ...]] = set()
 
     def walk(obj: dict[str, Any], prefix: tuple[str, ...]) -> None:
@@ -198,7 +218,7 @@ def infer_mapping(objects: Iterable[Any]) -> Mapping:
                 objects_at.add(path)
                 walk(value, path)
             else:
-                kinds[path] = widen(kinds.get(path, "null"), _kind(value if value != {} else None))
+                counts.setdefault(path, Counter())[_kind(value if value != {} else None)] += 1
 
     seen_any = False
     for obj in objects:
@@ -208,6 +228,7 @@ def infer_mapping(objects: Iterable[Any]) -> Mapping:
     if not seen_any:
         raise MappingError("no JSON object among the sampled messages: cannot infer a mapping")
 
+    kinds = {path: decide_type(c) for path, c in counts.items()}
     # A field that is an object in some messages and a scalar in others is kept whole, as JSON.
     conflicted = {p for p in objects_at if p in kinds}
     for path in conflicted:

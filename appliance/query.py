@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from appliance.catalog import open_catalog
+from appliance.catalog import open_catalog, warehouse_io
 from appliance.errors import QueryError
 from appliance.settings import Settings
 
@@ -64,7 +64,8 @@ def attach_catalog(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[s
         con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         for ident in catalog.list_tables(ns):
             name = ".".join(ident)
-            table = catalog.load_table(name)
+            with warehouse_io(settings, f"read table {name}"):
+                table = catalog.load_table(name)
             view = f'"{ident[0]}"."{ident[1]}"'
             if table.current_snapshot() is None:
                 # No snapshot yet, so no metadata to scan: an empty table of the same columns.

@@ -96,3 +96,15 @@ def test_column_types_map_to_iceberg_and_arrow():
     col = Column("t", "timestamptz", ("t",))
     assert str(col.iceberg_type) == "timestamptz"
     assert str(col.arrow_type) == "timestamp[us, tz=UTC]"
+
+
+def test_rare_misfits_do_not_turn_a_typed_column_into_text():
+    sample = [{"id": i, "at": "2024-05-01T00:00:00Z", "n": i * 1.5} for i in range(100)]
+    sample += [{"id": "twelve", "at": "whenever"}]  # bad data, bound for the dead-letter table
+    assert cols(infer_mapping(sample)) == {"id": ("long", "id"), "at": ("timestamptz", "at"), "n": ("double", "n")}
+
+
+def test_common_text_values_still_widen_and_numbers_never_narrow():
+    sample = [{"code": i} for i in range(90)] + [{"code": f"A{i}"} for i in range(10)]
+    sample += [{"x": 1} for _ in range(99)] + [{"x": 1.5}]
+    assert cols(infer_mapping(sample)) == {"code": ("string", "code"), "x": ("double", "x")}
