@@ -1,0 +1,174 @@
+"""`spark.master = spark://host:port`: Floe on a real Spark standalone cluster.
+
+A standalone Master and one Worker run as their own processes (the pip package has no
+sbin/ scripts, so they are started with bin/spark-class), and `floe run` is pointed at them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from conftest import floe, pizza_values
+
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+
+MALFORMED = [
+    b"{broken json",
+    b'"a string, not an object"',
+    b"[1, 2, 3]",
+    b'{"order_id": "not a number"}',
+    b"\xff\xfe invalid utf-8",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+class StandaloneCluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.webui_port = free_port()
+        self.worker_webui_port = free_port()
+        self.master_url = f"spark://127.0.0.1:{self.port}"
+        self.work_dir = root / "worker-work"
+        self.work_dir.mkdir(parents=True)
+        (root / "local").mkdir()
+        self.env = {
+            **os.environ,
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOCAL_DIRS": str(root / "local"),
+            "SPARK_WORKER_DIR": str(self.work_dir),
+            "SPARK_LOG_DIR": str(root),
+            # No REST submission server: it would take the fixed port 6066.
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        }
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+
+    def _spawn(self, args: list[str], log: Path) -> subprocess.Popen:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [str(SPARK_HOME / "bin" / "spark-class"), *args],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, cwd=self.root,
+            )
+        self.procs.append(proc)
+        self.logs.append(log)
+        return proc
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.webui_port}/json", timeout=5) as resp:
+            return json.load(resp)
+
+    def _wait(self, condition, what: str, timeout: float = 120.0) -> None:
+        """Poll `condition` until true; fail at once, with the logs, if a daemon exits."""
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            for proc, log in zip(self.procs, self.logs):
+                if proc.poll() is not None:
+                    raise AssertionError(f"{log.name}: exited with {proc.returncode} while waiting for {what}:\n"
+                                         f"{log.read_text(errors='replace')[-4000:]}")
+            try:
+                if condition():
+                    return
+            except OSError as exc:  # the web UI is not up yet
+                last_error = exc
+            time.sleep(0.25)
+        tails = "\n".join(f"--- {log.name}:\n{log.read_text(errors='replace')[-2000:]}" for log in self.logs)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})\n{tails}")
+
+    def start(self) -> None:
+        self._spawn(
+            ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port),
+             "--webui-port", str(self.webui_port)],
+            self.root / "master.log",
+        )
+        self._wait(lambda: self.status().get("status") == "ALIVE", "the standalone master")
+        self._spawn(
+            ["org.apache.spark.deploy.worker.Worker", self.master_url, "--cores", "2", "--memory", "2g",
+             "--host", "127.0.0.1", "--webui-port", str(self.worker_webui_port), "--work-dir", str(self.work_dir)],
+            self.root / "worker.log",
+        )
+        self._wait(lambda: any(w.get("state") == "ALIVE" for w in self.status().get("workers", [])),
+                   "the standalone worker to register")
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):  # the worker (and its executors) first, then the master
+            stop_process(proc)
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path):
+    cluster = StandaloneCluster(tmp_path / "spark-cluster")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def query_json(sql):
+    result = floe("query", sql, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+@pytest.mark.slow
+def test_run_on_a_standalone_cluster(broker, topic, standalone_cluster):
+    good = pizza_values(6000)  # enough for plan_tasks to use both executor cores
+    values = good[:3000] + MALFORMED + good[3000:]
+    broker.produce(topic, values)
+    created = floe("stream", "create", "orders", "--bootstrap", broker.bootstrap, "--topic", topic,
+                   "--table", "ingest.orders")
+    assert created.returncode == 0, created.stderr
+
+    ran = floe("run", "--until-caught-up", "--spark-master", standalone_cluster.master_url)
+    assert ran.returncode == 0, ran.stderr
+    assert f"spark {standalone_cluster.master_url}" in ran.stderr
+
+    [counts] = query_json(
+        "select (select count(*) from ingest.orders) as rows, (select count(*) from ingest.orders_dlq) as dead,"
+        " (select count(distinct (_kafka_partition, _kafka_offset)) from ingest.orders) as distinct_rows,"
+        " (select count(distinct (_kafka_partition, _kafka_offset)) from ingest.orders_dlq) as distinct_dead,"
+        " (select sum(order_id) from ingest.orders) as ids")
+    assert counts == {"rows": len(good), "dead": len(MALFORMED), "distinct_rows": len(good),
+                      "distinct_dead": len(MALFORMED), "ids": sum(range(len(good)))}
+
+    # The tasks ran in the cluster's executor, not in the driver: the master saw the
+    # application finish, and the worker launched an executor for it in its work dir.
+    status = standalone_cluster.status()
+    apps = status.get("completedapps", []) + status.get("activeapps", [])
+    assert [a["name"] for a in apps] == ["floe"], apps
+    app_dirs = list(standalone_cluster.work_dir.glob("app-*"))
+    assert [d.name for d in app_dirs] == [apps[0]["id"]]
+    stderrs = list(app_dirs[0].glob("*/stderr"))
+    assert stderrs, f"no executor stderr under {app_dirs[0]}"
+    executor_log = "\n".join(p.read_text(errors="replace") for p in stderrs)
+    # The executor's own log, not just the launch command the worker writes at the top.
+    assert "Successfully registered with driver" in executor_log, executor_log[-3000:]
+    assert re.search(r"Finished task \S+ in stage \S+ \(TID \d+\)", executor_log), executor_log[-3000:]
