@@ -246,12 +246,40 @@ def _fast(col: Column, values: list[Any]) -> pa.Array | None:
     return None
 
 
+# Python classes that pass into a column's Arrow type unchanged: when the fast path
+# fails, only the values of other classes need the value-by-value conversion.
+PASS_THROUGH: dict[str, tuple[type, ...]] = {
+    "long": (int,), "int": (int,), "double": (float, int), "float": (float, int),
+    "boolean": (bool,), "string": (str,),
+}
+
+
 def convert_column(col: Column, values: list[Any], errors: dict[int, str]) -> pa.Array:
     """Typed Arrow array for `values`; rows that do not fit get a message in `errors`."""
     fast = _fast(col, values)
     if fast is not None:
         return fast
     convert = SLOW[col.type]
+    passing = PASS_THROUGH.get(col.type)
+    if passing is not None:
+        # `v.__class__`, not isinstance: a bool is an int to isinstance, not to a long column.
+        odd = [i for i, v in enumerate(values) if v is not None and v.__class__ not in passing]
+        fixed = list(values)
+        found: dict[int, str] = {}
+        for i in odd:
+            try:
+                fixed[i] = convert(values[i])
+            except Unfit:
+                fixed[i] = None
+                found[i] = f"column {col.name!r} ({col.type}): cannot convert {_short(values[i])}"
+        try:
+            array = pa.array(fixed, col.arrow_type)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            pass  # e.g. an int beyond 64 bits: fall through to the full check
+        else:
+            for i, message in found.items():
+                errors.setdefault(i, message)
+            return array
     out: list[Any] = []
     append = out.append
     for i, value in enumerate(values):

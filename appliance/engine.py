@@ -342,6 +342,7 @@ class StreamWorker(threading.Thread):
             runner.close()
             state.close()
             self.done = True
+            self.engine.wake.set()
 
     def _wait(self, seconds: float) -> bool:
         """Sleep until the next batch; True when the worker must stop instead."""
@@ -362,6 +363,7 @@ class Engine:
         self.state = StateStore(settings.state_db)
         self.catalog = Catalog(settings)
         self.stopping = threading.Event()
+        self.wake = threading.Event()  # a worker ended: look again without waiting out the tick
         self.spark = spark
         self._owns_spark = spark is None
         self.workers: dict[str, StreamWorker] = {}
@@ -375,6 +377,7 @@ class Engine:
 
     def stop(self) -> None:
         self.stopping.set()
+        self.wake.set()
 
     def run(self, until_caught_up: bool = False) -> None:
         """Run every active stream until `stop()`; with until_caught_up, until each has read
@@ -396,7 +399,8 @@ class Engine:
                     self.state.engine_heartbeat(os.getpid(), self.settings.spark_master, "running", self.started_at)
                     if self.on_tick:
                         self.on_tick(self)
-                    self.stopping.wait(0.5)
+                    self.wake.wait(0.5)
+                    self.wake.clear()
             finally:
                 self.stopping.set()
                 for worker in self.workers.values():
