@@ -107,7 +107,8 @@ def run_demo(settings, rate: float, stop: threading.Event, out) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not stop.is_set():
             try:
-                if sum(w.high for w in client.watermarks(DEMO_STREAM).values()) >= 20:
+                # enough messages for the mapping to be inferred from a fair sample
+                if sum(w.high for w in client.watermarks(DEMO_STREAM).values()) >= 100:
                     break
             except Exception:  # the topic appears with the first message
                 pass

@@ -18,6 +18,7 @@ def spark_session(settings: Settings, app_name: str = "floe"):
     # Spark's Python workers must be this interpreter: it is the one with Floe and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")  # what pandas-on-Spark asks for; Floe's times are UTC
     settings.log_dir.mkdir(parents=True, exist_ok=True)
     java_opts = f"-Dlog4j.configurationFile={LOG4J.as_uri()} -Dfloe.log.dir={settings.log_dir}"
     # Only the driver's JVM logs to FLOE_HOME. In local[N] the executor lives in that JVM;
