@@ -222,11 +222,31 @@ def broker(topic: str | None, rate: float) -> None:
     embedded.close()
 
 
+def _ui():
+    """The terminal UI, when one is installed: found by entry point, so the engine never imports it."""
+    from importlib.metadata import entry_points
+
+    found = list(entry_points(group="floe.ui"))
+    return found[0].load() if found else None
+
+
+@cli.command()
+@click.option("--section", type=click.Choice(["streams", "tables", "query", "events"]), default="streams",
+              show_default=True, help="Section to open on.")
+def tui(section: str) -> None:
+    """Open the terminal UI; it attaches to the running engine (or starts one with Ctrl+E)."""
+    ui = _ui()
+    if ui is None:
+        raise FloeError("the terminal UI is not installed (pip install -e . installs it)")
+    ui(_settings(), section)
+
+
 @cli.command()
 @click.option("--rate", default=50.0, show_default=True, help="Pizza orders per second.")
-@click.option("--duration", default=0.0, help="Stop after this many seconds (0: until Ctrl-C).")
-def demo(rate: float, duration: float) -> None:
-    """Embedded broker, pizza orders, one stream into ingest.pizza_orders, and a live status."""
+@click.option("--duration", default=0.0, help="Stop after this many seconds (0: until Ctrl-C or quitting the UI).")
+@click.option("--no-ui", is_flag=True, help="Print a status line every 2 seconds instead of opening the UI.")
+def demo(rate: float, duration: float, no_ui: bool) -> None:
+    """Embedded broker, pizza orders, one stream into ingest.pizza_orders, and the UI on it."""
     from appliance.demo import run_demo
 
     settings = _settings()
@@ -234,7 +254,8 @@ def demo(rate: float, duration: float) -> None:
     _install_stop(stop)
     if duration:
         threading.Timer(duration, stop.set).start()
-    run_demo(settings, rate, stop, out=lambda line: click.echo(line))
+    ui = None if no_ui else _ui()
+    run_demo(settings, rate, stop, out=lambda line: click.echo(line), ui=ui)
 
 
 def main() -> None:

@@ -88,8 +88,9 @@ def status_line(settings) -> str:
     )
 
 
-def run_demo(settings, rate: float, stop: threading.Event, out) -> None:
-    """Broker, publisher, stream and engine in this process, with a status line every 2 seconds."""
+def run_demo(settings, rate: float, stop: threading.Event, out, ui=None) -> None:
+    """Broker, publisher, stream and engine in this process; then `ui(settings, section)` until
+    the user quits it or, without a UI, a status line every 2 seconds until `stop`."""
     from appliance.broker import EmbeddedBroker
     from appliance.engine import Engine
     from appliance.errors import EngineBusy, StreamNotFound
@@ -135,7 +136,11 @@ def run_demo(settings, rate: float, stop: threading.Event, out) -> None:
 
     engine_thread = threading.Thread(target=run_engine, daemon=True, name="demo-engine")
     engine_thread.start()
-    out("ingesting; Ctrl-C to stop. Query it with:  floe query \"select status, count(*) from ingest.pizza_orders group by 1\"")
+    if ui is not None:
+        ui(settings, "streams")
+        stop.set()
+    else:
+        out("ingesting; Ctrl-C to stop. Query it with:  floe query \"select status, count(*) from ingest.pizza_orders group by 1\"")
     while not stop.wait(2.0):
         out(status_line(settings) if not failure else f"engine failed: {failure[0]}")
     engine.stop()

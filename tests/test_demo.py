@@ -10,7 +10,7 @@ from conftest import FLOE, ROOT, floe, wait_for
 def test_demo_ingests_pizza_orders_and_stops_cleanly(tmp_path):
     out = tmp_path / "demo.out"
     with out.open("w") as sink:
-        demo = subprocess.Popen(FLOE + ["demo", "--rate", "200"], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+        demo = subprocess.Popen(FLOE + ["demo", "--rate", "200", "--no-ui"], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
         try:
             def ingested():
                 result = floe("query", "select (select count(*) from ingest.pizza_orders) as n,"

@@ -1,0 +1,73 @@
+"""The Streams pane against a real engine, broker and catalog, driven by Textual's Pilot."""
+
+import threading
+
+import pytest
+
+from appliance.catalog import Catalog
+from appliance.engine import Engine
+from appliance.settings import load_settings
+from appliance.streams import create_stream
+from conftest import pizza_values
+from tui.app import FloeApp
+from tui_helpers import cell, until
+
+
+@pytest.fixture
+def running_engine(spark):
+    engines = []
+
+    def start():
+        engine = Engine(load_settings(), spark=spark)
+        thread = threading.Thread(target=engine.run, daemon=True)
+        thread.start()
+        engines.append((engine, thread))
+        return engine
+
+    yield start
+    for engine, thread in engines:
+        engine.stop()
+        thread.join(60)
+
+
+async def test_streams_pane_shows_live_state_and_pauses_resumes_deletes(broker, topic, running_engine):
+    settings = load_settings()
+    broker.produce(topic, pizza_values(300) + [b"{bad"])
+    create_stream(settings, "orders", bootstrap=broker.bootstrap, topic=topic, table="ingest.orders")
+    running_engine()
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.query_one("#streams-table")
+        await until(pilot, lambda: cell(table, "orders", "rows") == "300", 120, "300 rows shown")
+        assert cell(table, "orders", "dlq") == "1"
+        assert "running" in cell(table, "orders", "state")
+        await until(pilot, lambda: "engine running" in str(app.query_one("#engine-status").render()), 10, "engine status")
+
+        table.focus()
+        await pilot.press("p")
+        await until(pilot, lambda: "paused" in cell(table, "orders", "state"), 30, "paused state")
+        await pilot.press("r")
+        await until(pilot, lambda: "paused" not in cell(table, "orders", "state"), 30, "resumed state")
+
+        await pilot.press("d")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen", 5, "confirmation")
+        await pilot.press("y")
+        await until(pilot, lambda: table.row_count == 0, 30, "stream removed")
+        assert "No streams yet" in str(app.query_one("#streams-empty").render())
+    assert not Catalog(settings).exists("ingest.orders")
+
+
+async def test_help_lists_bindings_and_theme_toggles(floe_home):
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "HelpScreen", 5, "help screen")
+        keys = [str(row[0]) for row in app.screen.query_one("#help-table").rows and
+                [app.screen.query_one("#help-table").get_row(k) for k in app.screen.query_one("#help-table").rows]]
+        assert "n" in keys and "ctrl+t" in keys and "p" in keys
+        await pilot.press("escape")
+        assert app.theme == "textual-dark"
+        await pilot.press("ctrl+t")
+        assert app.theme == "textual-light"
+        await pilot.press("2")
+        assert app.query_one("#sections").active == "tables"

@@ -1,0 +1,26 @@
+"""Helpers for Pilot tests: wait on what the screen shows, with a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable
+
+
+async def until(pilot, condition: Callable[[], object], timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+            if value:
+                return value
+        except Exception as exc:  # the widget may not be mounted yet
+            last = exc
+        await pilot.pause(0.1)
+        await asyncio.sleep(0)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
+
+
+def cell(table, row: str, column: str) -> str:
+    return str(table.get_cell(row, column))

@@ -1,0 +1,140 @@
+"""Floe's terminal UI: streams, tables, SQL and events, attached to whatever engine runs.
+
+The UI never blocks: every read of the state database, the catalog, Kafka or DuckDB
+runs in a worker that posts a message back. It never owns ingestion either: it reads
+what the engine writes to the state database, and can start `floe run` as its own
+background process, which outlives the UI and the terminal.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from appliance import observe
+from appliance.settings import Settings
+from tui.components.events import EventsPane
+from tui.components.help import HelpScreen
+from tui.components.query import QueryPane
+from tui.components.streams import StreamsPane
+from tui.components.tables import TablesPane
+from tui.messages import ActionDone, EngineStatus
+
+CSS_PATH = Path(__file__).with_name("app.tcss")
+
+
+class FloeApp(App):
+    TITLE = "Floe"
+    SUB_TITLE = "Kafka → Iceberg"
+    CSS_PATH = CSS_PATH
+    BINDINGS = [
+        Binding("1", "section('streams')", "Streams"),
+        Binding("2", "section('tables')", "Tables"),
+        Binding("3", "section('query')", "Query"),
+        Binding("4", "section('events')", "Events"),
+        Binding("n", "new_stream", "New stream"),
+        Binding("ctrl+e", "start_engine", "Start engine"),
+        Binding("ctrl+t", "toggle_theme", "Theme"),
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, settings: Settings, start_section: str = "streams") -> None:
+        super().__init__()
+        self.settings = settings
+        self.start_section = start_section
+        self.engine_alive = False
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=True)
+        yield Static("engine: checking…", id="engine-status")
+        with TabbedContent(initial=self.start_section, id="sections"):
+            with TabPane("Streams", id="streams"):
+                yield StreamsPane(id="streams-pane")
+            with TabPane("Tables", id="tables"):
+                yield TablesPane(id="tables-pane")
+            with TabPane("Query", id="query"):
+                yield QueryPane(id="query-pane")
+            with TabPane("Events", id="events"):
+                yield EventsPane(id="events-pane")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.theme = "textual-dark"
+        self.check_engine()
+        self.set_interval(1.0, self.check_engine)
+
+    @work(thread=True, exclusive=True, group="engine-status", exit_on_error=False)
+    def check_engine(self) -> None:
+        self.post_message(EngineStatus(observe.engine_status(self.settings)))
+
+    @on(EngineStatus)
+    def show_engine(self, message: EngineStatus) -> None:
+        status = message.status
+        self.engine_alive = status["alive"]
+        label = self.query_one("#engine-status", Static)
+        if status["alive"]:
+            label.update(f"[green]● engine running[/] pid {status['pid']}, spark {status['spark_master']}"
+                         f" — home {self.settings.home}")
+        else:
+            label.update(f"[red]● engine stopped[/] — streams are not ingesting; Ctrl+E starts `floe run`"
+                         f" — home {self.settings.home}")
+
+    @on(ActionDone)
+    def toast(self, message: ActionDone) -> None:
+        self.notify(message.text, severity="error" if message.error else "information",
+                    timeout=8 if message.error else 4)
+
+    def action_section(self, name: str) -> None:
+        self.query_one(TabbedContent).active = name
+
+    def action_new_stream(self) -> None:
+        from tui.components.wizard import NewStreamScreen
+
+        def created(name: str | None) -> None:
+            if name:
+                self.notify(f"Created stream {name}")
+                self.action_section("streams")
+
+        self.push_screen(NewStreamScreen(), created)
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    def action_help(self) -> None:
+        rows: list[tuple[str, str, str]] = []
+        for where, node in (("anywhere", self), ("screen", self.screen)):
+            for binding in node.BINDINGS:
+                if isinstance(binding, Binding):
+                    rows.append((binding.key.replace(",", " / "), binding.description or binding.action, where))
+        for pane in self.query("TabPane > *"):
+            for binding in getattr(pane, "BINDINGS", []):
+                if isinstance(binding, Binding):
+                    rows.append((binding.key, binding.description, pane.__class__.__name__.replace("Pane", "")))
+        self.push_screen(HelpScreen(rows))
+
+    def action_start_engine(self) -> None:
+        if self.engine_alive:
+            self.notify("The engine is already running")
+            return
+        self.start_engine()
+
+    @work(thread=True, group="engine-start", exit_on_error=False)
+    def start_engine(self) -> None:
+        log = self.settings.log_dir / "engine.out"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            # Its own session: it keeps ingesting after this UI and its terminal are gone.
+            subprocess.Popen([sys.executable, "-m", "appliance.cli", "run"], stdout=out, stderr=out,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+        self.post_message(ActionDone(f"Starting the engine in the background (log: {log})"))
+
+
+def run_tui(settings: Settings, start_section: str = "streams") -> None:
+    FloeApp(settings, start_section).run()
