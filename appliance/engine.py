@@ -197,6 +197,7 @@ class StreamRunner:
             target_snapshot_id=target_snapshot,
             dead_letter_snapshot_id=dead_snapshot,
             offsets=_json_offsets(new_offsets),
+            lag=lag,
         )
         log.info(
             "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs",

@@ -185,7 +185,7 @@ class StateStore:
         self.db["stream_status"].upsert({"name": name, **fields, "updated_at": now()}, pk="name", alter=False)
 
     def record_batch(self, stream: str, **fields: Any) -> None:
-        self.db["batches"].insert({"stream": stream, **fields})
+        self.db["batches"].insert({"stream": stream, **fields}, alter=True)  # alter: older databases gain new columns
 
     def recent_batches(self, stream: str, limit: int = 20) -> list[dict[str, Any]]:
         return list(self.db["batches"].rows_where("stream = ?", [stream], order_by="id desc", limit=limit))

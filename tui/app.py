@@ -93,6 +93,10 @@ class FloeApp(App):
 
     def action_section(self, name: str) -> None:
         self.query_one(TabbedContent).active = name
+        # Focus the pane itself, so its keys (p, r, d, f...) work at once, not the tab bar.
+        pane = self.query_one(f"#{name}-pane")
+        target = next((w for kind in ("TextArea", "Tree", "DataTable") for w in pane.query(kind)), pane)
+        self.call_after_refresh(target.focus)
 
     def action_new_stream(self) -> None:
         from tui.components.wizard import NewStreamScreen
@@ -116,7 +120,8 @@ class FloeApp(App):
         for pane in self.query("TabPane > *"):
             for binding in getattr(pane, "BINDINGS", []):
                 if isinstance(binding, Binding):
-                    rows.append((binding.key, binding.description, pane.__class__.__name__.replace("Pane", "")))
+                    rows.append((binding.key.replace(",", " / "), binding.description,
+                                 pane.__class__.__name__.replace("Pane", "")))
         self.push_screen(HelpScreen(rows))
 
     def action_start_engine(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -66,7 +67,7 @@ class StreamsPane(Vertical):
                 "lag": count(s.lag),
                 "commit": age(s.last_commit_age),
                 "spark": spark(s.throughput),
-                "error": s.last_error[:80],
+                "error": escape(s.last_error[:80]),  # librdkafka's "[thrd:...]" is not markup
             }
             if s.name in table.rows:
                 for key, value in cells.items():

@@ -1,9 +1,252 @@
-"""The Tables pane (being built)."""
+"""The Tables pane: the catalog's namespaces and tables, and one table's numbers, snapshots and schema.
 
-from textual.containers import Horizontal
-from textual.widgets import Static
+Every catalog read runs in a worker that posts a message; the handlers fill the widgets.
+The list is read when the pane is shown and on F5 / Ctrl+R, the detail when a table is
+highlighted in the tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Label, Static, Tree
+from textual.widgets.tree import TreeNode
+
+from appliance import observe
+from appliance.state import StateStore
+from tui.format import size
+
+
+@dataclass
+class TablesLoaded(Message):
+    """The catalog's tables, `namespace.table`, sorted; and which stream writes each."""
+
+    names: list[str]
+    writers: dict[str, tuple[str, bool]]  # table -> (stream, is its dead-letter table)
+    error: str = ""
+
+
+@dataclass
+class TableLoaded(Message):
+    view: observe.TableView
+
+
+@dataclass
+class TableFailed(Message):
+    name: str
+    error: str
+
+
+def _plural(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else exc.__class__.__name__
 
 
 class TablesPane(Horizontal):
-    def compose(self):
-        yield Static("Tables")
+    DEFAULT_CSS = """
+    TablesPane #tables-side {
+        width: 36;
+        border-right: vkey $foreground 20%;
+    }
+    TablesPane #tables-tree {
+        height: 1fr;
+    }
+    TablesPane #tables-empty {
+        padding: 1 1;
+        color: $text-muted;
+    }
+    TablesPane #table-detail {
+        width: 1fr;
+        padding: 0 1;
+    }
+    TablesPane #table-summary {
+        height: auto;
+        padding: 0 0 1 0;
+    }
+    TablesPane .table-heading {
+        text-style: bold;
+        color: $text-accent;
+    }
+    TablesPane #table-snapshots {
+        height: 1fr;
+    }
+    TablesPane #table-schema {
+        height: 1fr;
+    }
+    """
+
+    BINDINGS = [Binding("f5,ctrl+r", "refresh", "Refresh")]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.selected: str | None = None  # the table whose detail is shown or asked for
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="tables-side"):
+            yield Static("Loading tables…", id="tables-empty")
+            tree: Tree[str] = Tree("catalog", id="tables-tree")
+            tree.show_root = False
+            tree.guide_depth = 2
+            yield tree
+        with Vertical(id="table-detail"):
+            yield Static("Select a table.", id="table-summary")
+            yield Label("Snapshots (newest first)", classes="table-heading")
+            snapshots = DataTable(id="table-snapshots", cursor_type="row", zebra_stripes=True)
+            for key, label in (("time", "Committed (UTC)"), ("operation", "Operation"),
+                               ("rows", "Rows added"), ("id", "Snapshot id")):
+                snapshots.add_column(label, key=key)
+            yield snapshots
+            yield Label("Schema", classes="table-heading")
+            schema = DataTable(id="table-schema", cursor_type="row", zebra_stripes=True)
+            schema.add_column("Column", key="column")
+            schema.add_column("Type", key="type")
+            yield schema
+
+    def on_show(self) -> None:
+        tree = self.query_one(Tree)
+        if not self.app.focused or self not in self.app.focused.ancestors_with_self:
+            tree.focus()
+        self.load()
+
+    def action_refresh(self) -> None:
+        self.load()
+
+    # Reads, in workers.
+
+    @work(thread=True, exclusive=True, group="tables-list", exit_on_error=False)
+    def load(self) -> None:
+        settings = self.app.settings
+        try:
+            names = observe.table_names(settings)
+        except Exception as exc:
+            self.post_message(TablesLoaded([], {}, error=_one_line(exc)))
+            return
+        writers: dict[str, tuple[str, bool]] = {}
+        try:
+            state = StateStore(settings.state_db)
+            try:
+                for s in state.streams():
+                    writers[s.table] = (s.name, False)
+                    writers[s.dead_letter_table] = (s.name, True)
+            finally:
+                state.close()
+        except Exception:  # the state database is only for labels; the catalog is the truth
+            pass
+        self.post_message(TablesLoaded(names, writers))
+
+    @work(thread=True, exclusive=True, group="tables-detail", exit_on_error=False)
+    def load_table(self, name: str) -> None:
+        try:
+            view = observe.table_view(self.app.settings, name)
+        except Exception as exc:
+            self.post_message(TableFailed(name, _one_line(exc)))
+            return
+        self.post_message(TableLoaded(view))
+
+    # Handlers, on the UI thread.
+
+    @on(TablesLoaded)
+    def show_tables(self, message: TablesLoaded) -> None:
+        tree: Tree[str] = self.query_one(Tree)
+        empty = self.query_one("#tables-empty", Static)
+        if message.error:
+            empty.update(Text(f"Cannot read the catalog: {message.error}", style="red"))
+            empty.display = True
+            self.notify(message.error, title="Tables", severity="error", markup=False)
+            return
+        empty.display = not message.names
+        empty.update("No tables yet. Press [b]n[/b] to create a stream, [b]Ctrl+E[/b] to start the engine.")
+        tree.clear()
+        namespaces: dict[str, TreeNode[str]] = {}
+        for name in message.names:
+            namespace = name.partition(".")[0]
+            if namespace not in namespaces:
+                namespaces[namespace] = tree.root.add(Text(namespace, style="bold"), expand=True)
+            namespaces[namespace].add_leaf(self._label(name, message.writers), data=name)
+        want = self.selected if self.selected in message.names else next(iter(message.names), None)
+        if want is None:
+            self.selected = None
+            self._clear_detail("")
+        else:
+            # The new nodes have their lines once the tree has laid them out.
+            self.call_after_refresh(self._show_and_load, want)
+
+    def _show_and_load(self, name: str) -> None:
+        tree: Tree[str] = self.query_one(Tree)
+        for namespace in tree.root.children:
+            for node in namespace.children:
+                if node.data == name:
+                    self.selected = name
+                    tree.move_cursor(node)
+                    self.load_table(name)
+                    return
+
+    @staticmethod
+    def _label(name: str, writers: dict[str, tuple[str, bool]]) -> Text:
+        table = name.partition(".")[2]
+        label = Text(table)
+        stream, dead = writers.get(name, (None, False))
+        if dead or (stream is None and table.endswith("_dlq")):  # a deleted stream's tables stay
+            label.append("  dead letters", style="yellow")
+        elif stream and stream != table:
+            label.append(f"  ← {stream}", style="dim")
+        return label
+
+    @on(Tree.NodeHighlighted, "#tables-tree")
+    @on(Tree.NodeSelected, "#tables-tree")
+    def pick(self, event: Tree.NodeHighlighted | Tree.NodeSelected) -> None:
+        name = event.node.data
+        if name is None:  # a namespace
+            return
+        if name != self.selected or isinstance(event, Tree.NodeSelected):
+            self.selected = name
+            self.load_table(name)
+
+    @on(TableLoaded)
+    def show_table(self, message: TableLoaded) -> None:
+        view = message.view
+        if view.name != self.selected:
+            return
+        n_snap = len(view.snapshots)
+        summary = Text()
+        summary.append(view.name, style="bold")
+        summary.append("\n")
+        summary.append(f"{_plural(view.rows, 'row')} · {_plural(view.data_files, 'data file')}"
+                       f" · {size(view.size_bytes)} · {_plural(n_snap, 'snapshot')}")
+        summary.append(f"\n{view.location}", style="dim")
+        self.query_one("#table-summary", Static).update(summary)
+
+        snapshots = self.query_one("#table-snapshots", DataTable)
+        snapshots.clear()
+        for s in sorted(view.snapshots, key=lambda s: s.committed_at, reverse=True):
+            snapshots.add_row(s.committed_at.strftime("%Y-%m-%d %H:%M:%S"), s.operation,
+                              Text(f"{s.rows_added:,}", justify="right"), str(s.snapshot_id),
+                              key=str(s.snapshot_id))
+        schema = self.query_one("#table-schema", DataTable)
+        schema.clear()
+        for column, kind in view.schema:
+            schema.add_row(Text(column), Text(kind), key=column)
+
+    @on(TableFailed)
+    def table_failed(self, message: TableFailed) -> None:
+        if message.name != self.selected:
+            return
+        self._clear_detail("")
+        self.query_one("#table-summary", Static).update(
+            Text.assemble((message.name, "bold"), "\n", (f"Cannot read this table: {message.error}", "red")))
+        self.notify(message.error, title=f"Table {message.name}", severity="error", markup=False)
+
+    def _clear_detail(self, text: str) -> None:
+        self.query_one("#table-summary", Static).update(text)
+        self.query_one("#table-snapshots", DataTable).clear()
+        self.query_one("#table-schema", DataTable).clear()

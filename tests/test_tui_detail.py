@@ -1,0 +1,176 @@
+"""The stream detail screen against a real engine, broker and catalog, driven by Textual's Pilot."""
+
+import threading
+
+import pytest
+from rich.text import Text
+
+from appliance import observe
+from appliance.catalog import Catalog
+from appliance.engine import Engine
+from appliance.settings import load_settings
+from appliance.state import StateStore
+from appliance.streams import create_stream
+from conftest import pizza_values
+from tui.app import FloeApp
+from tui.components.stream_detail import StreamDetailScreen
+from tui_helpers import cell, until
+
+
+@pytest.fixture
+def running_engine(spark):
+    engines = []
+
+    def start():
+        engine = Engine(load_settings(), spark=spark)
+        thread = threading.Thread(target=engine.run, daemon=True)
+        thread.start()
+        engines.append((engine, thread))
+        return engine
+
+    yield start
+    for engine, thread in engines:
+        engine.stop()
+        thread.join(60)
+
+
+def plain(table, row: str, column: str) -> str:
+    """A cell as the user reads it: markup applied, escapes undone."""
+    return Text.from_markup(cell(table, row, column)).plain
+
+
+def rows(table, *columns: str) -> list[tuple[str, ...]]:
+    return [tuple(plain(table, key.value, c) for c in columns) for key in table.rows]
+
+
+def shown(widget) -> str:
+    return str(widget.render())
+
+
+async def test_detail_shows_batches_dead_letters_live_and_pauses(broker, topic, running_engine):
+    settings = load_settings()
+    broker.produce(topic, pizza_values(300) + [b"{bad", b"[1]", b"\xff\xfe not utf-8"], partition=0)
+    create_stream(settings, "orders", bootstrap=broker.bootstrap, topic=topic, table="ingest.orders")
+    running_engine()
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        streams = app.query_one("#streams-table")
+        await until(pilot, lambda: cell(streams, "orders", "rows") == "300", 120, "300 rows in the streams pane")
+        streams.focus()
+        await pilot.press("enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen) and app.screen, 10, "detail")
+        assert screen.stream_name == "orders"
+
+        # Header: topic -> table, state, totals.
+        head = screen.query_one("#detail-title")
+        stats = screen.query_one("#detail-stats")
+        await until(pilot, lambda: f"{topic} → table ingest.orders" in shown(head), 10, "topic -> table")
+        await until(pilot, lambda: "rows 300" in shown(stats) and "dead letters 3" in shown(stats), 10, "totals")
+        assert "running" in shown(stats) and "lag 0" in shown(stats)
+
+        # Batches, newest first, with the snapshot each committed, and the lag after each.
+        batches = screen.query_one("#batches-table")
+        await until(pilot, lambda: batches.row_count >= 1, 10, "batch rows")
+        table = Catalog(settings).table("ingest.orders")
+        committed = {str(s.snapshot_id) for s in table.snapshots()}
+        shown_batches = rows(batches, "messages", "rows", "dead", "snapshot", "lag")
+        assert sum(int(b[0]) for b in shown_batches) == 303
+        assert sum(int(b[1]) for b in shown_batches) == 300
+        assert sum(int(b[2]) for b in shown_batches) == 3
+        assert {b[3] for b in shown_batches} <= committed
+        assert plain(batches, "0", "snapshot") == str(table.current_snapshot().snapshot_id)
+        assert plain(batches, "0", "lag") == "0"
+        assert any(screen.query_one("#rate-chart").data)
+
+        # Dead letters from the dead-letter table: stage, position, raw value (UTF-8, bad bytes replaced).
+        dead = screen.query_one("#dead-letters-table")
+        await until(pilot, lambda: dead.row_count == 3, 60, "three dead letters")
+        by_offset = {r[0]: r[1:] for r in rows(dead, "where", "stage", "error", "value")}
+        assert set(by_offset) == {"0/300", "0/301", "0/302"}
+        assert by_offset["0/300"][0] == "decode" and by_offset["0/300"][2] == "{bad"
+        assert by_offset["0/301"][2] == "[1]" and by_offset["0/301"][1]
+        assert by_offset["0/302"][2] == "\ufffd\ufffd not utf-8"
+        assert plain(dead, "0", "where") == "0/302"  # newest first
+        assert "offset 302" in shown(screen.query_one("#dead-letter-full"))  # the highlighted one, in full
+
+        # Live: a new batch comes in on top and the dead-letter table is read again.
+        broker.produce(topic, pizza_values(50, start=300) + [b'{"order_id": "not a number"}'], partition=0)
+        await until(pilot, lambda: plain(batches, "0", "messages") == "51", 60, "the new batch on top")
+        assert plain(batches, "0", "dead") == "1"
+        await until(pilot, lambda: dead.row_count == 4, 60, "the new dead letter")
+        assert plain(dead, "0", "where") == "0/353"
+        assert '{"order_id": "not a number"}' == plain(dead, "0", "value")
+        await until(pilot, lambda: "rows 350" in shown(stats), 10, "new totals")
+
+        # Pause and resume from the detail screen.
+        state = StateStore(settings.state_db)
+        try:
+            await pilot.press("p")
+            await until(pilot, lambda: state.stream("orders").paused, 10, "paused flag")
+            await until(pilot, lambda: "paused" in shown(stats), 10, "paused shown")
+            assert screen.query_one("#pause").disabled and not screen.query_one("#resume").disabled
+            await pilot.click("#resume")
+            await until(pilot, lambda: not state.stream("orders").paused, 10, "resumed flag")
+            await until(pilot, lambda: "paused" not in shown(stats), 30, "resumed shown")
+            kinds = [e["kind"] for e in state.events("orders")]
+            assert kinds[:2] == ["stream_resumed", "stream_paused"]
+        finally:
+            state.close()
+
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, StreamDetailScreen), 5, "back to the streams")
+        assert app.query_one("#streams-table").row_count == 1
+
+
+async def test_detail_of_a_stream_without_batches_or_dead_letters(broker, topic):
+    settings = load_settings()
+    broker.produce(topic, pizza_values(5))
+    create_stream(settings, "quiet", bootstrap=broker.bootstrap, topic=topic, table="ingest.quiet")
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        streams = app.query_one("#streams-table")
+        await until(pilot, lambda: streams.row_count == 1, 30, "the stream listed")
+        streams.focus()
+        await pilot.press("enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen) and app.screen, 10, "detail")
+        title = screen.query_one("#dead-letters-title")
+        await until(pilot, lambda: "Dead letters: none" in shown(title), 60, "no dead letters")
+        assert "none yet" in shown(screen.query_one("#batches-title"))
+        assert screen.query_one("#batches-table").row_count == 0
+        assert "idle" in shown(screen.query_one("#detail-stats"))
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, StreamDetailScreen), 5, "back")
+
+
+def test_batches_gain_the_lag_column_on_an_older_database(floe_home):
+    settings = load_settings()
+    floe_home.mkdir(parents=True, exist_ok=True)
+    state = StateStore(settings.state_db)
+    try:
+        assert "lag" not in state.db["batches"].columns_dict  # as databases made before lag was recorded
+        state.record_batch("s", committed_at="2026-01-01T00:00:00.000+00:00", messages=10, rows=10,
+                           dead_letter_rows=0, duration_ms=100)
+        state.record_batch("s", committed_at="2026-01-01T00:00:01.000+00:00", messages=10, rows=10,
+                           dead_letter_rows=0, duration_ms=100, lag=7)
+        assert [b.get("lag") for b in state.recent_batches("s")] == [7, None]
+    finally:
+        state.close()
+
+
+def test_history_series_buckets_rate_and_carries_lag():
+    import datetime as dt
+
+    now = dt.datetime(2026, 1, 1, 0, 10, tzinfo=dt.timezone.utc)
+
+    def at(seconds_ago):
+        return (now - dt.timedelta(seconds=seconds_ago)).isoformat(timespec="milliseconds")
+
+    batches = [
+        {"committed_at": at(400), "messages": 100, "lag": 900},  # before the window: the lag line starts here
+        {"committed_at": at(12), "messages": 50, "lag": 40},
+        {"committed_at": at(1), "messages": 20, "lag": None},  # recorded before lag was
+    ]
+    rate, lag = observe.history_series(batches, now, buckets=6, width=5.0)
+    assert rate == [0.0, 0.0, 0.0, 10.0, 0.0, 4.0]
+    assert lag == [900.0, 900.0, 900.0, 40.0, 40.0, 40.0]
+    assert observe.history_series(batches, now, buckets=6, width=5.0, lag_now=3)[1][-1] == 3.0

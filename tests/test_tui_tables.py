@@ -1,0 +1,79 @@
+"""The Tables pane against a real broker, engine and catalog, driven by Textual's Pilot."""
+
+from appliance.engine import Engine
+from appliance.settings import load_settings
+from appliance.streams import create_stream
+from conftest import pizza_values
+from tui.app import FloeApp
+from tui_helpers import until
+
+
+def leaves(app) -> list[str]:
+    tree = app.query_one("#tables-tree")
+    return [leaf.data for ns in tree.root.children for leaf in ns.children]
+
+
+def summary(app) -> str:
+    return str(app.query_one("#table-summary").render())
+
+
+def column(table, key: str) -> list[str]:
+    return [str(table.get_cell(row, key)) for row in table.rows]
+
+
+async def test_tables_pane_lists_tables_and_shows_rows_snapshots_schema(broker, topic, spark):
+    settings = load_settings()
+    broker.produce(topic, pizza_values(300) + [b"{bad"])
+    create_stream(settings, "x", bootstrap=broker.bootstrap, topic=topic, table="ingest.x")
+    Engine(settings, spark=spark).run(until_caught_up=True)
+
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: leaves(app) == ["ingest.x", "ingest.x_dlq"], 30, "both tables in the tree")
+        tree = app.query_one("#tables-tree")
+        assert app.focused is tree
+        assert "dead letters" in str(tree.root.children[0].children[1].label)
+
+        # The first table is shown without asking.
+        await until(pilot, lambda: "ingest.x\n" in summary(app) and "300 rows" in summary(app), 30, "ingest.x detail")
+        assert "1 snapshot" in summary(app)
+        snapshots = app.query_one("#table-snapshots")
+        assert column(snapshots, "operation") == ["append"]
+        assert column(snapshots, "rows") == ["300"]
+        schema = app.query_one("#table-schema")
+        names = column(schema, "column")
+        assert {"order_id", "_kafka_partition", "_kafka_offset", "_ingested_at"} <= set(names)
+        assert str(schema.get_cell("_kafka_offset", "type")) == "long"
+
+        # Down the tree: the dead-letter table.
+        await pilot.press("down")
+        await until(pilot, lambda: "ingest.x_dlq" in summary(app) and "1 row ·" in summary(app), 30, "dead letters")
+        assert "error_message" in column(app.query_one("#table-schema"), "column")
+
+        # More data lands while the pane is open: F5 shows it, on the table that was selected.
+        await pilot.press("up")
+        await until(pilot, lambda: "300 rows" in summary(app), 30, "back on ingest.x")
+        broker.produce(topic, pizza_values(50, start=300))
+        Engine(load_settings(), spark=spark).run(until_caught_up=True)
+        await pilot.press("f5")
+        await until(pilot, lambda: "350 rows" in summary(app), 30, "refreshed row count")
+        assert "2 snapshots" in summary(app)
+        assert column(app.query_one("#table-snapshots"), "rows") == ["50", "300"]  # newest first
+
+        # Shown again after another section: read again, no key needed.
+        await pilot.press("1")
+        broker.produce(topic, pizza_values(25, start=350))
+        Engine(load_settings(), spark=spark).run(until_caught_up=True)
+        await pilot.press("2")
+        await until(pilot, lambda: "375 rows" in summary(app), 30, "detail read again when shown")
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: "3 snapshots" in summary(app), 30, "ctrl+r refresh")
+
+
+async def test_tables_pane_without_tables_says_so(floe_home):
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: "No tables yet" in str(app.query_one("#tables-empty").render()), 30, "empty note")
+        assert leaves(app) == []
