@@ -50,11 +50,13 @@ def create_stream(
     topic: str,
     table: str,
     format: str = "json",
-    mapping: str = "auto",
+    mapping: str | Path | Mapping = "auto",
     starting_offsets: str = "earliest",
     dead_letter_table: str | None = None,
     kafka_options: dict[str, str] | None = None,
 ) -> CreatedStream:
+    """Create stream `name`. `mapping` is "auto" (inferred from a sample of the topic), the path
+    of a TOML mapping file, or a `Mapping` already built (the UI's edited one)."""
     check_stream_name(name)
     if format not in FORMATS:
         raise FloeError(f"format {format!r} is not supported; use one of: {', '.join(FORMATS)}")
@@ -68,7 +70,12 @@ def create_stream(
     if not topic:
         raise FloeError("a topic is required")
     kafka = KafkaSettings.create(bootstrap, kafka_options)
-    given = None if mapping == "auto" else Mapping.from_file(mapping)
+    if isinstance(mapping, Mapping):
+        given: Mapping | None = mapping
+    elif isinstance(mapping, (str, Path)):
+        given = None if mapping == "auto" else Mapping.from_file(mapping)
+    else:
+        raise MappingError(f"mapping must be 'auto', a mapping file or a Mapping, not {type(mapping).__name__}")
 
     ensure_home(settings)
     state = StateStore(settings.state_db)
