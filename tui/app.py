@@ -78,7 +78,10 @@ class FloeApp(App):
     def show_engine(self, message: EngineStatus) -> None:
         status = message.status
         self.engine_alive = status["alive"]
-        label = self.query_one("#engine-status", Static)
+        labels = self.query("#engine-status")
+        if not labels:  # a late answer while the app shuts down
+            return
+        label = labels.first(Static)
         if status["alive"]:
             label.update(f"[green]● engine running[/] pid {status['pid']}, spark {status['spark_master']}"
                          f" — home {self.settings.home}")

@@ -72,7 +72,7 @@ class StreamsPane(Vertical):
             if s.name in table.rows:
                 for key, value in cells.items():
                     if str(table.get_cell(s.name, key)) != value:  # only what changed: no flicker
-                        table.update_cell(s.name, key, value)
+                        table.update_cell(s.name, key, value, update_width=True)
             else:
                 table.add_row(*cells.values(), key=s.name)
         for key in list(table.rows):

@@ -1,0 +1,118 @@
+"""`floe tui` in a real terminal (tmux): create a stream through the wizard, watch rows
+arrive, pause it, run a query and read the result, then close the terminal and see the
+engine it started keep ingesting."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from appliance.observe import engine_status
+from appliance.settings import load_settings
+from conftest import ROOT, floe, pizza_values, wait_for
+
+
+class Terminal:
+    def __init__(self, command: str, env: dict[str, str], size=(200, 50)) -> None:
+        self.name = f"floe-{uuid.uuid4().hex[:8]}"
+        args = ["tmux", "new-session", "-d", "-s", self.name, "-x", str(size[0]), "-y", str(size[1])]
+        for key, value in env.items():
+            args += ["-e", f"{key}={value}"]
+        subprocess.run(args + [command], check=True, cwd=ROOT)
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def type(self, text: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, "-l", text], check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
+
+    def wait(self, pattern: str, timeout: float = 60) -> str:
+        return wait_for(lambda: re.search(pattern, self.screen()) and self.screen(), timeout, 0.2,
+                        what=f"{pattern!r} on screen; last screen:\n{self.screen()}")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+@pytest.mark.slow
+def test_tui_in_a_real_terminal(broker, floe_home):
+    topic = f"shop_orders_{uuid.uuid4().hex[:6]}"
+    broker.produce(topic, pizza_values(400))
+    env = {"FLOE_HOME": str(floe_home), "PATH": os.environ["PATH"], "TERM": "xterm-256color"}
+    term = Terminal(f"{sys.executable} -m appliance.cli tui", env)
+    engine_pid = None
+    try:
+        term.wait(r"engine stopped", 30)
+        term.keys("C-e")  # start `floe run` in the background from the UI
+        term.wait(r"engine running", 120)
+        engine_pid = engine_status(load_settings())["pid"]
+
+        # The wizard: source, target, mapping.
+        term.keys("n")
+        term.wait(r"Bootstrap", 10)
+        term.type(broker.bootstrap)
+        term.keys("Enter")
+        term.wait(r"topics on", 30)
+        term.keys("Enter")  # open the topic list
+        term.wait(topic, 10)
+        term.type(topic)  # type to search
+        term.keys("Enter")
+        wait_for(lambda: "Pick a topic" not in term.screen(), 10, 0.2, what=f"topic picked:\n{term.screen()}")
+        term.keys("C-n")
+        term.wait(r"Namespace", 10)
+        term.keys("C-n")
+        term.wait(r"store_name", 60)  # the inferred mapping is on screen
+        term.keys("C-s")
+        stream = topic  # the wizard names the stream after its table, the topic in snake_case
+
+        # Rows arrive on the Streams pane.
+        row = lambda: next((l for l in term.screen().splitlines() if stream in l), "")  # noqa: E731
+        wait_for(lambda: " 400 " in row(), 120, 0.5, what=f"400 rows for {stream}: {row()}")
+
+        def pause() -> bool:
+            term.keys("1")  # the Streams section, its table focused
+            wait_for(lambda: "Streams" in term.screen(), 5, 0.1)
+            term.keys("p")  # pause the selected stream (idempotent: pressing again is harmless)
+            try:
+                return bool(wait_for(lambda: "paused" in row(), 3, 0.2))
+            except AssertionError:
+                return False
+        wait_for(pause, 30, 0, what=f"paused state: {row()}")
+
+        term.keys("3")  # the query editor has the focus
+        term.type(f"select count(*) as n, sum(order_id) as s from ingest.{stream}")
+        term.keys("F5")
+        screen = term.wait(r"1 row in", 60)
+        assert re.search(r"\b400\b", screen) and re.search(str(sum(range(400))), screen), screen
+    finally:
+        term.close()  # the terminal goes away, as when its window is closed
+
+    try:
+        assert engine_pid, "the UI started no engine"
+        # Ingestion does not depend on the UI: the engine it started keeps going.
+        resumed = floe("stream", "resume", stream)
+        assert resumed.returncode == 0, resumed.stderr
+        broker.produce(topic, pizza_values(100, start=400))
+        count = lambda: json.loads(floe("query", f"select count(*) as n from ingest.{stream}", "--format", "json").stdout)["n"]  # noqa: E731
+        wait_for(lambda: count() == 500, 120, 1, what="rows ingested after the terminal closed")
+        assert engine_status(load_settings())["alive"]
+    finally:
+        if engine_pid:
+            os.kill(engine_pid, signal.SIGTERM)
+            wait_for(lambda: not engine_status(load_settings())["alive"], 60, 0.5, what="engine stopped")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(engine_pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.2)
