@@ -45,14 +45,15 @@ class FloeApp(App):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, settings: Settings, start_section: str = "streams") -> None:
+    def __init__(self, settings: Settings, start_section: str = "streams", clock: bool = True) -> None:
         super().__init__()
         self.settings = settings
         self.start_section = start_section
+        self.clock = clock
         self.engine_alive = False
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=True)
+        yield Header(show_clock=self.clock)
         yield Static("engine: checking…", id="engine-status")
         with TabbedContent(initial=self.start_section, id="sections"):
             with TabPane("Streams", id="streams"):

@@ -1,0 +1,91 @@
+"""Snapshot tests of the main screens (pytest-textual-snapshot): a layout change shows up as a diff.
+
+State is written straight into a fixed FLOE_HOME so every run paints the same screen;
+`pytest --snapshot-update` rewrites the baselines under tests/__snapshots__/ after a deliberate change.
+"""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from appliance.catalog import Catalog, target_iceberg_schema
+from appliance.kafka_client import KafkaSettings
+from appliance.mapping import Column, Mapping
+from appliance.settings import load_settings
+from appliance.state import StateStore, StreamDef
+from tui.app import FloeApp
+
+HOME = Path("/tmp/floe-snapshot-home")
+MAPPING = Mapping((Column("order_id", "long", ("order_id",)), Column("status", "string", ("status",)),
+                   Column("ordered_at", "timestamptz", ("ordered_at",))))
+
+
+@pytest.fixture
+def fixed_home(monkeypatch):
+    shutil.rmtree(HOME, ignore_errors=True)
+    HOME.mkdir(parents=True)
+    monkeypatch.setenv("FLOE_HOME", str(HOME))
+    settings = load_settings()
+    state = StateStore(settings.state_db)
+    for name, paused, phase, rows, dead, lag, error in (
+        ("pizza_orders", False, "running", 125_400, 1_254, 12, ""),
+        ("clicks", True, "paused", 9_800_000, 0, 40_210, ""),
+        ("payments", False, "failed", 310, 2, 0, "broker 10.0.0.5:9092 unreachable: Connection refused"),
+    ):
+        state.add_stream(StreamDef(name=name, id=f"id-{name}", topic=name, kafka=KafkaSettings.create("broker:9092"),
+                                   format="json", table=f"ingest.{name}", dead_letter_table=f"ingest.{name}_dlq",
+                                   mapping=MAPPING, starting_offsets="earliest", start_positions={0: 0},
+                                   paused=paused, created_at="2026-11-21T10:00:00.000+00:00"))
+        state.update_status(name, phase=phase, rows_total=rows, dead_letter_total=dead, lag=lag,
+                            messages_per_s=0.0, last_error=error)
+    for i, (kind, level, stream, message) in enumerate([
+        ("engine_started", "info", None, "engine started (pid 4242, spark local[*])"),
+        ("stream_created", "info", "pizza_orders", "stream created: pizza_orders -> ingest.pizza_orders"),
+        ("broker_unreachable", "error", "payments", "broker 10.0.0.5:9092 unreachable: Connection refused"),
+        ("stream_paused", "info", "clicks", "paused"),
+    ]):
+        state.db["events"].insert({"at": f"2026-11-21T10:0{i}:00.000+00:00", "stream": stream, "level": level,
+                                   "kind": kind, "message": message})
+    state.close()
+    Catalog(settings).ensure_table("ingest.pizza_orders", target_iceberg_schema(MAPPING))
+    return settings
+
+
+def app(settings, section="streams"):
+    return FloeApp(settings, section, clock=False)
+
+
+def test_streams_screen(snap_compare, fixed_home):
+    assert snap_compare(app(fixed_home), terminal_size=(160, 30))
+
+
+def test_help_screen(snap_compare, fixed_home):
+    assert snap_compare(app(fixed_home), press=["question_mark"], terminal_size=(160, 40))
+
+
+def test_events_screen(snap_compare, fixed_home):
+    assert snap_compare(app(fixed_home, "events"), terminal_size=(160, 30))
+
+
+def test_wizard_first_step(snap_compare, fixed_home):
+    assert snap_compare(app(fixed_home), press=["n"], terminal_size=(160, 45))
+
+
+def test_query_screen(snap_compare, fixed_home):
+    async def type_sql(pilot):
+        pilot.app.query_one("TextArea").text = "select status, count(*) from ingest.pizza_orders group by 1"
+        await pilot.pause()
+
+    assert snap_compare(app(fixed_home, "query"), run_before=type_sql, terminal_size=(160, 30))
+
+
+def test_tables_screen(snap_compare, fixed_home):
+    async def wait_for_detail(pilot):
+        for _ in range(100):
+            if "ingest.pizza_orders" in str(pilot.app.screen.query("#tables-pane Static").first().render()):
+                break
+            await pilot.pause(0.05)
+        await pilot.pause()
+
+    assert snap_compare(app(fixed_home, "tables"), run_before=wait_for_detail, terminal_size=(160, 30))
