@@ -7,7 +7,6 @@ import logging
 import signal
 import sys
 import threading
-import time
 from typing import Any
 
 import click

@@ -23,8 +23,8 @@ from typing import Callable
 
 from appliance.batch import BatchSpec, TaskResult, plan_tasks, run_batch
 from appliance.catalog import Catalog, commit_files, committed_offsets, warehouse_io
+from appliance.errors import BrokerUnreachable, EngineBusy, FloeError
 from appliance.failpoints import failpoint
-from appliance.errors import BrokerUnreachable, EngineBusy, FloeError, StreamNotFound
 from appliance.kafka_client import KafkaClient, Watermarks
 from appliance.reader import Piece
 from appliance.settings import Settings, ensure_home

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -98,6 +99,27 @@ def spark():
     session = spark_session(settings, app_name="floe-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def running_engine(spark):
+    """Start an engine in this process on the shared SparkSession; stopped at the end."""
+    from appliance.engine import Engine
+    from appliance.settings import load_settings
+
+    engines = []
+
+    def start():
+        engine = Engine(load_settings(), spark=spark)
+        thread = threading.Thread(target=engine.run, daemon=True)
+        thread.start()
+        engines.append((engine, thread))
+        return engine
+
+    yield start
+    for engine, thread in engines:
+        engine.stop()
+        thread.join(60)
 
 
 def floe(*args: str, env: dict | None = None, timeout: float = 300, input: str | None = None) -> subprocess.CompletedProcess:

@@ -1,7 +1,6 @@
 """Ingestion end to end: a real broker process, a real SparkSession, a real catalog and warehouse."""
 
 import json
-import threading
 
 import orjson
 import pytest
@@ -78,33 +77,15 @@ def test_run_until_caught_up_lands_every_offset_once(broker, topic, small_messag
     assert len(table.refresh().snapshots()) == snapshots
 
 
-@pytest.fixture
-def engine_thread(spark):
-    """An engine in this process on the shared SparkSession; stopped at the end."""
-    engines = []
-
-    def start():
-        engine = Engine(load_settings(), spark=spark)
-        thread = threading.Thread(target=engine.run, daemon=True)
-        thread.start()
-        engines.append((engine, thread))
-        return engine
-
-    yield start
-    for engine, thread in engines:
-        engine.stop()
-        thread.join(60)
-
-
 def count(table):
     return query_json(f"select count(*) as n from {table}")[0]["n"]
 
 
-def test_pause_stops_reading_and_resume_continues(broker, topic, engine_thread):
+def test_pause_stops_reading_and_resume_continues(broker, topic, running_engine):
     settings = load_settings()
     broker.produce(topic, pizza_values(200))
     create_stream(settings, "live", bootstrap=broker.bootstrap, topic=topic, table="ingest.live")
-    engine = engine_thread()
+    engine = running_engine()
     wait_for(lambda: count("ingest.live") == 200, 120, what="first rows")
 
     set_paused(settings, "live", True)

@@ -1,13 +1,10 @@
 """The stream detail screen against a real engine, broker and catalog, driven by Textual's Pilot."""
 
-import threading
 
-import pytest
 from rich.text import Text
 
 from appliance import observe
 from appliance.catalog import Catalog
-from appliance.engine import Engine
 from appliance.settings import load_settings
 from appliance.state import StateStore
 from appliance.streams import create_stream
@@ -15,23 +12,6 @@ from conftest import pizza_values
 from tui.app import FloeApp
 from tui.components.stream_detail import StreamDetailScreen
 from tui_helpers import cell, until
-
-
-@pytest.fixture
-def running_engine(spark):
-    engines = []
-
-    def start():
-        engine = Engine(load_settings(), spark=spark)
-        thread = threading.Thread(target=engine.run, daemon=True)
-        thread.start()
-        engines.append((engine, thread))
-        return engine
-
-    yield start
-    for engine, thread in engines:
-        engine.stop()
-        thread.join(60)
 
 
 def plain(table, row: str, column: str) -> str:

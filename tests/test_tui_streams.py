@@ -1,33 +1,13 @@
 """The Streams pane against a real engine, broker and catalog, driven by Textual's Pilot."""
 
-import threading
 
-import pytest
 
 from appliance.catalog import Catalog
-from appliance.engine import Engine
 from appliance.settings import load_settings
 from appliance.streams import create_stream
 from conftest import pizza_values
 from tui.app import FloeApp
 from tui_helpers import cell, until
-
-
-@pytest.fixture
-def running_engine(spark):
-    engines = []
-
-    def start():
-        engine = Engine(load_settings(), spark=spark)
-        thread = threading.Thread(target=engine.run, daemon=True)
-        thread.start()
-        engines.append((engine, thread))
-        return engine
-
-    yield start
-    for engine, thread in engines:
-        engine.stop()
-        thread.join(60)
 
 
 async def test_streams_pane_shows_live_state_and_pauses_resumes_deletes(broker, topic, running_engine):
