@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -123,6 +125,25 @@ def run_demo(settings, rate: float, stop: threading.Event, out, ui=None) -> None
     out(f"stream {DEMO_STREAM}: topic {DEMO_STREAM} -> {DEMO_TABLE}, mapping inferred from {created.sampled} messages:")
     out(mapping_header_toml(created.stream).rstrip())
 
+    if ui is not None:
+        # With the UI, the engine is its own `floe run` process, as in production: the UI
+        # owns the terminal, and Spark's JVM writes to a log file instead of over it.
+        log = settings.log_dir / "demo-engine.out"
+        with log.open("ab") as sink:
+            engine_proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "run"], stdout=sink,
+                                           stderr=sink, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            ui(settings, "streams")
+        finally:
+            stop.set()
+            engine_proc.terminate()
+            try:
+                engine_proc.wait(60)
+            except subprocess.TimeoutExpired:
+                engine_proc.kill()
+            publisher.join(timeout=15)
+            broker.close()
+        return
     engine = Engine(settings)
     failure: list[BaseException] = []
 
@@ -136,11 +157,7 @@ def run_demo(settings, rate: float, stop: threading.Event, out, ui=None) -> None
 
     engine_thread = threading.Thread(target=run_engine, daemon=True, name="demo-engine")
     engine_thread.start()
-    if ui is not None:
-        ui(settings, "streams")
-        stop.set()
-    else:
-        out("ingesting; Ctrl-C to stop. Query it with:  floe query \"select status, count(*) from ingest.pizza_orders group by 1\"")
+    out("ingesting; Ctrl-C to stop. Query it with:  floe query \"select status, count(*) from ingest.pizza_orders group by 1\"")
     while not stop.wait(2.0):
         out(status_line(settings) if not failure else f"engine failed: {failure[0]}")
     engine.stop()

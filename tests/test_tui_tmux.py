@@ -116,3 +116,17 @@ def test_tui_in_a_real_terminal(broker, floe_home):
                 except ProcessLookupError:
                     break
                 time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_demo_opens_the_ui_on_the_demo_stream(floe_home):
+    env = {"FLOE_HOME": str(floe_home), "PATH": os.environ["PATH"], "TERM": "xterm-256color"}
+    term = Terminal(f"{sys.executable} -m appliance.cli demo --rate 100; echo demo-exited-$?; sleep 600", env)
+    try:
+        row = lambda: next((l for l in term.screen().splitlines() if "pizza_orders" in l and "running" in l), "")  # noqa: E731
+        wait_for(lambda: re.search(r"running.*\d+s ago", row()), 180, 0.5, what="demo commits on the Streams pane")
+        assert "Setting default log level" not in term.screen()  # Spark's JVM does not scribble on the UI
+        term.keys("q")  # quitting the UI ends the demo cleanly
+        term.wait(r"demo-exited-0", 90)
+    finally:
+        term.close()
