@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -109,13 +108,9 @@ def test_tui_in_a_real_terminal(broker, floe_home):
         if engine_pid:
             os.kill(engine_pid, signal.SIGTERM)
             wait_for(lambda: not engine_status(load_settings())["alive"], 60, 0.5, what="engine stopped")
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(engine_pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.2)
+            wait_for(lambda: not os.path.exists(f"/proc/{engine_pid}") or
+                     "zombie" in open(f"/proc/{engine_pid}/status").read().lower(), 30, 0.2,
+                     what="engine process gone")
 
 
 @pytest.mark.slow

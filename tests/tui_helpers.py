@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Callable
 
@@ -18,7 +17,6 @@ async def until(pilot, condition: Callable[[], object], timeout: float = 60.0, w
         except Exception as exc:  # the widget may not be mounted yet
             last = exc
         await pilot.pause(0.1)
-        await asyncio.sleep(0)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
 
 
