@@ -11,14 +11,13 @@ import os
 import re
 import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pyspark
 import pytest
 
-from conftest import floe, pizza_values
+from conftest import floe, pizza_values, wait_for
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 
@@ -86,21 +85,20 @@ class StandaloneCluster:
 
     def _wait(self, condition, what: str, timeout: float = 120.0) -> None:
         """Poll `condition` until true; fail at once, with the logs, if a daemon exits."""
-        deadline = time.monotonic() + timeout
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            for proc, log in zip(self.procs, self.logs):
-                if proc.poll() is not None:
-                    raise AssertionError(f"{log.name}: exited with {proc.returncode} while waiting for {what}:\n"
-                                         f"{log.read_text(errors='replace')[-4000:]}")
-            try:
-                if condition():
-                    return
-            except OSError as exc:  # the web UI is not up yet
-                last_error = exc
-            time.sleep(0.25)
-        tails = "\n".join(f"--- {log.name}:\n{log.read_text(errors='replace')[-2000:]}" for log in self.logs)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})\n{tails}")
+        def ready():
+            if any(proc.poll() is not None for proc in self.procs):
+                return "exited"
+            return condition() and "ready"  # an OSError (web UI not up yet) is polled again
+
+        try:
+            outcome = wait_for(ready, timeout, 0.25, what=what)
+        except AssertionError as exc:
+            tails = "\n".join(f"--- {log.name}:\n{log.read_text(errors='replace')[-2000:]}" for log in self.logs)
+            raise AssertionError(f"{exc}\n{tails}") from None
+        if outcome == "exited":
+            proc, log = next((p, l) for p, l in zip(self.procs, self.logs) if p.poll() is not None)
+            raise AssertionError(f"{log.name}: exited with {proc.returncode} while waiting for {what}:\n"
+                                 f"{log.read_text(errors='replace')[-4000:]}")
 
     def start(self) -> None:
         self._spawn(

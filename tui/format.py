@@ -33,6 +33,15 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
+def seconds(t: float) -> str:
+    """A duration as the query status line shows it."""
+    if t < 10:
+        return f"{t:.2f} s"
+    if t < 120:
+        return f"{t:.1f} s"
+    return f"{int(t // 60)} min {t % 60:.0f} s"
+
+
 def size(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:

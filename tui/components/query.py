@@ -34,6 +34,7 @@ from appliance.query import (
     export_table,
     load_history,
 )
+from tui.format import seconds
 
 MAX_SHOWN = 1000  # rows put in the grid; the whole result stays available for export
 CELL_WIDTH = 120  # characters of one cell shown in the grid
@@ -69,14 +70,6 @@ class ExportFinished(Message):
     fmt: str
     rows: int
     error: str = ""
-
-
-def seconds(t: float) -> str:
-    if t < 10:
-        return f"{t:.2f} s"
-    if t < 120:
-        return f"{t:.1f} s"
-    return f"{int(t // 60)} min {t % 60:.0f} s"
 
 
 def _one_line(exc: BaseException) -> str:
