@@ -85,9 +85,10 @@ async def test_query_counts_reports_errors_and_carries_on(ingested):
 
         # Escape leaves the editor, so the section keys work again.
         await pilot.press("escape")
-        assert app.focused is not editor(app)
+        await until(pilot, lambda: app.focused is grid(app), 10, "the results grid focused")
         await pilot.press("2")
-        assert app.query_one("#sections").active == "tables"
+        await until(pilot, lambda: app.query_one("#sections").active == "tables", 10,
+                    "the Tables section")
 
 
 async def test_export_writes_csv_and_parquet_of_the_last_result(ingested, floe_home):

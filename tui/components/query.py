@@ -143,6 +143,9 @@ class QueryPane(Vertical):
         # A priority binding so that it wins over the editor's own Escape (leave the editor),
         # but only while a statement runs: check_action hides it otherwise.
         Binding("escape", "cancel_query", "Cancel", priority=True),
+        # Otherwise Escape leaves the editor for the results, so the section keys work again.
+        # Explicit rather than the editor's own focus_next, which lands wherever the chain says.
+        Binding("escape", "leave_editor", "Leave editor", show=False, priority=True),
         Binding("ctrl+up", "history(-1)", "Older query"),
         Binding("ctrl+down", "history(1)", "Newer query"),
         Binding("ctrl+s", "focus_export", "Export"),
@@ -201,8 +204,13 @@ class QueryPane(Vertical):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel_query":
-            return self.running  # False: Escape goes on to the editor or the input
+            return self.running  # False: Escape goes on to the next binding or the focused widget
+        if action == "leave_editor":
+            return not self.running and self.app.focused is self.query_one("#query-editor", TextArea)
         return True
+
+    def action_leave_editor(self) -> None:
+        self.query_one("#query-results", DataTable).focus()
 
     # Running and cancelling.
 
