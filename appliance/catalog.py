@@ -68,6 +68,15 @@ def dead_letter_iceberg_schema() -> Schema:
     )
 
 
+def table_properties(settings: Settings) -> dict[str, str]:
+    """Properties every Floe table carries: a stream commits every second, and each commit
+    writes a metadata file; without these they would pile up in the table's folder."""
+    return {
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": str(settings.maintenance.metadata_versions),
+    }
+
+
 def _same_columns(a: Schema, b: Schema) -> bool:
     return [(f.name, str(f.field_type)) for f in a.fields] == [(f.name, str(f.field_type)) for f in b.fields]
 
@@ -125,7 +134,8 @@ class Catalog:
             pass
         if self.check_can_create(name, schema):
             with warehouse_io(self.settings, f"create table {name}"):
-                return self.iceberg.create_table(name, schema, properties={"format-version": "2"}), True
+                properties = {"format-version": "2", **table_properties(self.settings)}
+                return self.iceberg.create_table(name, schema, properties=properties), True
         with warehouse_io(self.settings, f"read table {name}"):
             return self.iceberg.load_table(name), False
 

@@ -13,7 +13,6 @@ A batch, from Kafka to a committed Iceberg snapshot:
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -25,11 +24,14 @@ from appliance.batch import BatchSpec, TaskResult, plan_tasks, run_batch
 from appliance.catalog import Catalog, commit_files, committed_offsets, warehouse_io
 from appliance.errors import BrokerUnreachable, EngineBusy, FloeError
 from appliance.failpoints import failpoint
+from appliance.locks import FileLock
 from appliance.kafka_client import KafkaClient, Watermarks
+from appliance.maintenance import MaintenanceScheduler
 from appliance.reader import Piece
 from appliance.settings import Settings, ensure_home
 from appliance.spark import parallelism, spark_session
 from appliance.state import StateStore, StreamDef, now
+from appliance.table_ops import commit_lock
 
 log = logging.getLogger(__name__)
 
@@ -169,15 +171,17 @@ class StreamRunner:
 
         dead_snapshot = None
         if dead_files:
-            self.dead_letter, dead_snapshot = commit_files(
-                self.dead_letter, dead_files, stream.id, stream.topic, self.dead_letter_found, new_offsets
-            )
+            with commit_lock(self.settings, stream.dead_letter_table):
+                self.dead_letter, dead_snapshot = commit_files(
+                    self.dead_letter, dead_files, stream.id, stream.topic, self.dead_letter_found, new_offsets
+                )
             self.dead_letter_found = dict(new_offsets)
             self.dead_letter_offsets = dict(new_offsets)
             failpoint("after_dead_letter_commit")
-        self.target, target_snapshot = commit_files(
-            self.target, target_files, stream.id, stream.topic, self.target_found, new_offsets
-        )
+        with commit_lock(self.settings, stream.table):
+            self.target, target_snapshot = commit_files(
+                self.target, target_files, stream.id, stream.topic, self.target_found, new_offsets
+            )
         self.target_found = dict(new_offsets)
         self.offsets = dict(new_offsets)
         failpoint("after_target_commit")
@@ -240,29 +244,12 @@ def _json_offsets(offsets: dict[int, int]) -> str:
     return json.dumps({str(p): o for p, o in sorted(offsets.items())})
 
 
-class EngineLock:
-    """One engine per FLOE_HOME; the OS drops the lock when the process dies, even by kill -9."""
+class EngineLock(FileLock):
+    """One engine per FLOE_HOME."""
 
     def __init__(self, settings: Settings) -> None:
-        self.path = settings.home / "engine.lock"
-        self._fd: int | None = None
-
-    def __enter__(self) -> EngineLock:
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise EngineBusy(f"another floe engine is already running on {self.path.parent}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        path = settings.home / "engine.lock"
+        super().__init__(path, EngineBusy(f"another floe engine is already running on {settings.home}"), str(os.getpid()))
 
 
 class StreamWorker(threading.Thread):
@@ -370,6 +357,7 @@ class Engine:
         self.workers: dict[str, StreamWorker] = {}
         self.on_tick = on_tick
         self.started_at = now()
+        self.maintenance: MaintenanceScheduler | None = None
 
     def start_spark(self) -> None:
         if self.spark is None:
@@ -390,6 +378,10 @@ class Engine:
                 for stream in self.state.streams():
                     if not stream.paused:
                         self._start_worker(stream, until_caught_up=True)
+            else:
+                # Requests from the UI are served even with scheduled maintenance turned off.
+                self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping)
+                self.maintenance.start()
             try:
                 while not self.stopping.is_set():
                     if until_caught_up:
@@ -404,6 +396,9 @@ class Engine:
                     self.wake.clear()
             finally:
                 self.stopping.set()
+                if self.maintenance is not None:
+                    self.maintenance.cancel()
+                    self.maintenance.join()
                 for worker in self.workers.values():
                     worker.join()
                 self.state.engine_heartbeat(os.getpid(), self.settings.spark_master, "stopped", self.started_at)

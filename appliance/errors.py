@@ -81,3 +81,19 @@ class OffsetsConflict(FloeError):
 
 class EngineBusy(FloeError):
     """Another `floe run` already holds this FLOE_HOME."""
+
+
+class TableNotFound(FloeError):
+    """No table or namespace of that name is in the catalog."""
+
+
+class RewriteConflict(FloeError):
+    """Files a maintenance task meant to replace were replaced or deleted meanwhile."""
+
+    retryable = True
+
+
+class MaintenanceBusy(FloeError):
+    """Another process is running maintenance on that table."""
+
+    retryable = True

@@ -386,3 +386,61 @@ def table_view(settings: Settings, name: str) -> TableView:
         schema=[(f.name, str(f.field_type)) for f in table.schema().fields],
         location=table.location(),
     )
+
+
+# ---- table maintenance: the policy in effect, the record of runs, runs asked for ----
+
+
+@dataclass
+class MaintenanceView:
+    table: str
+    policy: list[dict[str, str]]  # {"setting", "value", "from"}, in `floe table policy` order
+    runs: list[dict[str, Any]]  # `maintenance_runs` rows, newest first
+    requested: list[dict[str, Any]]  # requests no engine has taken yet, oldest first
+    running: list[dict[str, Any]]  # requests the running engine took whose run is not recorded yet, oldest first
+    engine_alive: bool
+    policy_error: str = ""  # a stored policy that no longer checks out: the runs are still worth showing
+
+
+def table_maintenance(settings: Settings, table: str, runs: int = 20) -> MaintenanceView:
+    """One table's maintenance, from the state database alone: cheap enough to poll every second.
+
+    The policy is resolved like `describe_policy` does, without its catalog lookup (and
+    without a Maintainer, whose catalog connection a once-a-second poll does not need).
+    """
+    from appliance.errors import ConfigError
+    from appliance.maintenance import effective_policy
+    from appliance.policy import PARSERS
+
+    state = StateStore(settings.state_db)
+    try:
+        try:
+            _, source, raw = effective_policy(settings, state, table)
+            policy, policy_error = [{"setting": k, "value": str(raw[k]), "from": source[k]} for k in PARSERS], ""
+        except ConfigError as exc:
+            policy, policy_error = [], str(exc)
+        engine = state.engine()
+        alive = engine_status(settings, state)["alive"]
+        running: list[dict[str, Any]] = []
+        if alive:
+            # A request leaves the queue when the engine takes it and its run is recorded when it
+            # ends; in between it is running (or waiting behind another). Requests taken by an
+            # engine that died before recording them are not this engine's: started_at tells.
+            running = [dict(r) for r in state.db.query(
+                "select * from maintenance_requests r where r.table_name = ? and r.taken_at is not null"
+                " and r.taken_at >= ? and not exists (select 1 from maintenance_runs m where"
+                " m.table_name = r.table_name and m.task = r.task and m.trigger = 'request'"
+                " and m.started_at >= r.taken_at) order by r.id",
+                [table, engine.get("started_at") or ""],
+            )]
+        return MaintenanceView(
+            table=table,
+            policy=policy,
+            runs=state.runs(table, limit=runs),
+            requested=state.pending_requests(table),
+            running=running,
+            engine_alive=alive,
+            policy_error=policy_error,
+        )
+    finally:
+        state.close()

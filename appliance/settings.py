@@ -65,6 +65,17 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
+class MaintenanceSettings:
+    enabled: bool = True
+    check_interval: float = 60.0
+    expire_interval: float = 3600.0
+    orphans_interval: float = 86400.0
+    retention_interval: float = 3600.0
+    metadata_versions: int = 100
+    policy: dict[str, Any] = field(default_factory=dict)  # the default policy, validated
+
+
+@dataclass(frozen=True)
 class Settings:
     home: Path
     spark_master: str
@@ -77,6 +88,7 @@ class Settings:
     sample_timeout: float
     dead_letter_suffix: str
     default_namespace: str
+    maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
 
     @property
     def state_db(self) -> Path:
@@ -184,6 +196,7 @@ def load_settings(home: Path | None = None) -> Settings:
     )
     s3raw = raw["warehouse"]["s3"]
     s3 = S3Settings(**{k: str(v) for k, v in s3raw.items()})
+    maintenance = _maintenance(raw["maintenance"], source, check)
     sample = raw["streams"]["sample_messages"]
     check(isinstance(sample, int) and sample > 0, "streams.sample_messages", "must be a positive integer")
     return Settings(
@@ -198,7 +211,28 @@ def load_settings(home: Path | None = None) -> Settings:
         sample_timeout=parse_duration(raw["streams"]["sample_timeout"], "streams.sample_timeout"),
         dead_letter_suffix=str(raw["streams"]["dead_letter_suffix"]),
         default_namespace=str(raw["streams"]["default_namespace"]),
+        maintenance=maintenance,
     )
+
+
+def _maintenance(raw: dict[str, Any], source: Path, check) -> MaintenanceSettings:
+    from appliance.policy import build_policy, check_values
+
+    check(isinstance(raw["enabled"], bool), "maintenance.enabled", "must be true or false")
+    versions = raw["metadata_versions"]
+    check(isinstance(versions, int) and versions >= 1, "maintenance.metadata_versions", "must be a positive integer")
+    policy = check_values(dict(raw["policy"]), f"{source} [maintenance.policy]")
+    build_policy([(f"{source} [maintenance.policy]", policy)])
+    try:
+        return MaintenanceSettings(
+            enabled=raw["enabled"],
+            metadata_versions=versions,
+            policy=policy,
+            **{key: parse_duration(raw[key], f"maintenance.{key}")
+               for key in ("check_interval", "expire_interval", "orphans_interval", "retention_interval")},
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def ensure_home(settings: Settings) -> None:

@@ -105,6 +105,25 @@ class StateStore:
                 pk="id",
             )
 
+        if "policies" not in db.table_names():
+            db["policies"].create({"scope": str, "name": str, "settings": str, "updated_at": str}, pk=("scope", "name"))
+        if "maintenance_runs" not in db.table_names():
+            db["maintenance_runs"].create(
+                {
+                    "id": int, "task": str, "table_name": str, "trigger": str, "started_at": str,
+                    "finished_at": str, "duration_ms": int, "outcome": str, "dry_run": int,
+                    "files_before": int, "files_after": int, "bytes_before": int, "bytes_after": int,
+                    "rows_deleted": int, "snapshots_expired": int, "files_deleted": int,
+                    "rows_rewritten": int, "snapshot_id": int, "detail": str,
+                },
+                pk="id",
+            )
+            db["maintenance_runs"].create_index(["table_name", "task", "id"])
+        if "maintenance_requests" not in db.table_names():
+            db["maintenance_requests"].create(
+                {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, pk="id"
+            )
+
     # ---- stream definitions ----
 
     def add_stream(self, stream: StreamDef) -> None:
@@ -206,6 +225,61 @@ class StateStore:
     def engine(self) -> dict[str, Any]:
         rows = list(self.db["engine"].rows_where("id = 1"))
         return rows[0] if rows else {}
+
+    # ---- maintenance: policies, runs, requests from the UI ----
+
+    def policy(self, scope: str, name: str) -> dict[str, Any]:
+        rows = list(self.db["policies"].rows_where("scope = ? and name = ?", [scope, name]))
+        return json.loads(rows[0]["settings"]) if rows else {}
+
+    def set_policy(self, scope: str, name: str, values: dict[str, Any]) -> None:
+        if values:
+            self.db["policies"].upsert(
+                {"scope": scope, "name": name, "settings": json.dumps(values, sort_keys=True), "updated_at": now()},
+                pk=("scope", "name"),
+            )
+        else:
+            self.db["policies"].delete_where("scope = ? and name = ?", [scope, name])
+
+    def record_run(self, **fields: Any) -> int:
+        return self.db["maintenance_runs"].insert(fields, alter=True).last_pk
+
+    def runs(self, table: str | None = None, task: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        clauses, args = [], []
+        for column, value in (("table_name", table), ("task", task)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        where = " and ".join(clauses) or None
+        return list(self.db["maintenance_runs"].rows_where(where, args, order_by="id desc", limit=limit))
+
+    def last_run(self, table: str, task: str, outcomes: tuple[str, ...] = ("ok", "nothing to do")) -> dict[str, Any]:
+        marks = ", ".join("?" for _ in outcomes)
+        rows = list(self.db["maintenance_runs"].rows_where(
+            f"table_name = ? and task = ? and dry_run = 0 and outcome in ({marks})", [table, task, *outcomes],
+            order_by="id desc", limit=1,
+        ))
+        return rows[0] if rows else {}
+
+    def request_maintenance(self, table: str, task: str) -> int:
+        return self.db["maintenance_requests"].insert(
+            {"table_name": table, "task": task, "requested_at": now(), "taken_at": None}
+        ).last_pk
+
+    def take_requests(self) -> list[dict[str, Any]]:
+        """Pending requests, each marked taken by exactly one caller so that it runs once."""
+        taken = []
+        for row in self.db["maintenance_requests"].rows_where("taken_at is null", order_by="id"):
+            cursor = self.db.execute(
+                "update maintenance_requests set taken_at = ? where id = ? and taken_at is null", [now(), row["id"]]
+            )
+            if cursor.rowcount == 1:
+                taken.append(row)
+        return taken
+
+    def pending_requests(self, table: str | None = None) -> list[dict[str, Any]]:
+        where, args = ("taken_at is null and table_name = ?", [table]) if table else ("taken_at is null", [])
+        return list(self.db["maintenance_requests"].rows_where(where, args, order_by="id"))
 
     def iter_rows(self, table: str) -> Iterator[dict[str, Any]]:
         return self.db[table].rows

@@ -121,7 +121,8 @@ class FloeApp(App):
             for binding in node.BINDINGS:
                 if isinstance(binding, Binding):
                     rows.append((binding.key.replace(",", " / "), binding.description or binding.action, where))
-        for pane in self.query("TabPane > *"):
+        # The sections' own panes only: tabs nested in a pane (the table view's) hold plain widgets.
+        for pane in self.query("#sections > ContentSwitcher > TabPane > *"):
             for binding in getattr(pane, "BINDINGS", []):
                 if isinstance(binding, Binding):
                     rows.append((binding.key.replace(",", " / "), binding.description,

@@ -1,8 +1,11 @@
-"""The Tables pane: the catalog's namespaces and tables, and one table's numbers, snapshots and schema.
+"""The Tables pane: the catalog's namespaces and tables, and one table's numbers, snapshots,
+schema and maintenance.
 
 Every catalog read runs in a worker that posts a message; the handlers fill the widgets.
 The list is read when the pane is shown and on F5 / Ctrl+R, the detail when a table is
-highlighted in the tree.
+highlighted in the tree, and again when a maintenance run of it is recorded (a compaction
+or retention changes its files and snapshots). The maintenance tab reads the state
+database once a second by itself (tui/components/maintenance.py).
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import DataTable, Label, Static, Tree
+from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
 from appliance import observe
 from appliance.state import StateStore
+from tui.components.maintenance import BUTTONS, MaintenancePanel, MaintenanceRan
 from tui.format import size
 
 
@@ -73,9 +77,15 @@ class TablesPane(Horizontal):
         height: auto;
         padding: 0 0 1 0;
     }
-    TablesPane .table-heading {
-        text-style: bold;
-        color: $text-accent;
+    TablesPane #table-tabs {
+        height: 1fr;
+    }
+    TablesPane #table-tabs > ContentSwitcher {
+        height: 1fr;
+    }
+    TablesPane #table-tabs TabPane {
+        height: 1fr;
+        padding: 0;
     }
     TablesPane #table-snapshots {
         height: 1fr;
@@ -85,7 +95,13 @@ class TablesPane(Horizontal):
     }
     """
 
-    BINDINGS = [Binding("f5,ctrl+r", "refresh", "Refresh")]
+    BINDINGS = [
+        Binding("f5,ctrl+r", "refresh", "Refresh"),
+        Binding("m", "show_maintenance", "Maintenance"),
+        # Wherever the focus is in the pane (tree, tab, grid): run a task on the selected table.
+        # Listed by the help screen and on the buttons, not in the footer, which they would overflow.
+        *(Binding(key, f"maintain('{task}')", label, show=False) for task, label, key, _ in BUTTONS),
+    ]
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -100,17 +116,22 @@ class TablesPane(Horizontal):
             yield tree
         with Vertical(id="table-detail"):
             yield Static("Select a table.", id="table-summary")
-            yield Label("Snapshots (newest first)", classes="table-heading")
-            snapshots = DataTable(id="table-snapshots", cursor_type="row", zebra_stripes=True)
-            for key, label in (("time", "Committed (UTC)"), ("operation", "Operation"),
-                               ("rows", "Rows added"), ("id", "Snapshot id")):
-                snapshots.add_column(label, key=key)
-            yield snapshots
-            yield Label("Schema", classes="table-heading")
-            schema = DataTable(id="table-schema", cursor_type="row", zebra_stripes=True)
-            schema.add_column("Column", key="column")
-            schema.add_column("Type", key="type")
-            yield schema
+            # Tabs, not one long column: ten policy settings and the runs would leave
+            # the snapshots and the schema a few lines each.
+            with TabbedContent(id="table-tabs"):
+                with TabPane("Snapshots (newest first)", id="tab-snapshots"):
+                    snapshots = DataTable(id="table-snapshots", cursor_type="row", zebra_stripes=True)
+                    for key, label in (("time", "Committed (UTC)"), ("operation", "Operation"),
+                                       ("rows", "Rows added"), ("id", "Snapshot id")):
+                        snapshots.add_column(label, key=key)
+                    yield snapshots
+                with TabPane("Schema", id="tab-schema"):
+                    schema = DataTable(id="table-schema", cursor_type="row", zebra_stripes=True)
+                    schema.add_column("Column", key="column")
+                    schema.add_column("Type", key="type")
+                    yield schema
+                with TabPane("Maintenance", id="tab-maintenance"):
+                    yield MaintenancePanel(id="table-maintenance")
 
     def on_show(self) -> None:
         tree = self.query_one(Tree)
@@ -120,6 +141,14 @@ class TablesPane(Horizontal):
 
     def action_refresh(self) -> None:
         self.load()
+
+    def action_show_maintenance(self) -> None:
+        self.query_one("#table-tabs", TabbedContent).active = "tab-maintenance"
+
+    def action_maintain(self, task: str) -> None:
+        # The tab with the runs, so the request (and then its run) is in view.
+        self.action_show_maintenance()
+        self.query_one(MaintenancePanel).run_now(task)
 
     # Reads, in workers.
 
@@ -177,6 +206,7 @@ class TablesPane(Horizontal):
         if want is None:
             self.selected = None
             self._clear_detail("")
+            self.query_one(MaintenancePanel).show_table(None)
         else:
             # The new nodes have their lines once the tree has laid them out.
             self.call_after_refresh(self._show_and_load, want)
@@ -189,6 +219,7 @@ class TablesPane(Horizontal):
                     self.selected = name
                     tree.move_cursor(node)
                     self.load_table(name)
+                    self.query_one(MaintenancePanel).show_table(name)
                     return
 
     @staticmethod
@@ -211,6 +242,12 @@ class TablesPane(Horizontal):
         if name != self.selected or isinstance(event, Tree.NodeSelected):
             self.selected = name
             self.load_table(name)
+            self.query_one(MaintenancePanel).show_table(name)
+
+    @on(MaintenanceRan)
+    def maintained(self, message: MaintenanceRan) -> None:
+        if message.table == self.selected:
+            self.load_table(message.table)
 
     @on(TableLoaded)
     def show_table(self, message: TableLoaded) -> None:

@@ -1,0 +1,125 @@
+"""Compaction: small data files rewritten into files near the target size, one `replace` snapshot.
+
+Files are grouped partition by partition, in commit order, so that each new file holds
+a contiguous stretch of the stream (good for pruning by time and for retention).
+Readers see every row exactly once before, during and after: the new files become
+visible in the same snapshot that removes the old ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyiceberg.manifest import DataFileContent, ManifestEntry
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation
+
+from appliance.catalog import Catalog
+from appliance.errors import CommitConflict, RewriteConflict
+from appliance.policy import Policy
+from appliance.rewrite import RewriteGroup, rewrite_groups
+from appliance.settings import Settings
+from appliance.table_ops import MAINTENANCE_KEY, commit_rewrite, delete_files, live_entries
+
+MIN_GROUP_FILES = 2  # rewriting one file alone into one file gains nothing
+# A task rewrites up to this many target sizes of input. Its writer cuts files at the target
+# on disk, so only its last file is short: bigger groups mean fewer short files, more
+# groups mean more tasks at once.
+GROUP_TARGETS = 8
+
+
+@dataclass
+class CompactionPlan:
+    files: int  # live data files in the table
+    bytes: int
+    small_files: int
+    small_bytes: int
+    groups: list[RewriteGroup] = field(default_factory=list)
+
+    @property
+    def files_to_rewrite(self) -> int:
+        return sum(len(g.files) for g in self.groups)
+
+    @property
+    def bytes_to_rewrite(self) -> int:
+        return sum(g.bytes for g in self.groups)
+
+    def triggered(self, policy: Policy) -> bool:
+        """Whether the table needs compaction on its own (a manual run needs only groups)."""
+        if not self.groups:
+            return False
+        if self.small_files >= policy.compact_small_files:
+            return True
+        return self.small_files >= 5 and self.bytes / max(1, self.files) < policy.compact_min_average_size
+
+
+def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:
+    entries = live_entries(table)
+    data = [e for e in entries if e.data_file.content == DataFileContent.DATA]
+    small = [e for e in data if e.data_file.file_size_in_bytes < policy.small_file_size]
+    plan = CompactionPlan(
+        files=len(data),
+        bytes=sum(e.data_file.file_size_in_bytes for e in data),
+        small_files=len(small),
+        small_bytes=sum(e.data_file.file_size_in_bytes for e in small),
+    )
+    if len(data) != len(entries):
+        return plan  # delete files: Floe writes none, and rewriting around them is not done here
+    by_partition: dict[tuple, list[ManifestEntry]] = {}
+    for e in small:
+        key = (e.data_file.spec_id, tuple(e.data_file.partition))
+        by_partition.setdefault(key, []).append(e)
+    for (spec_id, _), group_entries in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
+        group_entries.sort(key=lambda e: (e.sequence_number or 0, e.data_file.file_path))
+        current: list = []
+        size = 0
+        for e in group_entries:
+            f = e.data_file
+            if current and size + f.file_size_in_bytes > GROUP_TARGETS * policy.target_file_size:
+                plan.groups.append(RewriteGroup(tuple(current), spec_id, current[0].partition))
+                current, size = [], 0
+            current.append(f)
+            size += f.file_size_in_bytes
+        if current:
+            plan.groups.append(RewriteGroup(tuple(current), spec_id, current[0].partition))
+    plan.groups = [g for g in plan.groups if len(g.files) >= MIN_GROUP_FILES]
+    return plan
+
+
+@dataclass
+class CompactionResult:
+    plan: CompactionPlan
+    files_after: int = 0
+    bytes_after: int = 0
+    files_written: int = 0
+    rows: int = 0
+    snapshot_id: int | None = None
+
+
+def compact(
+    settings: Settings, catalog: Catalog, table: Table, policy: Policy, spark, plan: CompactionPlan | None = None
+) -> CompactionResult:
+    plan = plan or plan_compaction(table, policy)
+    result = CompactionResult(plan, files_after=plan.files, bytes_after=plan.bytes)
+    if not plan.groups:
+        return result
+    results = rewrite_groups(spark, catalog.task_target(table), plan.groups, policy.target_file_size)
+    added = [f for r in results for f in r.files]
+    removed = [f for g in plan.groups for f in g.files]
+    rows_in, rows_out = sum(r.rows_in for r in results), sum(r.rows_out for r in results)
+    if rows_in != rows_out:  # never commit a rewrite that would lose or invent rows
+        delete_files(table, [f.file_path for f in added])
+        raise RewriteConflict(f"rewrite read {rows_in} rows but wrote {rows_out}; nothing committed")
+    try:
+        table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, {MAINTENANCE_KEY: "compaction"})
+    except (RewriteConflict, CommitConflict):
+        delete_files(table, [f.file_path for f in added])
+        raise
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    result.snapshot_id = snapshot.snapshot_id if snapshot else None
+    result.files_after = int(summary.get("total-data-files", 0))
+    result.bytes_after = int(summary.get("total-files-size", 0))
+    result.files_written = len(added)
+    result.rows = rows_out
+    return result

@@ -1,0 +1,138 @@
+"""Retention: rows whose event time is older than the table's period are deleted.
+
+Whole files are dropped when their column statistics show every row is old; files
+that straddle the cutoff are rewritten without their old rows; files of new rows are
+not touched. Rows with no event time are kept: they are not known to be old.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from pyiceberg.conversions import from_bytes
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.types import DateType, TimestampType, TimestamptzType
+
+from appliance.catalog import Catalog
+from appliance.errors import CommitConflict, ConfigError, RewriteConflict
+from appliance.policy import Policy
+from appliance.rewrite import KeepFilter, RewriteGroup, rewrite_groups
+from appliance.settings import Settings
+from appliance.table_ops import MAINTENANCE_KEY, commit_rewrite, delete_files, live_data_files
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+TIME_TYPES = (TimestamptzType, TimestampType, DateType)
+
+
+def check_retention_column(table: Table, column: str) -> None:
+    try:
+        field_type = table.schema().find_field(column).field_type
+    except ValueError:
+        raise ConfigError(f"table {'.'.join(table.name())} has no column {column!r} for retention") from None
+    if not isinstance(field_type, TIME_TYPES):
+        raise ConfigError(
+            f"retention column {column!r} of {'.'.join(table.name())} is {field_type}, not a timestamp or a date"
+        )
+
+
+def _cutoff_value(cutoff: dt.datetime, field_type) -> int:
+    """The cutoff in the units Iceberg stores the column's bounds in."""
+    if isinstance(field_type, DateType):
+        return (cutoff.date() - EPOCH.date()).days
+    delta = cutoff.astimezone(dt.timezone.utc) - EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+@dataclass
+class RetentionPlan:
+    cutoff: dt.datetime | None
+    drop: list = field(default_factory=list)  # every row old
+    rewrite: list = field(default_factory=list)  # some rows old, or not known
+    rows_dropped: int = 0
+
+
+@dataclass
+class RetentionResult:
+    plan: RetentionPlan
+    rows_deleted: int = 0
+    files_before: int = 0
+    bytes_before: int = 0
+    files_after: int = 0
+    bytes_after: int = 0
+    snapshot_id: int | None = None
+
+
+def plan_retention(table: Table, policy: Policy, now: dt.datetime) -> RetentionPlan:
+    cutoff = policy.retention.cutoff(now)
+    plan = RetentionPlan(cutoff)
+    if cutoff is None:
+        return plan
+    check_retention_column(table, policy.retention_column)
+    column = table.schema().find_field(policy.retention_column)
+    limit = _cutoff_value(cutoff, column.field_type)
+    for f in live_data_files(table):
+        lower, upper = f.lower_bounds.get(column.field_id), f.upper_bounds.get(column.field_id)
+        nulls = f.null_value_counts.get(column.field_id)
+        low = from_bytes(column.field_type, lower) if lower is not None else None
+        high = from_bytes(column.field_type, upper) if upper is not None else None
+        if low is not None and low >= limit:
+            continue  # every row is new (nulls are kept anyway)
+        if high is not None and high < limit and nulls == 0:
+            plan.drop.append(f)
+            plan.rows_dropped += f.record_count
+        elif f.record_count and not (low is None and high is None and nulls == f.record_count):
+            plan.rewrite.append(f)  # straddles the cutoff, or has no statistics to tell
+    return plan
+
+
+def apply_retention(
+    settings: Settings, catalog: Catalog, table: Table, policy: Policy, spark, now: dt.datetime, dry_run: bool = False
+) -> RetentionResult:
+    plan = plan_retention(table, policy, now)
+    files = live_data_files(table)
+    result = RetentionResult(plan, files_before=len(files), bytes_before=sum(f.file_size_in_bytes for f in files))
+    result.files_after, result.bytes_after = result.files_before, result.bytes_before
+    if plan.cutoff is None or not (plan.drop or plan.rewrite):
+        return result
+    keep = KeepFilter(policy.retention_column, plan.cutoff)
+    if dry_run:
+        result.rows_deleted = plan.rows_dropped + _old_rows(table, plan.rewrite, keep)
+        return result
+    groups = [RewriteGroup((f,), f.spec_id, f.partition) for f in plan.rewrite]
+    results = rewrite_groups(spark, catalog.task_target(table), groups, policy.target_file_size, keep)
+    changed = [(g, r) for g, r in zip(groups, results) if r.rows_out != r.rows_in]
+    # A straddling file none of whose rows turned out old stays as it is.
+    delete_files(table, [f.file_path for r in results if r.rows_out == r.rows_in for f in r.files])
+    added = [f for _, r in changed for f in r.files]
+    removed = plan.drop + [g.files[0] for g, _ in changed]
+    if not removed:
+        return result
+    label = Operation.OVERWRITE if added else Operation.DELETE
+    try:
+        table = commit_rewrite(settings, table, removed, added, label, {MAINTENANCE_KEY: "retention"})
+    except (RewriteConflict, CommitConflict):
+        delete_files(table, [f.file_path for f in added])
+        raise
+    result.rows_deleted = plan.rows_dropped + sum(r.rows_in - r.rows_out for _, r in changed)
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    result.snapshot_id = snapshot.snapshot_id if snapshot else None
+    result.files_after = int(summary.get("total-data-files", 0))
+    result.bytes_after = int(summary.get("total-files-size", 0))
+    return result
+
+
+def _old_rows(table: Table, files: list, keep: KeepFilter) -> int:
+    """How many rows of `files` are older than the cutoff, reading only the event-time column."""
+    if not files:
+        return 0
+    from pyiceberg.expressions import Not
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import FileScanTask
+
+    schema = table.schema()
+    old = Not(keep.expression(schema.find_field(keep.column).field_type))
+    scan = ArrowScan(table.metadata, table.io, schema.select(keep.column), old)
+    return scan.to_table([FileScanTask(f) for f in files]).num_rows
