@@ -223,11 +223,12 @@ class MaintenancePanel(Vertical):
 
     # ---- reading, in a worker ----
 
-    @work(thread=True, exclusive=True, group="maintenance-load", exit_on_error=False)
     def load(self) -> None:
-        table = self.table
-        if table is None:
-            return
+        if self.table is not None:  # no thread a second while the Tables section was never opened
+            self.read(self.table)
+
+    @work(thread=True, exclusive=True, group="maintenance-load", exit_on_error=False)
+    def read(self, table: str) -> None:
         try:
             view = observe.table_maintenance(self.app.settings, table, runs=RUNS)
         except Exception as exc:
