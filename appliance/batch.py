@@ -9,10 +9,8 @@ which commits them (see `commit.py`). More Spark cores mean more tasks in parall
 from __future__ import annotations
 
 import datetime as dt
-import pickle
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import pyarrow as pa
 
@@ -20,9 +18,6 @@ from appliance.decode import decode_batch
 from appliance.kafka_client import KafkaSettings
 from appliance.mapping import Mapping
 from appliance.reader import Piece, PieceResult, read_pieces
-
-RESULT_SCHEMA = "task long, result binary"
-
 
 @dataclass(frozen=True)
 class TableTarget:
@@ -149,25 +144,11 @@ def plan_tasks(pieces: list[Piece], parallelism: int) -> list[list[Piece]]:
     return [b for b in bins if b]
 
 
-def _task_runner(spec: BatchSpec, tasks: list[list[Piece]], ingested_at: dt.datetime):
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                result = run_task(spec, tasks[index], ingested_at)
-                yield pa.RecordBatch.from_pydict(
-                    {"task": [index], "result": [pickle.dumps(result)]},
-                    schema=pa.schema([("task", pa.int64()), ("result", pa.binary())]),
-                )
-
-    return run
-
-
 def run_batch(spark, spec: BatchSpec, tasks: list[list[Piece]]) -> list[TaskResult]:
     """Run one Spark job with a task per entry of `tasks`; results in task order."""
+    from appliance.spark import run_in_tasks
+
     if not tasks:
         return []
     ingested_at = dt.datetime.now(dt.timezone.utc)
-    n = len(tasks)
-    rows = spark.range(0, n, 1, n).mapInArrow(_task_runner(spec, tasks, ingested_at), RESULT_SCHEMA).collect()
-    by_task = {r.task: pickle.loads(r.result) for r in rows}
-    return [by_task[i] for i in range(n)]
+    return run_in_tasks(spark, lambda i: run_task(spec, tasks[i], ingested_at), len(tasks))

@@ -19,7 +19,7 @@ from appliance.errors import CommitConflict, RewriteConflict
 from appliance.policy import Policy
 from appliance.rewrite import RewriteGroup, rewrite_groups
 from appliance.settings import Settings
-from appliance.table_ops import MAINTENANCE_KEY, commit_rewrite, delete_files, live_entries
+from appliance.table_ops import MAINTENANCE_KEY, commit_rewrite, delete_files, snapshot_totals, live_entries
 
 MIN_GROUP_FILES = 2  # rewriting one file alone into one file gains nothing
 # A task rewrites up to this many target sizes of input. Its writer cuts files at the target
@@ -115,11 +115,7 @@ def compact(
     except (RewriteConflict, CommitConflict):
         delete_files(table, [f.file_path for f in added])
         raise
-    snapshot = table.current_snapshot()
-    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
-    result.snapshot_id = snapshot.snapshot_id if snapshot else None
-    result.files_after = int(summary.get("total-data-files", 0))
-    result.bytes_after = int(summary.get("total-files-size", 0))
+    result.snapshot_id, result.files_after, result.bytes_after = snapshot_totals(table)
     result.files_written = len(added)
     result.rows = rows_out
     return result

@@ -209,8 +209,9 @@ class Maintainer:
         if policy.retention.forever:
             run.outcome, run.detail = "nothing to do", "retention is forever"
             return
-        spark = self.spark if plan_retention(table, policy, moment).rewrite and not run.dry_run else None
-        result = apply_retention(self.settings, self.catalog, table, policy, spark, moment, dry_run=run.dry_run)
+        plan = plan_retention(table, policy, moment)
+        spark = self.spark if plan.rewrite and not run.dry_run else None
+        result = apply_retention(self.settings, self.catalog, table, policy, spark, moment, dry_run=run.dry_run, plan=plan)
         run.files_before, run.bytes_before = result.files_before, result.bytes_before
         run.files_after, run.bytes_after = result.files_after, result.bytes_after
         run.rows_deleted, run.snapshot_id = result.rows_deleted, result.snapshot_id

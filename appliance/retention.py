@@ -20,7 +20,7 @@ from appliance.errors import CommitConflict, ConfigError, RewriteConflict
 from appliance.policy import Policy
 from appliance.rewrite import KeepFilter, RewriteGroup, rewrite_groups
 from appliance.settings import Settings
-from appliance.table_ops import MAINTENANCE_KEY, commit_rewrite, delete_files, live_data_files
+from appliance.table_ops import MAINTENANCE_KEY, commit_rewrite, delete_files, snapshot_totals, live_data_files
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 TIME_TYPES = (TimestamptzType, TimestampType, DateType)
@@ -88,9 +88,10 @@ def plan_retention(table: Table, policy: Policy, now: dt.datetime) -> RetentionP
 
 
 def apply_retention(
-    settings: Settings, catalog: Catalog, table: Table, policy: Policy, spark, now: dt.datetime, dry_run: bool = False
+    settings: Settings, catalog: Catalog, table: Table, policy: Policy, spark, now: dt.datetime, dry_run: bool = False,
+    plan: RetentionPlan | None = None,
 ) -> RetentionResult:
-    plan = plan_retention(table, policy, now)
+    plan = plan or plan_retention(table, policy, now)
     files = live_data_files(table)
     result = RetentionResult(plan, files_before=len(files), bytes_before=sum(f.file_size_in_bytes for f in files))
     result.files_after, result.bytes_after = result.files_before, result.bytes_before
@@ -116,11 +117,7 @@ def apply_retention(
         delete_files(table, [f.file_path for f in added])
         raise
     result.rows_deleted = plan.rows_dropped + sum(r.rows_in - r.rows_out for _, r in changed)
-    snapshot = table.current_snapshot()
-    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
-    result.snapshot_id = snapshot.snapshot_id if snapshot else None
-    result.files_after = int(summary.get("total-data-files", 0))
-    result.bytes_after = int(summary.get("total-files-size", 0))
+    result.snapshot_id, result.files_after, result.bytes_after = snapshot_totals(table)
     return result
 
 

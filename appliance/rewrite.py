@@ -10,17 +10,17 @@ disk. One Spark task per group, so more Spark cores rewrite more groups at once.
 from __future__ import annotations
 
 import datetime as dt
-import pickle
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
 from appliance.batch import TableTarget, _table_metadata
+from appliance.spark import run_in_tasks
 
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # a Parquet row group holds at most about this much, on disk
 
@@ -225,19 +225,6 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int, k
     )
 
 
-def _task_runner(target: TableTarget, groups: list[RewriteGroup], target_bytes: int, keep: KeepFilter | None):
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                result = rewrite_group(target, groups[index], target_bytes, keep)
-                yield pa.RecordBatch.from_pydict(
-                    {"task": [index], "result": [pickle.dumps(result)]},
-                    schema=pa.schema([("task", pa.int64()), ("result", pa.binary())]),
-                )
-
-    return run
-
-
 JOB_GROUP = "floe-maintenance"
 
 
@@ -256,14 +243,7 @@ def rewrite_groups(
     context.setLocalProperty("spark.scheduler.pool", "maintenance")
     context.setJobGroup(JOB_GROUP, "floe table maintenance", interruptOnCancel=True)
     try:
-        n = len(groups)
-        rows = (
-            spark.range(0, n, 1, n)
-            .mapInArrow(_task_runner(target, groups, target_bytes, keep), "task long, result binary")
-            .collect()
-        )
+        return run_in_tasks(spark, lambda i: rewrite_group(target, groups[i], target_bytes, keep), len(groups))
     finally:
         context.setLocalProperty("spark.scheduler.pool", None)
         context.setLocalProperty("spark.jobGroup.id", None)
-    by_task = {r.task: pickle.loads(r.result) for r in rows}
-    return [by_task[i] for i in range(n)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from typing import Callable
 
 from appliance.errors import ConfigError
 from appliance.settings import DEFAULTS_FILE, Settings
@@ -54,3 +55,24 @@ def spark_session(settings: Settings, app_name: str = "floe"):
 def parallelism(spark) -> int:
     return max(1, spark.sparkContext.defaultParallelism)
 
+
+def run_in_tasks(spark, work: Callable[[int], object], n: int) -> list:
+    """work(0) .. work(n - 1), one Spark task each; their results, in order.
+
+    Each task returns only a pickled result (file descriptions, counts): the data itself is
+    read and written by the task, never shipped through the JVM.
+    """
+    import pickle
+
+    import pyarrow as pa
+
+    schema = pa.schema([("task", pa.int64()), ("result", pa.binary())])
+
+    def run(batches):
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield pa.RecordBatch.from_pydict({"task": [index], "result": [pickle.dumps(work(index))]}, schema=schema)
+
+    rows = spark.range(0, n, 1, n).mapInArrow(run, "task long, result binary").collect()
+    by_task = {r.task: pickle.loads(r.result) for r in rows}
+    return [by_task[i] for i in range(n)]

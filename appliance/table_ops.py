@@ -218,3 +218,11 @@ def delete_files(table: Table, paths: Iterable[str]) -> tuple[int, list[str]]:
 def file_sizes(files: Iterable[DataFile]) -> tuple[int, int]:
     files = list(files)
     return len(files), sum(f.file_size_in_bytes for f in files)
+
+
+def snapshot_totals(table: Table) -> tuple[int | None, int, int]:
+    """The current snapshot's id, data files and bytes, from its summary."""
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    return (snapshot.snapshot_id if snapshot else None, int(summary.get("total-data-files", 0)),
+            int(summary.get("total-files-size", 0)))
