@@ -87,7 +87,9 @@ def test_tui_in_a_real_terminal(broker, floe_home):
                 return False
         wait_for(pause, 30, 0, what=f"paused state: {row()}")
 
-        term.keys("3")  # the query editor has the focus
+        term.keys("3")
+        # The editor takes the focus after a refresh; typed digits before that would switch sections.
+        term.wait(r"Older query", 10)
         term.type(f"select count(*) as n, sum(order_id) as s from ingest.{stream}")
         term.keys("F5")
         screen = term.wait(r"1 row in", 60)
