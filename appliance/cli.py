@@ -177,9 +177,13 @@ def run(until_caught_up: bool, spark_master: str | None) -> None:
 
     from appliance.engine import Engine
 
+    from appliance.settings import spark_master_or_error
+    from appliance.spark import check_java
+
     settings = _settings()
+    check_java()  # before saying "starting": a machine without Java gets one line
     if spark_master:
-        settings = replace(settings, spark_master=spark_master)
+        settings = replace(settings, spark_master=spark_master_or_error(spark_master, "--spark-master"))
     engine = Engine(settings)
     stop = threading.Event()
     _install_stop(stop)

@@ -179,7 +179,7 @@ class Maintainer:
             return
         what = "would delete" if run.dry_run else "deleted"
         count = len(result.plan.files_to_delete) if run.dry_run else result.files_deleted
-        run.detail = f"{len(result.plan.expire)} of {result.plan.snapshots} snapshots expired; {what} {count} files"
+        run.detail = f"{len(result.plan.expire)} of {result.plan.snapshots} snapshots expired; {what} {count} file{'s' * (count != 1)}"
         if result.failures:
             run.outcome = "failed"
             run.detail += f"; {len(result.failures)} could not be deleted, first: {result.failures[0]}"

@@ -148,6 +148,13 @@ def _merge(base: dict[str, Any], override: dict[str, Any], path: Path, prefix: s
     return merged
 
 
+def spark_master_or_error(master: str, where: str) -> str:
+    """`master` if Spark can use it; a one-line ConfigError naming `where` it came from otherwise."""
+    if not re.match(r"^(local(\[(\*|\d+)\])?|spark://[^\s/]+:\d+)$", master):
+        raise ConfigError(f"{where} must be local[*], local[N] or spark://host:port, not {master!r}")
+    return master
+
+
 def load_settings(home: Path | None = None) -> Settings:
     home = home or home_dir()
     raw = _read_toml(DEFAULTS_FILE)
@@ -180,12 +187,9 @@ def load_settings(home: Path | None = None) -> Settings:
     check(engine.max_batch_messages > 0, "engine.max_batch_messages", "must be positive")
     check(engine.max_message_bytes > 0, "engine.max_message_bytes", "must be positive")
 
-    master = str(get("spark", "master"))
-    check(
-        bool(re.match(r"^(local(\[(\*|\d+)\])?|spark://[^\s/]+:\d+)$", master)),
-        "spark.master",
-        f"must be local[*], local[N] or spark://host:port, not {master!r}",
-    )
+    master = spark_master_or_error(str(get("spark", "master")), f"{source}: spark.master")
+    if os.environ.get("FLOE_SPARK_MASTER"):
+        master = spark_master_or_error(os.environ["FLOE_SPARK_MASTER"], "FLOE_SPARK_MASTER")
     warehouse = str(get("warehouse", "location")) or (home / "warehouse").as_uri()
     if "://" not in warehouse:
         warehouse = Path(warehouse).expanduser().resolve().as_uri()
@@ -201,7 +205,7 @@ def load_settings(home: Path | None = None) -> Settings:
     check(isinstance(sample, int) and sample > 0, "streams.sample_messages", "must be a positive integer")
     return Settings(
         home=home,
-        spark_master=os.environ.get("FLOE_SPARK_MASTER") or master,
+        spark_master=master,
         spark_driver_memory=str(get("spark", "driver_memory")),
         spark_conf={str(k): str(v) for k, v in raw["spark"]["conf"].items()},
         warehouse=warehouse,

@@ -13,9 +13,17 @@ from appliance.settings import DEFAULTS_FILE, Settings
 LOG4J = DEFAULTS_FILE.parent / "log4j2.properties"
 
 
-def spark_session(settings: Settings, app_name: str = "floe"):
-    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+def check_java() -> None:
+    """Raise a ConfigError saying what to do if Spark's driver JVM cannot be started."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and not os.access(os.path.join(java_home, "bin", "java"), os.X_OK):
+        raise ConfigError(f"JAVA_HOME={java_home} has no bin/java: point it at a Java 17 install or unset it")
+    if not (java_home or shutil.which("java")):
         raise ConfigError("Spark needs Java 17: install openjdk-17-jre-headless or set JAVA_HOME")
+
+
+def spark_session(settings: Settings, app_name: str = "floe"):
+    check_java()
     # Spark's Python workers must be this interpreter: it is the one with Floe and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import sqlite3
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,24 @@ class StreamDef:
         return f"floe.{self.name}"
 
 
+def _use_wal(conn: sqlite3.Connection, timeout: float = 30.0) -> None:
+    """Put the database in WAL mode (it stays so, in the file).
+
+    Switching modes ignores the busy timeout, so two processes opening a fresh database
+    together can see "database is locked": retry until one of them has switched it.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class StateStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,9 +75,18 @@ class StateStore:
         if fresh:
             os.chmod(path, 0o600)  # it holds Kafka credentials
         self.db = sqlite_utils.Database(conn)
-        self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA busy_timeout=30000")
-        self._migrate()
+        _use_wal(conn)
+        # One writer migrates at a time: the engine, the UI's workers and a CLI call may all
+        # open a fresh database at once. BEGIN IMMEDIATE waits on the busy timeout, where a
+        # check-then-create in autocommit would fail with "database is locked".
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._migrate()
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def close(self) -> None:
         self.db.conn.close()

@@ -153,3 +153,9 @@ def test_query_formats():
     assert json.loads(floe("query", "select 1 as a", "--format", "json").stdout) == {"a": 1}
     table = floe("query", "select 42 as answer").stdout
     assert "| answer |" in table and "| 42     |" in table and "(1 row)" in table
+
+
+def test_engine_that_cannot_start_says_why_in_one_line(floe_home):
+    one_line_error(floe("run", "--spark-master", "yarn"), "--spark-master", "'yarn'")
+    one_line_error(floe("run", env={"FLOE_SPARK_MASTER": "local[two]"}), "FLOE_SPARK_MASTER", "'local[two]'")
+    one_line_error(floe("run", env={"JAVA_HOME": "/nonexistent/jdk"}), "JAVA_HOME=/nonexistent/jdk has no bin/java")

@@ -46,3 +46,11 @@ def test_secrets_do_not_show_in_repr(floe_home):
 def test_units():
     assert parse_duration("250ms") == 0.25 and parse_duration("7d") == 7 * 86400
     assert parse_size("128MiB") == 128 * 1024**2 and parse_size(10) == 10
+
+
+def test_spark_master_from_the_environment_is_checked_too(floe_home, monkeypatch):
+    monkeypatch.setenv("FLOE_SPARK_MASTER", "spark://host-without-port")
+    with pytest.raises(ConfigError, match="FLOE_SPARK_MASTER must be"):
+        load_settings()
+    monkeypatch.setenv("FLOE_SPARK_MASTER", "local[2]")
+    assert load_settings().spark_master == "local[2]"

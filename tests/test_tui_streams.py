@@ -51,3 +51,15 @@ async def test_help_lists_bindings_and_theme_toggles(floe_home):
         assert app.theme == "textual-light"
         await pilot.press("2")
         assert app.query_one("#sections").active == "tables"
+
+
+async def test_an_engine_that_cannot_start_is_reported_on_screen(floe_home, monkeypatch):
+    # The engine the UI starts inherits this environment: a Java that is not there.
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("ctrl+e")
+        messages = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+        shown = await until(pilot, lambda: [m for m in messages() if "engine exited" in m], 60, "the engine's exit")
+        assert "code 1" in shown[0] and "JAVA_HOME=/nonexistent/jdk has no bin/java" in shown[0], shown
+        assert "engine stopped" in str(app.query_one("#engine-status").render())

@@ -2,6 +2,7 @@
 arrive, pause it, run a query and read the result, then close the terminal and see the
 engine it started keep ingesting."""
 
+import contextlib
 import json
 import os
 import re
@@ -107,8 +108,12 @@ def test_tui_in_a_real_terminal(broker, floe_home):
         wait_for(lambda: count() == 500, 120, 1, what="rows ingested after the terminal closed")
         assert engine_status(load_settings())["alive"]
     finally:
+        # The engine may have started even if the UI never said so before a timeout.
+        status = engine_status(load_settings())
+        engine_pid = engine_pid or (status["pid"] if status["alive"] else None)
         if engine_pid:
-            os.kill(engine_pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(engine_pid, signal.SIGTERM)
             wait_for(lambda: not engine_status(load_settings())["alive"], 60, 0.5, what="engine stopped")
             wait_for(lambda: not os.path.exists(f"/proc/{engine_pid}") or
                      "zombie" in open(f"/proc/{engine_pid}/status").read().lower(), 30, 0.2,

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
 
 from appliance import observe
 from appliance.settings import Settings
@@ -27,6 +29,7 @@ from tui.components.tables import TablesPane
 from tui.messages import ActionDone, EngineStatus
 
 CSS_PATH = Path(__file__).with_name("app.tcss")
+ENGINE_START_TIMEOUT = 180.0  # seconds: a cold JVM on a busy 2-core machine takes tens of them
 
 
 class FloeApp(App):
@@ -139,11 +142,32 @@ class FloeApp(App):
     def start_engine(self) -> None:
         log = self.settings.log_dir / "engine.out"
         log.parent.mkdir(parents=True, exist_ok=True)
+        start = log.stat().st_size if log.exists() else 0
         with log.open("ab") as out:
             # Its own session: it keeps ingesting after this UI and its terminal are gone.
-            subprocess.Popen([sys.executable, "-m", "appliance.cli", "run"], stdout=out, stderr=out,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "run"], stdout=out, stderr=out,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         self.post_message(ActionDone(f"Starting the engine in the background (log: {log})"))
+        # Until it says it is alive, an engine that exits (no Java, a bad config, another
+        # engine on this home) is reported here, with its own last words, not left to the log.
+        worker = get_current_worker()
+        deadline = time.monotonic() + ENGINE_START_TIMEOUT
+        while not worker.is_cancelled and time.monotonic() < deadline:
+            code = proc.poll()
+            if code is not None:
+                self.post_message(ActionDone(f"The engine exited (code {code}): {last_line(log, start)}", error=True))
+                return
+            if observe.engine_status(self.settings)["alive"]:
+                return
+            time.sleep(0.5)
+
+
+def last_line(path: Path, since: int) -> str:
+    """The last non-blank line written to `path` after byte `since`."""
+    with path.open("rb") as f:
+        f.seek(since)
+        lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else f"no output; see {path}"
 
 
 def run_tui(settings: Settings, start_section: str = "streams") -> None:

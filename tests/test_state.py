@@ -1,0 +1,28 @@
+"""The appliance's state database, opened by many parties at once."""
+
+import threading
+
+from appliance.state import StateStore
+
+
+def test_a_fresh_state_database_opened_by_many_at_once_is_created_once(tmp_path):
+    # The engine, the UI's workers and a CLI call may all open a new FLOE_HOME together.
+    errors: list[BaseException] = []
+    for round_ in range(10):
+        path = tmp_path / f"home-{round_}" / "state.db"
+
+        def open_it() -> None:
+            try:
+                StateStore(path).close()
+            except BaseException as exc:  # collected: a thread's exception would be lost
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_it) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors[:3]
+    store = StateStore(tmp_path / "home-0" / "state.db")
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert {"streams", "engine", "maintenance_runs"} <= set(store.db.table_names())
