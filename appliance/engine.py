@@ -397,8 +397,10 @@ class Engine:
             finally:
                 self.stopping.set()
                 if self.maintenance is not None:
-                    self.maintenance.cancel()
-                    self.maintenance.join()
+                    # Cancel until it ends: a rewrite may submit its Spark job just after a cancel.
+                    while self.maintenance.is_alive():
+                        self.maintenance.cancel()
+                        self.maintenance.join(1.0)
                 for worker in self.workers.values():
                     worker.join()
                 self.state.engine_heartbeat(os.getpid(), self.settings.spark_master, "stopped", self.started_at)

@@ -43,7 +43,7 @@ class Run:
     task: str
     table_name: str
     trigger: str
-    outcome: str = "ok"  # ok, nothing to do, dry run, failed, busy
+    outcome: str = "ok"  # ok, nothing to do, dry run, failed, busy, cancelled
     detail: str = ""
     dry_run: bool = False
     started_at: str = ""
@@ -83,9 +83,11 @@ class Maintainer:
     """Runs maintenance tasks. `spark` is a SparkSession or a function that makes one when a
     rewrite first needs it: expiry and orphan removal never start Spark."""
 
-    def __init__(self, settings: Settings, spark: Any = None, state: StateStore | None = None) -> None:
+    def __init__(self, settings: Settings, spark: Any = None, state: StateStore | None = None,
+                 stopping: threading.Event | None = None) -> None:
         self.settings = settings
         self._spark = spark
+        self.stopping = stopping  # the engine's: once set, a task that breaks off was cancelled, not failed
         self.catalog = Catalog(settings)
         self.state = state or StateStore(settings.state_db)
 
@@ -120,9 +122,14 @@ class Maintainer:
             run.outcome, run.detail = "failed", str(exc)
         except (NoSuchTableError, NoSuchNamespaceError):
             run.outcome, run.detail = "failed", f"table {table} was dropped"
-        except Exception as exc:  # a bug or the storage: recorded and reported, the caller carries on
-            log.exception("maintenance %s of %s failed", task, table)
-            run.outcome, run.detail = "failed", f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        except Exception as exc:
+            if self.stopping is not None and self.stopping.is_set():
+                # The engine cancelled the rewrite's Spark job on its way out: nothing was
+                # committed, and the files it had written age into orphans.
+                run.outcome, run.detail = "cancelled", "the engine stopped before the task ended; nothing was committed"
+            else:  # a bug or the storage: recorded and reported, the caller carries on
+                log.exception("maintenance %s of %s failed", task, table)
+                run.outcome, run.detail = "failed", f"{type(exc).__name__}: {' '.join(str(exc).split())}"
         run.duration_ms = int((time.monotonic() - started) * 1000)
         run.finished_at = now()
         self.state.record_run(**{k: (int(v) if isinstance(v, bool) else v) for k, v in asdict(run).items()})
@@ -273,7 +280,7 @@ class MaintenanceScheduler(threading.Thread):
         self.error: str = ""
 
     def run(self) -> None:
-        maintainer = Maintainer(self.settings, spark=self.spark)
+        maintainer = Maintainer(self.settings, spark=self.spark, stopping=self.stop_event)
         next_check = 0.0
         try:
             while not self.stop_event.is_set():

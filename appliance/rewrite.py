@@ -20,6 +20,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
 from appliance.batch import TableTarget, _table_metadata
+from appliance.failpoints import failpoint
 from appliance.spark import run_in_tasks
 
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # a Parquet row group holds at most about this much, on disk
@@ -200,6 +201,7 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int, k
     from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.table import FileScanTask
 
+    failpoint("rewrite_group")
     started = time.perf_counter()
     meta = _table_metadata(target)
     io = load_file_io(target.io_properties, meta.location)

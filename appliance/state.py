@@ -49,6 +49,56 @@ class StreamDef:
         return f"floe.{self.name}"
 
 
+# Every table of the state database: columns, primary key, indexes. Created or completed
+# when a StateStore opens, under one lock, never by an insert while others read and write.
+SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]] = {
+    "streams": (
+        {
+            "name": str, "id": str, "topic": str, "bootstrap": str, "kafka_options": str,
+            "format": str, "target_table": str, "dead_letter_table": str, "mapping": str,
+            "starting_offsets": str, "start_positions": str, "paused": int,
+            "created_at": str, "updated_at": str,
+        },
+        "name", [],
+    ),
+    "stream_status": (
+        {
+            "name": str, "phase": str, "last_error": str, "last_error_at": str,
+            "last_commit_at": str, "lag": int, "rows_total": int, "dead_letter_total": int,
+            "messages_per_s": float, "updated_at": str,
+        },
+        "name", [],
+    ),
+    "batches": (
+        {
+            "id": int, "stream": str, "started_at": str, "committed_at": str, "duration_ms": int,
+            "messages": int, "rows": int, "dead_letter_rows": int, "bytes": int,
+            "target_snapshot_id": int, "dead_letter_snapshot_id": int, "offsets": str, "lag": int,
+        },
+        "id", [["stream", "id"]],
+    ),
+    "events": ({"id": int, "at": str, "stream": str, "level": str, "kind": str, "message": str}, "id", [["stream", "id"]]),
+    "engine": (
+        {"id": int, "pid": int, "started_at": str, "heartbeat_at": str, "spark_master": str, "state": str},
+        "id", [],
+    ),
+    "policies": ({"scope": str, "name": str, "settings": str, "updated_at": str}, ("scope", "name"), []),
+    "maintenance_runs": (
+        {
+            "id": int, "task": str, "table_name": str, "trigger": str, "started_at": str,
+            "finished_at": str, "duration_ms": int, "outcome": str, "dry_run": int,
+            "files_before": int, "files_after": int, "bytes_before": int, "bytes_after": int,
+            "rows_deleted": int, "snapshots_expired": int, "files_deleted": int,
+            "rows_rewritten": int, "snapshot_id": int, "detail": str,
+        },
+        "id", [["table_name", "task", "id"]],
+    ),
+    "maintenance_requests": (
+        {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],
+    ),
+}
+
+
 def _use_wal(conn: sqlite3.Connection, timeout: float = 30.0) -> None:
     """Put the database in WAL mode (it stays so, in the file).
 
@@ -92,65 +142,18 @@ class StateStore:
         self.db.conn.close()
 
     def _migrate(self) -> None:
+        """Create what is missing: tables, and the columns a newer Floe added to them."""
         db = self.db
-        if "streams" not in db.table_names():
-            db["streams"].create(
-                {
-                    "name": str, "id": str, "topic": str, "bootstrap": str, "kafka_options": str,
-                    "format": str, "target_table": str, "dead_letter_table": str, "mapping": str,
-                    "starting_offsets": str, "start_positions": str, "paused": int,
-                    "created_at": str, "updated_at": str,
-                },
-                pk="name",
-            )
-        if "stream_status" not in db.table_names():
-            db["stream_status"].create(
-                {
-                    "name": str, "phase": str, "last_error": str, "last_error_at": str,
-                    "last_commit_at": str, "lag": int, "rows_total": int, "dead_letter_total": int,
-                    "messages_per_s": float, "updated_at": str,
-                },
-                pk="name",
-            )
-        if "batches" not in db.table_names():
-            db["batches"].create(
-                {
-                    "id": int, "stream": str, "started_at": str, "committed_at": str, "duration_ms": int,
-                    "messages": int, "rows": int, "dead_letter_rows": int, "bytes": int,
-                    "target_snapshot_id": int, "dead_letter_snapshot_id": int, "offsets": str,
-                },
-                pk="id",
-            )
-            db["batches"].create_index(["stream", "id"])
-        if "events" not in db.table_names():
-            db["events"].create(
-                {"id": int, "at": str, "stream": str, "level": str, "kind": str, "message": str}, pk="id"
-            )
-            db["events"].create_index(["stream", "id"])
-        if "engine" not in db.table_names():
-            db["engine"].create(
-                {"id": int, "pid": int, "started_at": str, "heartbeat_at": str, "spark_master": str, "state": str},
-                pk="id",
-            )
-
-        if "policies" not in db.table_names():
-            db["policies"].create({"scope": str, "name": str, "settings": str, "updated_at": str}, pk=("scope", "name"))
-        if "maintenance_runs" not in db.table_names():
-            db["maintenance_runs"].create(
-                {
-                    "id": int, "task": str, "table_name": str, "trigger": str, "started_at": str,
-                    "finished_at": str, "duration_ms": int, "outcome": str, "dry_run": int,
-                    "files_before": int, "files_after": int, "bytes_before": int, "bytes_after": int,
-                    "rows_deleted": int, "snapshots_expired": int, "files_deleted": int,
-                    "rows_rewritten": int, "snapshot_id": int, "detail": str,
-                },
-                pk="id",
-            )
-            db["maintenance_runs"].create_index(["table_name", "task", "id"])
-        if "maintenance_requests" not in db.table_names():
-            db["maintenance_requests"].create(
-                {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, pk="id"
-            )
+        for name, (columns, pk, indexes) in SCHEMA.items():
+            table = db[name]
+            if not table.exists():
+                table.create(columns, pk=pk)
+                for index in indexes:
+                    table.create_index(index)
+                continue
+            for column, kind in columns.items():
+                if column not in table.columns_dict:
+                    table.add_column(column, kind)
 
     # ---- stream definitions ----
 
@@ -232,7 +235,7 @@ class StateStore:
         self.db["stream_status"].upsert({"name": name, **fields, "updated_at": now()}, pk="name", alter=False)
 
     def record_batch(self, stream: str, **fields: Any) -> None:
-        self.db["batches"].insert({"stream": stream, **fields}, alter=True)  # alter: older databases gain new columns
+        self.db["batches"].insert({"stream": stream, **fields})
 
     def recent_batches(self, stream: str, limit: int = 20) -> list[dict[str, Any]]:
         return list(self.db["batches"].rows_where("stream = ?", [stream], order_by="id desc", limit=limit))
@@ -270,7 +273,7 @@ class StateStore:
             self.db["policies"].delete_where("scope = ? and name = ?", [scope, name])
 
     def record_run(self, **fields: Any) -> int:
-        return self.db["maintenance_runs"].insert(fields, alter=True).last_pk
+        return self.db["maintenance_runs"].insert(fields).last_pk
 
     def runs(self, table: str | None = None, task: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         clauses, args = [], []

@@ -426,3 +426,45 @@ def test_the_engine_maintains_tables_by_itself_while_streaming(broker, topic, fl
     assert engine.wait(60) == 0, engine.stderr.read()
     assert not [r for r in state.runs("ingest.auto") if r["outcome"] == "failed"]
     assert_exactly_once(settings, "auto", publisher.landed)
+
+
+def test_stopping_the_engine_cancels_a_compaction_in_flight(broker, topic, floe_home):
+    write_config(floe_home, '[engine]\ncommit_interval = "250ms"\n'
+                            '[maintenance]\nenabled = false\n'  # only the request below runs
+                            '[maintenance.policy]\ncompact_small_files = 2\n')
+    settings = load_settings()
+    publisher = Publisher(broker, topic)
+    publisher.publish(100)
+    create_stream(settings, "stall", bootstrap=broker.bootstrap, topic=topic, table="ingest.stall")
+    # Each rewrite task stalls for 10 minutes, as one over a huge or hung input would.
+    env = {**os.environ, "FLOE_FAILPOINTS": "rewrite_group=600"}
+    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    state = StateStore(settings.state_db)
+    try:
+        catalog = Catalog(settings)
+        wait_for(lambda: catalog.exists("ingest.stall") and len(live_data_files(catalog.table("ingest.stall"))) >= 1,
+                 120, 0.5, "a first commit")
+        publisher.publish(100)
+        wait_for(lambda: len(live_data_files(catalog.table("ingest.stall"))) >= 2, 60, 0.5, "a second file")
+        state.request_maintenance("ingest.stall", "compact")
+        wait_for(lambda: not state.pending_requests("ingest.stall"), 30, 0.2, "the request taken")
+        files = {f.file_path for f in live_data_files(catalog.table("ingest.stall"))}
+
+        stopped = time.monotonic()
+        engine.send_signal(signal.SIGTERM)
+        assert engine.wait(90) == 0, engine.stderr.read()
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+    assert time.monotonic() - stopped < 90  # not the stall's 600 s: the rewrite was cancelled
+    runs = state.runs("ingest.stall", task="compact")
+    assert [r["outcome"] for r in runs] == ["cancelled"], runs
+    assert "nothing was committed" in runs[0]["detail"]
+    table = Catalog(settings).table("ingest.stall")
+    assert "replace" not in {s.summary.operation.value for s in table.metadata.snapshots}
+    assert files <= {f.file_path for f in live_data_files(table)}  # the small files are still the table
+    publisher.finish()
+    resumed = floe("run", "--until-caught-up")  # and the stream goes on from its offsets
+    assert resumed.returncode == 0, resumed.stderr
+    assert_exactly_once(settings, "stall", publisher.landed)

@@ -26,3 +26,17 @@ def test_a_fresh_state_database_opened_by_many_at_once_is_created_once(tmp_path)
     store = StateStore(tmp_path / "home-0" / "state.db")
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert {"streams", "engine", "maintenance_runs"} <= set(store.db.table_names())
+
+
+def test_an_older_state_database_gains_the_new_columns_when_opened(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "state.db"
+    old = sqlite3.connect(path)
+    old.execute("create table batches (id integer primary key, stream text, messages integer)")
+    old.execute("insert into batches (stream, messages) values ('s', 5)")
+    old.commit()
+    old.close()
+    store = StateStore(path)
+    store.record_batch("s", messages=7, lag=3)
+    assert [(r["messages"], r["lag"]) for r in store.db["batches"].rows] == [(5, None), (7, 3)]

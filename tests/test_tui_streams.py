@@ -59,7 +59,10 @@ async def test_an_engine_that_cannot_start_is_reported_on_screen(floe_home, monk
     app = FloeApp(load_settings())
     async with app.run_test(size=(160, 40)) as pilot:
         await pilot.press("ctrl+e")
+        await pilot.press("ctrl+e")  # impatient: the second press starts no second engine
         messages = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+        assert await until(pilot, lambda: [m for m in messages() if "The engine is starting" in m], 10, "not twice")
         shown = await until(pilot, lambda: [m for m in messages() if "engine exited" in m], 60, "the engine's exit")
         assert "code 1" in shown[0] and "JAVA_HOME=/nonexistent/jdk has no bin/java" in shown[0], shown
         assert "engine stopped" in str(app.query_one("#engine-status").render())
+    assert (floe_home / "logs" / "engine.out").read_text().count("JAVA_HOME") == 1

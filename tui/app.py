@@ -54,6 +54,7 @@ class FloeApp(App):
         self.start_section = start_section
         self.clock = clock
         self.engine_alive = False
+        self.engine_starting = False  # set from Ctrl+E until the engine is alive or has exited
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.clock)
@@ -136,10 +137,20 @@ class FloeApp(App):
         if self.engine_alive:
             self.notify("The engine is already running")
             return
+        if self.engine_starting:
+            self.notify(f"The engine is starting (log: {self.settings.log_dir / 'engine.out'})")
+            return
+        self.engine_starting = True
         self.start_engine()
 
     @work(thread=True, group="engine-start", exit_on_error=False)
     def start_engine(self) -> None:
+        try:
+            self._start_and_watch_engine()
+        finally:
+            self.engine_starting = False  # a plain flag, read only by the key's action
+
+    def _start_and_watch_engine(self) -> None:
         log = self.settings.log_dir / "engine.out"
         log.parent.mkdir(parents=True, exist_ok=True)
         start = log.stat().st_size if log.exists() else 0

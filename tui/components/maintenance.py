@@ -48,7 +48,7 @@ RUN_COLUMNS = [
     ("files", "Files"), ("bytes", "Bytes"), ("rows", "Rows deleted"), ("duration", "Duration"),
     ("detail", "Detail"),
 ]
-OUTCOME_STYLE = {"ok": "green", "nothing to do": "dim", "dry run": "cyan", "failed": "bold red", "busy": "yellow",
+OUTCOME_STYLE = {"ok": "green", "nothing to do": "dim", "dry run": "cyan", "failed": "bold red", "busy": "yellow", "cancelled": "yellow",
                  "requested": "magenta", "queued": "magenta", "running": "bold cyan"}
 RUNS = 20  # runs shown, newest first
 EXITED_GRACE = 5.0  # seconds a finished `floe maintain` stays listed while its run is not read yet
