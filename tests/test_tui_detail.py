@@ -122,21 +122,6 @@ async def test_detail_of_a_stream_without_batches_or_dead_letters(broker, topic)
         await until(pilot, lambda: not isinstance(app.screen, StreamDetailScreen), 5, "back")
 
 
-def test_batches_gain_the_lag_column_on_an_older_database(floe_home):
-    settings = load_settings()
-    floe_home.mkdir(parents=True, exist_ok=True)
-    state = StateStore(settings.state_db)
-    try:
-        assert "lag" not in state.db["batches"].columns_dict  # as databases made before lag was recorded
-        state.record_batch("s", committed_at="2026-01-01T00:00:00.000+00:00", messages=10, rows=10,
-                           dead_letter_rows=0, duration_ms=100)
-        state.record_batch("s", committed_at="2026-01-01T00:00:01.000+00:00", messages=10, rows=10,
-                           dead_letter_rows=0, duration_ms=100, lag=7)
-        assert [b.get("lag") for b in state.recent_batches("s")] == [7, None]
-    finally:
-        state.close()
-
-
 def test_history_series_buckets_rate_and_carries_lag():
     import datetime as dt
 

@@ -104,6 +104,10 @@ class FloeApp(App):
         # Focus the pane itself, so its keys (p, r, d, f...) work at once, not the tab bar.
         pane = self.query_one(f"#{name}-pane")
         target = next((w for kind in ("TextArea", "Tree", "DataTable") for w in pane.query(kind)), pane)
+        # At once, not after a refresh: a widget of the old section that still has the focus
+        # when it is hidden hands it to a sibling there, and TabbedContent then switches back
+        # to the section that sibling is in (seen on a loaded machine).
+        self.screen.set_focus(target)
         self.call_after_refresh(target.focus)
 
     def action_new_stream(self) -> None:
