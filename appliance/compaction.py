@@ -15,7 +15,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
 from appliance.catalog import Catalog
-from appliance.errors import CommitConflict, RewriteConflict
+from appliance.errors import RewriteConflict
 from appliance.policy import Policy
 from appliance.rewrite import RewriteGroup, rewrite_groups
 from appliance.settings import Settings
@@ -110,11 +110,7 @@ def compact(
     if rows_in != rows_out:  # never commit a rewrite that would lose or invent rows
         delete_files(table, [f.file_path for f in added])
         raise RewriteConflict(f"rewrite read {rows_in} rows but wrote {rows_out}; nothing committed")
-    try:
-        table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, {MAINTENANCE_KEY: "compaction"})
-    except (RewriteConflict, CommitConflict):
-        delete_files(table, [f.file_path for f in added])
-        raise
+    table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, {MAINTENANCE_KEY: "compaction"})
     result.snapshot_id, result.files_after, result.bytes_after = snapshot_totals(table)
     result.files_written = len(added)
     result.rows = rows_out

@@ -236,6 +236,7 @@ class Maintainer:
         """The tasks the table needs now, in the order they should run."""
         from appliance.compaction import plan_compaction
         from appliance.expiry import plan_expiry
+        from appliance.table_ops import snapshot_totals
 
         cfg = self.settings.maintenance
         policy = self.policy(table)
@@ -243,8 +244,8 @@ class Maintainer:
         out = []
         if not policy.retention.forever and self._older_than(table, "retention", cfg.retention_interval, clock):
             out.append("retention")
-        summary = t.current_snapshot().summary.additional_properties if t.current_snapshot() and t.current_snapshot().summary else {}
-        if int(summary.get("total-data-files", 0)) >= 5 and self._older_than(table, "compact", policy.compact_interval, clock):
+        _, data_files, _ = snapshot_totals(t)
+        if data_files >= 5 and self._older_than(table, "compact", policy.compact_interval, clock):
             if plan_compaction(t, policy).triggered(policy):
                 out.append("compact")
         snapshots = len(t.metadata.snapshots)

@@ -16,7 +16,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from appliance.catalog import Catalog
-from appliance.errors import CommitConflict, ConfigError, RewriteConflict
+from appliance.errors import ConfigError
 from appliance.policy import Policy
 from appliance.rewrite import KeepFilter, RewriteGroup, rewrite_groups
 from appliance.settings import Settings
@@ -92,9 +92,10 @@ def apply_retention(
     plan: RetentionPlan | None = None,
 ) -> RetentionResult:
     plan = plan or plan_retention(table, policy, now)
-    files = live_data_files(table)
-    result = RetentionResult(plan, files_before=len(files), bytes_before=sum(f.file_size_in_bytes for f in files))
-    result.files_after, result.bytes_after = result.files_before, result.bytes_before
+    # From the summary, as the figures after are: the plan has read the manifests already.
+    _, files_before, bytes_before = snapshot_totals(table)
+    result = RetentionResult(plan, files_before=files_before, bytes_before=bytes_before,
+                             files_after=files_before, bytes_after=bytes_before)
     if plan.cutoff is None or not (plan.drop or plan.rewrite):
         return result
     keep = KeepFilter(policy.retention_column, plan.cutoff)
@@ -111,11 +112,7 @@ def apply_retention(
     if not removed:
         return result
     label = Operation.OVERWRITE if added else Operation.DELETE
-    try:
-        table = commit_rewrite(settings, table, removed, added, label, {MAINTENANCE_KEY: "retention"})
-    except (RewriteConflict, CommitConflict):
-        delete_files(table, [f.file_path for f in added])
-        raise
+    table = commit_rewrite(settings, table, removed, added, label, {MAINTENANCE_KEY: "retention"})
     result.rows_deleted = plan.rows_dropped + sum(r.rows_in - r.rows_out for _, r in changed)
     result.snapshot_id, result.files_after, result.bytes_after = snapshot_totals(table)
     return result

@@ -134,20 +134,11 @@ class RollingWriter:
             self._write(self._take(rows))
 
     def _take(self, rows: int) -> pa.Table:
-        taken: list[pa.RecordBatch] = []
-        n = 0
-        while self._buffer and n < rows:
-            batch = self._buffer[0]
-            need = rows - n
-            if batch.num_rows <= need:
-                taken.append(self._buffer.pop(0))
-                n += batch.num_rows
-            else:
-                taken.append(batch.slice(0, need))
-                self._buffer[0] = batch.slice(need)
-                n += need
-        self._buffered -= n
-        return pa.Table.from_batches(taken)
+        buffered = pa.Table.from_batches(self._buffer)  # zero-copy, as are the slices
+        taken = buffered.slice(0, rows)
+        self._buffer = buffered.slice(rows).to_batches()
+        self._buffered -= taken.num_rows
+        return taken
 
     def _write(self, table: pa.Table) -> None:
         from pyiceberg.io.fileformat import FileFormatFactory

@@ -18,7 +18,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary, ancestors_of
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.typedef import EMPTY_DICT
 
@@ -52,18 +52,17 @@ def commit_lock(settings: Settings, table: str) -> FileLock:
     return FileLock(settings.home / "locks" / f"{table}.commit.lock")
 
 
+def summary_properties(snapshot: Snapshot | None) -> dict[str, str]:
+    return snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
+
+
 def offsets_summary(metadata: TableMetadata, snapshot_id: int | None) -> dict[str, str]:
     """The stream-offset keys of the newest snapshot at or before `snapshot_id` that has them."""
-    seen = set()
-    while snapshot_id is not None and snapshot_id not in seen:
-        seen.add(snapshot_id)
-        snapshot = metadata.snapshot_by_id(snapshot_id)
-        if snapshot is None:
-            return {}
-        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+    start = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    for snapshot in ancestors_of(start, metadata):
+        summary = summary_properties(snapshot)
         if STREAM_KEY in summary and OFFSETS_KEY in summary:
             return {k: summary[k] for k in (STREAM_KEY, TOPIC_KEY, OFFSETS_KEY) if k in summary}
-        snapshot_id = snapshot.parent_snapshot_id
     return {}
 
 
@@ -74,26 +73,16 @@ def offsets_snapshot_chain(metadata: TableMetadata) -> list[int]:
     the offsets whatever was committed on top of them.
     """
     chain: list[int] = []
-    snapshot = metadata.current_snapshot()
-    while snapshot is not None and snapshot.snapshot_id not in chain:
+    for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
         chain.append(snapshot.snapshot_id)
-        summary = snapshot.summary.additional_properties if snapshot.summary else {}
-        if STREAM_KEY in summary:
+        if STREAM_KEY in summary_properties(snapshot):
             return chain
-        if snapshot.parent_snapshot_id is None:
-            break
-        snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id)
     return chain[:1]  # no offsets anywhere: only the current snapshot matters
 
 
 def ancestors(metadata: TableMetadata) -> list[Snapshot]:
     """The current snapshot and its ancestors, newest first, as far as they are kept."""
-    out: list[Snapshot] = []
-    snapshot = metadata.current_snapshot()
-    while snapshot is not None:
-        out.append(snapshot)
-        snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
-    return out
+    return list(ancestors_of(metadata.current_snapshot(), metadata))
 
 
 def live_entries(table: Table, snapshot: Snapshot | None = None) -> list[ManifestEntry]:
@@ -173,8 +162,9 @@ def commit_rewrite(
 ) -> Table:
     """Commit `remove` -> `add` as one snapshot; retried on fresh metadata while others commit.
 
-    Raises RewriteConflict when a file to remove is gone (another task rewrote it).
-    The caller deletes `add` from storage then: nothing references it.
+    Raises RewriteConflict when a file to remove is gone (another task rewrote it), and
+    CommitConflict when it keeps losing races; `add` is deleted from storage first, as
+    nothing references it then.
     """
     name = ".".join(table.name())
     started = time.monotonic()
@@ -192,10 +182,12 @@ def commit_rewrite(
                 producer.commit()
                 return tx.commit_transaction()
         except ValidationException as exc:
+            delete_files(table, [f.file_path for f in add])
             raise RewriteConflict(f"table {name}: files to rewrite changed meanwhile ({exc})") from None
         except CommitFailedException as exc:
             attempt += 1
             if time.monotonic() - started > deadline:
+                delete_files(table, [f.file_path for f in add])
                 raise CommitConflict(f"table {name}: commit lost {attempt} races in {deadline:.0f}s: {exc}") from None
             log.info("rewrite of %s lost a race (%s); retrying", name, exc)
             time.sleep(random.uniform(0.05, min(2.0, 0.1 * 2**attempt)))
@@ -215,14 +207,9 @@ def delete_files(table: Table, paths: Iterable[str]) -> tuple[int, list[str]]:
     return deleted, failed
 
 
-def file_sizes(files: Iterable[DataFile]) -> tuple[int, int]:
-    files = list(files)
-    return len(files), sum(f.file_size_in_bytes for f in files)
-
-
 def snapshot_totals(table: Table) -> tuple[int | None, int, int]:
     """The current snapshot's id, data files and bytes, from its summary."""
     snapshot = table.current_snapshot()
-    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    summary = summary_properties(snapshot)
     return (snapshot.snapshot_id if snapshot else None, int(summary.get("total-data-files", 0)),
             int(summary.get("total-files-size", 0)))
