@@ -65,6 +65,7 @@ class BrokerProcess:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        self.proc.stdout.close()
 
 
 @pytest.fixture(scope="session")
@@ -90,9 +91,10 @@ def floe_home(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture(scope="session")
 def spark():
-    from appliance.settings import load_settings
-    from appliance.spark import spark_session
     from dataclasses import replace
+
+    from appliance.config.settings import load_settings
+    from appliance.spark.session import spark_session
 
     home = Path(os.environ.get("PYTEST_SPARK_HOME", "/tmp")) / f"floe-spark-{os.getpid()}"
     settings = replace(load_settings(home), spark_master="local[2]")
@@ -104,8 +106,8 @@ def spark():
 @pytest.fixture
 def running_engine(spark):
     """Start an engine in this process on the shared SparkSession; stopped at the end."""
-    from appliance.engine import Engine
-    from appliance.settings import load_settings
+    from appliance.config.settings import load_settings
+    from appliance.ingest.engine import Engine
 
     engines = []
 
@@ -120,6 +122,15 @@ def running_engine(spark):
     for engine, thread in engines:
         engine.stop()
         thread.join(60)
+
+
+def finished(process: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    """Wait for a process started with stderr=PIPE: its exit code and what it said, the pipe closed."""
+    try:
+        code = process.wait(timeout)
+        return code, process.stderr.read()
+    finally:
+        process.stderr.close()
 
 
 def floe(*args: str, env: dict | None = None, timeout: float = 300, input: str | None = None) -> subprocess.CompletedProcess:

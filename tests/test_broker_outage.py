@@ -7,9 +7,10 @@ import subprocess
 
 import pytest
 
-from appliance.settings import load_settings
-from appliance.state import StateStore
-from conftest import FLOE, ROOT, BrokerProcess, floe, pizza_values, wait_for
+from appliance.config.settings import load_settings
+from appliance.state.store import StateStore
+
+from conftest import FLOE, ROOT, BrokerProcess, finished, floe, pizza_values, wait_for
 
 
 @pytest.fixture
@@ -40,21 +41,23 @@ def test_stream_survives_a_broker_outage(own_broker, topic, floe_home):
 
         os.kill(own_broker.proc.pid, signal.SIGSTOP)  # the broker stops answering, connections stay open
         state = StateStore(load_settings().state_db)
-        wait_for(lambda: state.status("o").get("phase") == "failed", 90, what="stream to report the outage")
-        assert "unreachable" in state.status("o")["last_error"] or "no message" in state.status("o")["last_error"]
+        wait_for(lambda: state.status("o").phase == "failed", 90, what="stream to report the outage")
+        assert "unreachable" in state.status("o").last_error or "no message" in state.status("o").last_error
         assert engine.poll() is None, "the engine must keep running through an outage"
 
         os.kill(own_broker.proc.pid, signal.SIGCONT)
         own_broker.produce(topic, pizza_values(300, start=500))
         wait_for(lambda: count("ingest.o") == {"n": 800, "d": 800}, 120, what="rows after the broker returned")
-        wait_for(lambda: state.status("o").get("phase") == "running", 30, what="running phase")
-        kinds = [e["kind"] for e in state.events("o")]
+        wait_for(lambda: state.status("o").phase == "running", 30, what="running phase")
+        kinds = [e.kind for e in state.events("o")]
         assert "stream_recovered" in kinds
         assert "broker_unreachable" in kinds or "stream_failed" in kinds
     finally:
         engine.send_signal(signal.SIGTERM)
         try:
-            assert engine.wait(60) == 0, engine.stderr.read()
+            code, said = finished(engine, 60)
+            assert code == 0, said
         finally:
             if engine.poll() is None:
                 engine.kill()
+            engine.stderr.close()

@@ -35,7 +35,7 @@ def fast_timeouts(floe_home):
     (floe_home / "floe.toml").write_text('[streams]\nsample_timeout = "3s"\n')
 
 
-def test_stream_lifecycle_from_the_command_line(broker, topic):
+def test_stream_lifecycle_from_the_command_line(broker, topic, floe_home):
     broker.produce(topic, pizza_values(50))
     created = floe("stream", "create", "orders", "--bootstrap", broker.bootstrap, "--topic", topic,
                    "--table", "ingest.orders", "--kafka-option", "client.id=floe-test")
@@ -54,10 +54,10 @@ def test_stream_lifecycle_from_the_command_line(broker, topic):
 
     # The printed mapping is a file the user can edit and hand back.
     edited = created.stdout.replace('name = "amount", type = "double"', 'name = "amount_eur", type = "double"')
-    mapping_file = "/tmp/floe-test-mapping.toml"
-    open(mapping_file, "w").write(edited)
+    mapping_file = floe_home.parent / "edited-mapping.toml"
+    mapping_file.write_text(edited)
     again = floe("stream", "create", "orders2", "--bootstrap", broker.bootstrap, "--topic", topic,
-                 "--table", "ingest.orders2", "--mapping", mapping_file)
+                 "--table", "ingest.orders2", "--mapping", str(mapping_file))
     assert again.returncode == 0, again.stderr
     assert "amount_eur" in floe("stream", "show", "orders2").stdout
 

@@ -3,8 +3,10 @@ import datetime as dt
 import orjson
 import pytest
 
-from appliance.decode import DEAD_LETTER_SCHEMA, RawBatch, decode_batch, target_schema
-from appliance.mapping import Column, Mapping
+from appliance.kafka.records import RawBatch
+from appliance.model.columns import DEAD_LETTER_SCHEMA
+from appliance.model.decode import decode_batch
+from appliance.model.mapping import Column, Mapping
 
 UTC = dt.timezone.utc
 MAPPING = Mapping((
@@ -31,7 +33,7 @@ def test_good_messages_become_typed_rows():
                             "at": "2024-05-01T12:00:00+02:00", "day": "2024-05-01", "extra": {"a": [1]}})]
     out = decode_batch(batch(values), MAPPING, 1000, dt.datetime(2026, 1, 1, tzinfo=UTC))
     assert out.dead_letter.num_rows == 0
-    assert out.target.schema == target_schema(MAPPING)
+    assert out.target.schema == MAPPING.arrow_schema()
     row = out.target.to_pylist()[0]
     assert row["id"] == 1 and row["amount"] == 2.0 and row["ok"] is True and row["name"] == "Ada"
     assert row["at"] == dt.datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
@@ -98,8 +100,3 @@ def test_every_message_lands_once_in_a_mixed_batch():
     assert sorted(offsets) == list(range(100, 3100))
     assert out.dead_letter.num_rows == 300
 
-
-def test_raw_batch_arrow_round_trip():
-    raw = batch([b"a", None], headers=[[("h", b"1")], None])
-    again = RawBatch.from_arrow(raw.to_arrow())
-    assert again == raw

@@ -105,6 +105,8 @@ def test_every_offset_lands_once_through_repeated_kill_9(broker, topic, floe_hom
             engine.send_signal(signal.SIGKILL)
             engine.wait()
             kills += 1
+        finally:
+            engine.stderr.close()
         stop.set()
         trickle.join()
         publisher.publish(rng.randint(100, 600))  # arrives while the engine is down

@@ -6,10 +6,11 @@ import orjson
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from appliance.engine import Engine
-from appliance.settings import load_settings
-from appliance.state import StateStore
-from appliance.streams import create_stream, set_paused
+from appliance.config.settings import load_settings
+from appliance.control.streams import create_stream, set_paused
+from appliance.ingest.engine import Engine
+from appliance.state.store import StateStore
+
 from conftest import floe, pizza_values, wait_for
 
 MALFORMED = [
@@ -90,19 +91,19 @@ def test_pause_stops_reading_and_resume_continues(broker, topic, running_engine)
 
     set_paused(settings, "live", True)
     state = StateStore(settings.state_db)
-    wait_for(lambda: state.status("live").get("phase") == "paused", 30, what="paused phase")
+    wait_for(lambda: state.status("live").phase == "paused", 30, what="paused phase")
     broker.produce(topic, pizza_values(100, start=200))
     # Let the engine go round its loop several times with the new messages there.
-    beat = state.engine()["heartbeat_at"]
+    beat = state.engine().heartbeat_at
     for _ in range(4):
-        beat = wait_for(lambda: (b := state.engine()["heartbeat_at"]) != beat and b, 30, what="heartbeat")
+        beat = wait_for(lambda: (b := state.engine().heartbeat_at) != beat and b, 30, what="heartbeat")
     assert count("ingest.live") == 200
 
     set_paused(settings, "live", False)
     wait_for(lambda: count("ingest.live") == 300, 60, what="rows after resume")
     status = state.status("live")
-    assert status["rows_total"] == 300 and status["lag"] == 0
-    assert {e["kind"] for e in state.events("live")} >= {"stream_paused", "stream_resumed", "stream_created"}
+    assert status.rows_total == 300 and status.lag == 0
+    assert {e.kind for e in state.events("live")} >= {"stream_paused", "stream_resumed", "stream_created"}
     assert engine.workers  # still running
 
 

@@ -20,16 +20,23 @@ import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from appliance.catalog import Catalog, committed_offsets
-from appliance.engine import Engine
-from appliance.expiry import files_only_in
-from appliance.maintenance import Maintainer, set_policy
-from appliance.query import run_query
-from appliance.settings import ensure_home, load_settings
-from appliance.state import StateStore
-from appliance.streams import create_stream
-from appliance.table_ops import live_data_files, live_entries, reachable_files
-from conftest import FLOE, ROOT, floe, pizza_values, wait_for
+from appliance.config.settings import ensure_home, load_settings
+from appliance.control.streams import create_stream
+from appliance.ingest.engine import Engine
+from appliance.maintenance.expiry import files_only_in
+from appliance.maintenance.maintainer import Maintainer
+from appliance.maintenance.policies import set_policy as set_policy_of
+from appliance.query.connection import run_query
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
+from appliance.tables.datafiles import live_data_files, live_entries, reachable_files
+from appliance.tables.snapshots import committed_offsets
+
+from conftest import FLOE, ROOT, finished, floe, pizza_values, wait_for
+
+
+def set_policy(maintainer: Maintainer, name: str, values: dict) -> None:
+    set_policy_of(maintainer.settings, maintainer.state, maintainer.catalog, name, values)
 
 
 class Publisher:
@@ -157,7 +164,8 @@ def test_compaction_while_the_stream_writes_keeps_every_row_once(broker, topic, 
     wait_for(lambda: committed_offsets(Catalog(settings).table("ingest.orders"), _stream_id(settings)) == goal,
              120, 0.5, "the engine to catch up")
     engine.send_signal(signal.SIGTERM)
-    assert engine.wait(60) == 0, engine.stderr.read()
+    code, said = finished(engine, 60)
+    assert code == 0, said
 
     table = Catalog(settings).table("ingest.orders")
     replace = table.snapshot_by_id(run.snapshot_id)
@@ -279,7 +287,7 @@ def test_expiry_and_orphan_removal_delete_files_and_keep_the_offsets(broker, top
     assert run_query(settings, "select count(*) n from ingest.x_dlq")["n"].to_pylist() == [7]
 
     runs = StateStore(settings.state_db).runs("ingest.x")
-    assert [r["task"] for r in runs][:3] == ["orphans", "orphans", "expire"]
+    assert [r.task for r in runs][:3] == ["orphans", "orphans", "expire"]
 
 
 def test_expiry_keeps_the_snapshot_with_the_offsets_when_others_commit_on_top(broker, topic, spark, floe_home):
@@ -413,8 +421,8 @@ def test_the_engine_maintains_tables_by_itself_while_streaming(broker, topic, fl
     publisher.start(per_second=600)
     state = StateStore(settings.state_db)
     try:
-        wait_for(lambda: {"compact", "expire"} <= {r["task"] for r in state.runs("ingest.auto")
-                                                     if r["outcome"] == "ok" and r["trigger"] == "schedule"},
+        wait_for(lambda: {"compact", "expire"} <= {r.task for r in state.runs("ingest.auto")
+                                                     if r.outcome == "ok" and r.trigger == "schedule"},
                  240, 0.5, "a scheduled compaction and expiry")
     finally:
         publisher.finish()
@@ -423,8 +431,9 @@ def test_the_engine_maintains_tables_by_itself_while_streaming(broker, topic, fl
     wait_for(lambda: committed_offsets(Catalog(settings).table("ingest.auto"), stream_id) == goal, 120, 0.5,
              "the engine to catch up")
     engine.send_signal(signal.SIGTERM)
-    assert engine.wait(60) == 0, engine.stderr.read()
-    assert not [r for r in state.runs("ingest.auto") if r["outcome"] == "failed"]
+    code, said = finished(engine, 60)
+    assert code == 0, said
+    assert not [r for r in state.runs("ingest.auto") if r.outcome == "failed"]
     assert_exactly_once(settings, "auto", publisher.landed)
 
 
@@ -453,14 +462,16 @@ def test_stopping_the_engine_cancels_a_compaction_in_flight(broker, topic, floe_
 
         stopped = time.monotonic()
         engine.send_signal(signal.SIGTERM)
-        assert engine.wait(90) == 0, engine.stderr.read()
+        code, said = finished(engine, 90)
+        assert code == 0, said
     finally:
         if engine.poll() is None:
             engine.kill()
+        engine.stderr.close()
     assert time.monotonic() - stopped < 90  # not the stall's 600 s: the rewrite was cancelled
     runs = state.runs("ingest.stall", task="compact")
-    assert [r["outcome"] for r in runs] == ["cancelled"], runs
-    assert "nothing was committed" in runs[0]["detail"]
+    assert [r.outcome for r in runs] == ["cancelled"], runs
+    assert "nothing was committed" in runs[0].detail
     table = Catalog(settings).table("ingest.stall")
     assert "replace" not in {s.summary.operation.value for s in table.metadata.snapshots}
     assert files <= {f.file_path for f in live_data_files(table)}  # the small files are still the table

@@ -2,12 +2,14 @@
 
 import json
 
-from appliance.catalog import Catalog
-from appliance.settings import load_settings
-from appliance.state import StateStore
-from appliance.table_ops import live_data_files
-from conftest import floe
 from test_maintenance import ingest_rounds
+
+from appliance.config.settings import load_settings
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
+from appliance.tables.datafiles import live_data_files
+
+from conftest import floe
 
 
 def one_line_error(result, *words):

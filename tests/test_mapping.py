@@ -1,8 +1,9 @@
 import pytest
 
-from appliance.errors import MappingError
-from appliance.mapping import Column, Mapping, infer_mapping, sample_objects, widen
-from appliance.names import snake_case
+from appliance.core.errors import MappingError
+from appliance.model.inference import infer_mapping, sample_objects, widen
+from appliance.model.mapping import Column, Mapping
+from appliance.model.names import snake_case
 
 
 def cols(mapping: Mapping) -> dict[str, tuple[str, str]]:
@@ -78,7 +79,7 @@ def test_toml_round_trip_keeps_the_mapping():
         ("x = 1", "needs one or more"),
         ('columns = [{name = "A", type = "long", source = "a"}]', "lower snake_case"),
         ('columns = [{name = "a", type = "bigint", source = "a"}]', "unknown type 'bigint'"),
-        ('columns = [{name = "a", type = "long", source = "a"}, {name = "a", type = "long"}]', "appears twice"),
+        ('columns = [{name = "a", type = "long", source = "a"}, {name = "a", type = "long"}]', "appears more than once"),
         ('columns = [{name = "_kafka_offset", type = "long"}]', "reserved"),
         ('columns = [{name = "a", type = "long", sauce = "a"}]', "unknown key 'sauce'"),
     ],

@@ -4,9 +4,10 @@ import datetime as dt
 
 import pytest
 
-from appliance.errors import ConfigError
-from appliance.policy import build_policy, check_values, parse_period
-from appliance.settings import load_settings
+from appliance.config.policy import build_policy, check_values
+from appliance.config.settings import load_settings
+from appliance.config.units import parse_period
+from appliance.core.errors import ConfigError
 
 NOW = dt.datetime(2026, 3, 31, 12, 0, tzinfo=dt.timezone.utc)
 

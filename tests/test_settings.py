@@ -1,7 +1,8 @@
 import pytest
 
-from appliance.errors import ConfigError
-from appliance.settings import load_settings, parse_duration, parse_size
+from appliance.config.settings import load_settings
+from appliance.config.units import parse_duration, parse_size
+from appliance.core.errors import ConfigError
 
 
 def test_defaults_come_from_config_dir(floe_home):

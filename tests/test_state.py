@@ -2,7 +2,7 @@
 
 import threading
 
-from appliance.state import StateStore
+from appliance.state.store import StateStore
 
 
 def test_a_fresh_state_database_opened_by_many_at_once_is_created_once(tmp_path):
@@ -38,5 +38,9 @@ def test_an_older_state_database_gains_the_new_columns_when_opened(tmp_path):
     old.commit()
     old.close()
     store = StateStore(path)
-    store.record_batch("s", messages=7, lag=3)
+    from appliance.state.records import BatchRecord
+
+    store.record_batch(BatchRecord(stream="s", started_at="", committed_at="", duration_ms=1, messages=7, rows=7,
+                                   dead_letter_rows=0, bytes=0, target_snapshot_id=None, dead_letter_snapshot_id=None,
+                                   offsets="{}", lag=3))
     assert [(r["messages"], r["lag"]) for r in store.db["batches"].rows] == [(5, None), (7, 3)]

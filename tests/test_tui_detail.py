@@ -3,14 +3,14 @@
 
 from rich.text import Text
 
-from appliance import observe
-from appliance.catalog import Catalog
-from appliance.settings import load_settings
-from appliance.state import StateStore
-from appliance.streams import create_stream
-from conftest import pizza_values
+from appliance.config.settings import load_settings
+from appliance.control.streams import create_stream
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
 from tui.app import FloeApp
-from tui.components.stream_detail import StreamDetailScreen
+from tui.screens.stream_detail import StreamDetailScreen
+
+from conftest import pizza_values
 from tui_helpers import cell, until
 
 
@@ -92,7 +92,7 @@ async def test_detail_shows_batches_dead_letters_live_and_pauses(broker, topic, 
             await pilot.click("#resume")
             await until(pilot, lambda: not state.stream("orders").paused, 10, "resumed flag")
             await until(pilot, lambda: "paused" not in shown(stats), 30, "resumed shown")
-            kinds = [e["kind"] for e in state.events("orders")]
+            kinds = [e.kind for e in state.events("orders")]
             assert kinds[:2] == ["stream_resumed", "stream_paused"]
         finally:
             state.close()
@@ -130,12 +130,20 @@ def test_history_series_buckets_rate_and_carries_lag():
     def at(seconds_ago):
         return (now - dt.timedelta(seconds=seconds_ago)).isoformat(timespec="milliseconds")
 
+    from appliance.state.records import BatchRecord
+    from appliance.views.streams import history_series
+
+    def batch(seconds_ago, messages, lag):
+        return BatchRecord(stream="s", started_at=at(seconds_ago), committed_at=at(seconds_ago), duration_ms=100,
+                           messages=messages, rows=messages, dead_letter_rows=0, bytes=0, target_snapshot_id=1,
+                           dead_letter_snapshot_id=None, offsets="{}", lag=lag)
+
     batches = [
-        {"committed_at": at(400), "messages": 100, "lag": 900},  # before the window: the lag line starts here
-        {"committed_at": at(12), "messages": 50, "lag": 40},
-        {"committed_at": at(1), "messages": 20, "lag": None},  # recorded before lag was
+        batch(400, 100, 900),  # before the window: the lag line starts here
+        batch(12, 50, 40),
+        batch(1, 20, None),  # recorded before lag was
     ]
-    rate, lag = observe.history_series(batches, now, buckets=6, width=5.0)
+    rate, lag = history_series(batches, now, buckets=6, width=5.0)
     assert rate == [0.0, 0.0, 0.0, 10.0, 0.0, 4.0]
     assert lag == [900.0, 900.0, 900.0, 40.0, 40.0, 40.0]
-    assert observe.history_series(batches, now, buckets=6, width=5.0, lag_now=3)[1][-1] == 3.0
+    assert history_series(batches, now, buckets=6, width=5.0, lag_now=3)[1][-1] == 3.0

@@ -6,13 +6,15 @@ import uuid
 from rich.text import Text
 from textual.widgets import Select
 
-from appliance import observe
-from appliance.engine import Engine
-from appliance.settings import load_settings
-from appliance.state import StateStore
-from appliance.streams import create_stream, set_paused
-from conftest import pizza_values
+from appliance.config.settings import load_settings
+from appliance.control.streams import create_stream, set_paused
+from appliance.ingest.engine import Engine
+from appliance.state.records import BatchRecord
+from appliance.state.store import StateStore
+from appliance.views.events import dead_letter_bursts, events_feed
 from tui.app import FloeApp
+
+from conftest import pizza_values
 from tui_helpers import cell, until
 
 
@@ -101,8 +103,11 @@ def test_dead_letter_bursts_are_derived_from_batches_and_merged(floe_home):
     state = StateStore(settings.state_db)
     try:
         def batch(stream, second, messages, dead):
-            state.record_batch(stream, committed_at=f"2026-01-01T00:{second // 60:02d}:{second % 60:02d}.000+00:00",
-                               messages=messages, rows=messages - dead, dead_letter_rows=dead, duration_ms=10)
+            at = f"2026-01-01T00:{second // 60:02d}:{second % 60:02d}.000+00:00"
+            state.record_batch(BatchRecord(stream=stream, started_at=at, committed_at=at, duration_ms=10,
+                                           messages=messages, rows=messages - dead, dead_letter_rows=dead, bytes=0,
+                                           target_snapshot_id=None, dead_letter_snapshot_id=None, offsets="{}",
+                                           lag=None))
 
         batch("a", 0, 100, 9)  # under 10%: no burst
         batch("a", 1, 19, 19)  # too small a batch to count
@@ -110,17 +115,17 @@ def test_dead_letter_bursts_are_derived_from_batches_and_merged(floe_home):
         batch("a", 5, 200, 50)  # ...continued 3 s later: the same event
         batch("b", 6, 20, 2)  # another stream's
         batch("a", 200, 40, 40)  # minutes later: a new event
-        bursts = observe.dead_letter_bursts(state)
+        bursts = dead_letter_bursts(state)
         assert [(e.stream, e.at[11:19], e.message) for e in bursts] == [
             ("a", "00:03:20", "40 of 40 messages (100%) went to the dead-letter table in one batch"),
             ("b", "00:00:06", "2 of 20 messages (10%) went to the dead-letter table in one batch"),
             ("a", "00:00:05", "60 of 300 messages (20%) went to the dead-letter table over 2 batches in 3s"),
         ]
         assert {e.kind for e in bursts} == {"dead_letter_burst"} and {e.level for e in bursts} == {"warning"}
-        assert [e.stream for e in observe.dead_letter_bursts(state, "b")] == ["b"]
+        assert [e.stream for e in dead_letter_bursts(state, "b")] == ["b"]
         assert len({e.key for e in bursts}) == 3
     finally:
         state.close()
-    feed = observe.events_feed(settings, "a")
+    feed = events_feed(settings, "a")
     assert [e.kind for e in feed.events] == ["dead_letter_burst", "dead_letter_burst"]
     assert feed.streams == []  # neither stream exists, nor has recorded events

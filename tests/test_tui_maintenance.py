@@ -10,15 +10,19 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from appliance.catalog import Catalog, target_iceberg_schema
-from appliance.engine import Engine
-from appliance.maintenance import Maintainer, set_policy
-from appliance.mapping import Column, Mapping
-from appliance.settings import load_settings
-from appliance.state import StateStore
-from appliance.streams import create_stream
-from conftest import pizza_values
+from appliance.config.settings import load_settings
+from appliance.control.streams import create_stream
+from appliance.ingest.engine import Engine
+from appliance.maintenance.maintainer import Maintainer
+from appliance.maintenance.policies import set_policy
+from appliance.model.mapping import Column, Mapping
+from appliance.state.records import RunRecord
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
+from appliance.tables.schemas import target_iceberg_schema
 from tui.app import FloeApp
+
+from conftest import pizza_values
 from tui_helpers import until
 
 TABLE = "ingest.x"
@@ -73,7 +77,8 @@ async def open_maintenance(pilot) -> None:
 async def test_view_shows_policy_and_a_run_as_it_is_recorded(broker, topic, spark):
     ingest(broker, topic, spark, batches=5)
     settings = load_settings()
-    set_policy(Maintainer(settings), TABLE, {"keep_snapshots": "2d"})
+    maintainer = Maintainer(settings)
+    set_policy(settings, maintainer.state, maintainer.catalog, TABLE, {"keep_snapshots": "2d"})
     before = data_files()
     assert before >= 5
 
@@ -190,7 +195,7 @@ async def test_without_an_engine_a_button_runs_floe_maintain(broker, topic, spar
 SNAPSHOT_HOME = Path("/tmp/floe-snapshot-maintenance-home")
 MAPPING = Mapping((Column("order_id", "long", ("order_id",)), Column("status", "string", ("status",)),
                    Column("ordered_at", "timestamptz", ("ordered_at",))))
-NO_FIGURES = dict(dry_run=0, files_before=None, files_after=None, bytes_before=None, bytes_after=None,
+NO_FIGURES = dict(dry_run=False, files_before=None, files_after=None, bytes_before=None, bytes_after=None,
                   rows_deleted=None, rows_rewritten=None, snapshots_expired=None, files_deleted=None, snapshot_id=None)
 
 
@@ -213,10 +218,10 @@ def recorded_home(monkeypatch):
         ("retention", "request", 6, "nothing to do", dict(files_before=3, files_after=3, rows_deleted=0),
          "no rows with ordered_at before 2026-10-22T10:06:00+00:00 (30d)"),
     ):
-        state.record_run(**{**NO_FIGURES, **figures, "task": task, "table_name": "ingest.pizza_orders",
+        state.record_run(RunRecord(**{**NO_FIGURES, **figures, "task": task, "table_name": "ingest.pizza_orders",
                             "trigger": trigger, "started_at": f"2026-11-21T10:0{minute}:00.000+00:00",
                             "finished_at": f"2026-11-21T10:0{minute}:02.000+00:00", "duration_ms": 1500 + minute,
-                            "outcome": outcome, "detail": detail})
+                            "outcome": outcome, "detail": detail}))
     state.db["maintenance_requests"].insert({"table_name": "ingest.pizza_orders", "task": "orphans",
                                              "requested_at": "2026-11-21T10:07:00.000+00:00", "taken_at": None})
     state.close()

@@ -5,14 +5,15 @@ is on what Floe could leak: widgets, rows, workers and pending messages must not
 as refreshes go by.
 """
 
-from appliance import observe
-from appliance.kafka_client import KafkaSettings
-from appliance.mapping import Column, Mapping
-from appliance.settings import load_settings
-from appliance.state import StateStore, StreamDef, now
+from appliance.config.settings import load_settings
+from appliance.core.clock import now
+from appliance.kafka.settings import KafkaSettings
+from appliance.model.mapping import Column, Mapping
+from appliance.model.stream import StreamDef
+from appliance.state.store import StateStore
+from appliance.views.streams import streams_overview
 from tui.app import FloeApp
-from tui.components.streams import StreamsPane
-from tui.messages import StreamsLoaded
+from tui.panes.streams import StreamsLoaded, StreamsPane
 
 
 def add_streams(settings, n):
@@ -40,7 +41,7 @@ async def test_live_refreshes_do_not_pile_up(floe_home):
                 for s in range(5):  # the numbers change every time, as they do live
                     state.update_status(f"s{s}", phase="running", rows_total=i * 100 + s, lag=i % 7,
                                         messages_per_s=float(i % 13), last_commit_at=now())
-                pane.show(StreamsLoaded(observe.streams_overview(settings)))
+                pane.show(StreamsLoaded(streams_overview(settings)))
                 await pilot.pause()
 
         await cycles(5)

@@ -8,12 +8,14 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
-from appliance.engine import Engine
-from appliance.query import HISTORY_LIMIT, append_history, load_history, run_query
-from appliance.settings import load_settings
-from appliance.streams import create_stream
-from conftest import ROOT, pizza_values
+from appliance.config.settings import load_settings
+from appliance.control.streams import create_stream
+from appliance.ingest.engine import Engine
+from appliance.query.connection import run_query
+from appliance.query.history import HISTORY_LIMIT, append_history, load_history
 from tui.app import FloeApp
+
+from conftest import ROOT, pizza_values
 from tui_helpers import until
 
 LONG = "select count(*) from range(1000000000000)"  # minutes of work: only ever cancelled
@@ -208,7 +210,7 @@ def test_history_file_is_capped_newest_last(floe_home):
 
 
 def test_query_core_imports_no_ui():
-    code = ("import sys, appliance.query, appliance.observe; "
+    code = ("import sys, appliance.query.session, appliance.views.streams, appliance.views.events; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tui', 'textual')]; "
             "assert not bad, bad")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from appliance.catalog import Catalog, target_iceberg_schema
-from appliance.kafka_client import KafkaSettings
-from appliance.mapping import Column, Mapping
-from appliance.settings import load_settings
-from appliance.state import StateStore, StreamDef
+from appliance.config.settings import load_settings
+from appliance.kafka.settings import KafkaSettings
+from appliance.model.mapping import Column, Mapping
+from appliance.model.stream import StreamDef
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
+from appliance.tables.schemas import target_iceberg_schema
 from tui.app import FloeApp
 
 HOME = Path("/tmp/floe-snapshot-home")

@@ -2,11 +2,12 @@
 
 
 
-from appliance.catalog import Catalog
-from appliance.settings import load_settings
-from appliance.streams import create_stream
-from conftest import pizza_values
+from appliance.config.settings import load_settings
+from appliance.control.streams import create_stream
+from appliance.tables.catalog import Catalog
 from tui.app import FloeApp
+
+from conftest import pizza_values
 from tui_helpers import cell, until
 
 
@@ -66,3 +67,23 @@ async def test_an_engine_that_cannot_start_is_reported_on_screen(floe_home, monk
         assert "code 1" in shown[0] and "JAVA_HOME=/nonexistent/jdk has no bin/java" in shown[0], shown
         assert "engine stopped" in str(app.query_one("#engine-status").render())
     assert (floe_home / "logs" / "engine.out").read_text().count("JAVA_HOME") == 1
+
+
+async def test_a_failing_refresh_is_reported_once_and_the_ui_carries_on(floe_home):
+    """A worker that fails is a toast, not a silently stale view; a refresh failing every second says so once."""
+    settings = load_settings()
+    floe_home.mkdir(parents=True, exist_ok=True)
+    settings.state_db.write_bytes(b"this is not a database" * 100)  # every read of the state fails
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 40)) as pilot:
+        failures = lambda: [n for n in app._notifications if n.title == "Background task failed"]  # noqa: E731
+        await until(pilot, lambda: any("streams-load" in n.message for n in failures()), 20, "the failure reported")
+        shown = failures()
+        assert all(n.severity == "error" and "not a database" in n.message for n in shown), shown
+        await pilot.pause(3.5)  # three more refreshes of each pane, each failing the same way
+        assert len(failures()) == len(shown)
+        assert len({n.message.split(":")[0] for n in failures()}) == len(shown)  # one per failing refresh
+
+        settings.state_db.unlink()  # fixed: the next refresh works and says so
+        empty = app.query_one("#streams-empty")
+        await until(pilot, lambda: "No streams yet" in str(empty.render()), 20, "the pane refreshed again")

@@ -1,10 +1,11 @@
 """The Tables pane against a real broker, engine and catalog, driven by Textual's Pilot."""
 
-from appliance.engine import Engine
-from appliance.settings import load_settings
-from appliance.streams import create_stream
-from conftest import pizza_values
+from appliance.config.settings import load_settings
+from appliance.control.streams import create_stream
+from appliance.ingest.engine import Engine
 from tui.app import FloeApp
+
+from conftest import pizza_values
 from tui_helpers import until
 
 

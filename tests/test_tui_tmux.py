@@ -10,11 +10,13 @@ import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
-from appliance.observe import engine_status
-from appliance.settings import load_settings
+from appliance.config.settings import load_settings
+from appliance.views.engine import engine_status
+
 from conftest import ROOT, floe, pizza_values, wait_for
 
 
@@ -54,7 +56,7 @@ def test_tui_in_a_real_terminal(broker, floe_home):
         term.wait(r"engine stopped", 30)
         term.keys("C-e")  # start `floe run` in the background from the UI
         term.wait(r"engine running", 120)
-        engine_pid = engine_status(load_settings())["pid"]
+        engine_pid = engine_status(load_settings()).pid
 
         # The wizard: source, target, mapping.
         term.keys("n")
@@ -106,17 +108,17 @@ def test_tui_in_a_real_terminal(broker, floe_home):
         broker.produce(topic, pizza_values(100, start=400))
         count = lambda: json.loads(floe("query", f"select count(*) as n from ingest.{stream}", "--format", "json").stdout)["n"]  # noqa: E731
         wait_for(lambda: count() == 500, 120, 1, what="rows ingested after the terminal closed")
-        assert engine_status(load_settings())["alive"]
+        assert engine_status(load_settings()).alive
     finally:
         # The engine may have started even if the UI never said so before a timeout.
         status = engine_status(load_settings())
-        engine_pid = engine_pid or (status["pid"] if status["alive"] else None)
+        engine_pid = engine_pid or (status.pid if status.alive else None)
         if engine_pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(engine_pid, signal.SIGTERM)
-            wait_for(lambda: not engine_status(load_settings())["alive"], 60, 0.5, what="engine stopped")
+            wait_for(lambda: not engine_status(load_settings()).alive, 60, 0.5, what="engine stopped")
             wait_for(lambda: not os.path.exists(f"/proc/{engine_pid}") or
-                     "zombie" in open(f"/proc/{engine_pid}/status").read().lower(), 30, 0.2,
+                     "zombie" in Path(f"/proc/{engine_pid}/status").read_text().lower(), 30, 0.2,
                      what="engine process gone")
 
 

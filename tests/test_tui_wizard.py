@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from appliance.mapping import Mapping
-from appliance.names import snake_case
-from appliance.settings import load_settings
-from appliance.streams import create_stream, list_streams, show_stream
-from conftest import pizza_values
+from appliance.config.settings import load_settings
+from appliance.control.streams import create_stream
+from appliance.model.mapping import Mapping
+from appliance.model.names import snake_case
+from appliance.views.streams import stream_info, streams_overview
 from tui.app import FloeApp
-from tui.components.wizard import NewStreamScreen
+from tui.screens.new_stream import NewStreamScreen
+
+from conftest import pizza_values
 from tui_helpers import until
 
 
@@ -110,11 +112,11 @@ async def test_wizard_end_to_end_creates_the_edited_stream(broker, topic):
         await until(pilot, lambda: not isinstance(app.screen, NewStreamScreen), 60, "wizard closed after create")
         assert app.query_one("#sections").active == "streams"
 
-    rows = list_streams(settings)
-    assert [(r["name"], r["topic"], r["table"]) for r in rows] == [(table_name, topic, f"ingest.{table_name}")]
-    info = show_stream(settings, table_name)
-    assert info["dead_letter_table"] == f"ingest.{table_name}_dlq"
-    saved = {c.name: (c.type, c.source) for c in Mapping.from_toml(info["mapping"]).columns}
+    rows = streams_overview(settings)
+    assert [(r.name, r.topic, r.table) for r in rows] == [(table_name, topic, f"ingest.{table_name}")]
+    info = stream_info(settings, table_name)
+    assert info.dead_letter_table == f"ingest.{table_name}_dlq"
+    saved = {c.name: (c.type, c.source) for c in Mapping.from_toml(info.mapping).columns}
     assert saved["shop_name"] == ("string", ("store", "name"))
     assert saved["amount"] == ("float", ("amount",))
     assert "store_name" not in saved and saved["order_id"][0] == "long"
@@ -153,7 +155,7 @@ async def test_bad_table_name_is_shown_next_to_the_field_and_next_refused(broker
 
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, NewStreamScreen), 5, "wizard cancelled")
-    assert list_streams(load_settings()) == []
+    assert streams_overview(load_settings()) == []
 
 
 async def test_unreachable_broker_error_is_shown_and_the_ui_carries_on(broker, topic, floe_home):
@@ -228,8 +230,8 @@ async def test_a_failed_create_is_shown_and_keeps_every_edit(broker, topic):
         await pilot.press("ctrl+s")
         await until(pilot, lambda: not isinstance(app.screen, NewStreamScreen), 60, "wizard closed after create")
 
-    assert sorted(r["name"] for r in list_streams(settings)) == ["mine", "taken"]
-    columns = [c.name for c in Mapping.from_toml(show_stream(settings, "mine")["mapping"]).columns]
+    assert sorted(r.name for r in streams_overview(settings)) == ["mine", "taken"]
+    columns = [c.name for c in Mapping.from_toml(stream_info(settings, "mine").mapping).columns]
     assert columns == ["store_id", "store_name", "amount", "status", "ordered_at"]
 
 

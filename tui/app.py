@@ -1,38 +1,37 @@
 """Floe's terminal UI: streams, tables, SQL and events, attached to whatever engine runs.
 
 The UI never blocks: every read of the state database, the catalog, Kafka or DuckDB
-runs in a worker that posts a message back. It never owns ingestion either: it reads
-what the engine writes to the state database, and can start `floe run` as its own
-background process, which outlives the UI and the terminal.
+runs in a worker that posts a message back, and a worker that fails is reported. It
+never owns ingestion either: it reads what the engine writes to the state database,
+and can start `floe run` as its own background process, which outlives the UI and the
+terminal.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
-from textual.worker import get_current_worker
+from textual.worker import Worker, WorkerState, get_current_worker
 
-from appliance import observe
-from appliance.settings import Settings
-from tui.components.events import EventsPane
-from tui.components.help import HelpScreen
-from tui.components.query import QueryPane
-from tui.components.streams import StreamsPane
-from tui.components.tables import TablesPane
-from tui.messages import ActionDone, EngineStatus
+from appliance.config.settings import Settings
+from appliance.control.processes import ENGINE_LOG, start_engine
+from appliance.views.engine import engine_status
+from tui.messages import ActionDone, EngineStatusRead
+from tui.panes.events import EventsPane
+from tui.panes.query import QueryPane
+from tui.panes.streams import StreamsPane
+from tui.panes.tables import TablesPane
+from tui.screens.help import HelpScreen
+from tui.workers import FailureLog, ReportsFailures
 
 CSS_PATH = Path(__file__).with_name("app.tcss")
-ENGINE_START_TIMEOUT = 180.0  # seconds: a cold JVM on a busy 2-core machine takes tens of them
 
 
-class FloeApp(App):
+class FloeApp(ReportsFailures, App):
     TITLE = "Floe"
     SUB_TITLE = "Kafka → Iceberg"
     CSS_PATH = CSS_PATH
@@ -55,6 +54,7 @@ class FloeApp(App):
         self.clock = clock
         self.engine_alive = False
         self.engine_starting = False  # set from Ctrl+E until the engine is alive or has exited
+        self.failures = FailureLog()
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.clock)
@@ -75,20 +75,26 @@ class FloeApp(App):
         self.check_engine()
         self.set_interval(1.0, self.check_engine)
 
+    def worker_changed(self, worker: Worker, state: WorkerState) -> None:
+        """Every failed worker of the app, its panes and screens lands here: a toast, once per failure."""
+        text = self.failures.changed(worker, state)
+        if text:
+            self.notify(text, title="Background task failed", severity="error", timeout=10, markup=False)
+
     @work(thread=True, exclusive=True, group="engine-status", exit_on_error=False)
     def check_engine(self) -> None:
-        self.post_message(EngineStatus(observe.engine_status(self.settings)))
+        self.post_message(EngineStatusRead(engine_status(self.settings)))
 
-    @on(EngineStatus)
-    def show_engine(self, message: EngineStatus) -> None:
+    @on(EngineStatusRead)
+    def show_engine(self, message: EngineStatusRead) -> None:
         status = message.status
-        self.engine_alive = status["alive"]
+        self.engine_alive = status.alive
         labels = self.query("#engine-status")
         if not labels:  # a late answer while the app shuts down
             return
         label = labels.first(Static)
-        if status["alive"]:
-            label.update(f"[green]● engine running[/] pid {status['pid']}, spark {status['spark_master']}"
+        if status.alive:
+            label.update(f"[green]● engine running[/] pid {status.pid}, spark {status.spark_master}"
                          f" — home {self.settings.home}")
         else:
             label.update(f"[red]● engine stopped[/] — streams are not ingesting; Ctrl+E starts `floe run`"
@@ -111,7 +117,7 @@ class FloeApp(App):
         self.call_after_refresh(target.focus)
 
     def action_new_stream(self) -> None:
-        from tui.components.wizard import NewStreamScreen
+        from tui.screens.new_stream import NewStreamScreen
 
         def created(name: str | None) -> None:
             if name:
@@ -142,7 +148,7 @@ class FloeApp(App):
             self.notify("The engine is already running")
             return
         if self.engine_starting:
-            self.notify(f"The engine is starting (log: {self.settings.log_dir / 'engine.out'})")
+            self.notify(f"The engine is starting (log: {self.settings.log_dir / ENGINE_LOG})")
             return
         self.engine_starting = True
         self.start_engine()
@@ -150,39 +156,15 @@ class FloeApp(App):
     @work(thread=True, group="engine-start", exit_on_error=False)
     def start_engine(self) -> None:
         try:
-            self._start_and_watch_engine()
+            launch = start_engine(self.settings)
+            self.post_message(ActionDone(f"Starting the engine in the background (log: {launch.log})"))
+            worker = get_current_worker()
+            outcome = launch.wait_until_alive(self.settings, cancelled=lambda: worker.is_cancelled)
+            if outcome.exit_code is not None:
+                self.post_message(ActionDone(f"The engine exited (code {outcome.exit_code}): {outcome.last_line}",
+                                             error=True))
         finally:
             self.engine_starting = False  # a plain flag, read only by the key's action
-
-    def _start_and_watch_engine(self) -> None:
-        log = self.settings.log_dir / "engine.out"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        start = log.stat().st_size if log.exists() else 0
-        with log.open("ab") as out:
-            # Its own session: it keeps ingesting after this UI and its terminal are gone.
-            proc = subprocess.Popen([sys.executable, "-m", "appliance.cli", "run"], stdout=out, stderr=out,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        self.post_message(ActionDone(f"Starting the engine in the background (log: {log})"))
-        # Until it says it is alive, an engine that exits (no Java, a bad config, another
-        # engine on this home) is reported here, with its own last words, not left to the log.
-        worker = get_current_worker()
-        deadline = time.monotonic() + ENGINE_START_TIMEOUT
-        while not worker.is_cancelled and time.monotonic() < deadline:
-            code = proc.poll()
-            if code is not None:
-                self.post_message(ActionDone(f"The engine exited (code {code}): {last_line(log, start)}", error=True))
-                return
-            if observe.engine_status(self.settings)["alive"]:
-                return
-            time.sleep(0.5)
-
-
-def last_line(path: Path, since: int) -> str:
-    """The last non-blank line written to `path` after byte `since`."""
-    with path.open("rb") as f:
-        f.seek(since)
-        lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
-    return lines[-1] if lines else f"no output; see {path}"
 
 
 def run_tui(settings: Settings, start_section: str = "streams") -> None:

@@ -1,12 +1,14 @@
-"""Small text formatters shared by the screens."""
+"""Small text formatters shared by the panes and screens."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 BARS = "▁▂▃▄▅▆▇█"
 
 
-def spark(values: list[float]) -> str:
-    """A one-line sparkline; an all-zero series is a flat baseline."""
+def sparkline(values: list[float]) -> str:
+    """A one-line chart of `values` in block characters; an all-zero series is a flat baseline."""
     top = max(values, default=0.0)
     if top <= 0:
         return BARS[0] * len(values)
@@ -21,6 +23,14 @@ def count(n: int | float | None) -> str:
         if abs(n) >= size:
             return f"{n / size:.1f}{unit}"
     return f"{n:.0f}"
+
+
+def number(n: int | None) -> str:
+    return "–" if n is None else f"{n:,}"
+
+
+def plural(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
 def age(seconds: float | None) -> str:
@@ -47,3 +57,33 @@ def size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"
+
+
+def clock(value: str | dt.datetime | None) -> str:
+    """A UTC instant (ISO text or datetime) as local date and time to the second."""
+    if value is None or value == "":
+        return "–"
+    when = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def utc(value: str | None) -> str:
+    """A UTC instant as UTC date and time to the second."""
+    if not value:
+        return ""
+    return dt.datetime.fromisoformat(value).astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def one_line(text: str, width: int) -> str:
+    """Control characters made visible, newlines folded, clipped to `width`."""
+    text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
+    text = "".join(c if c.isprintable() else "·" for c in text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line (DuckDB's and PyArrow's messages run on)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else exc.__class__.__name__

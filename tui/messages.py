@@ -1,21 +1,17 @@
-"""Messages that workers post to the UI: workers never touch widgets themselves."""
+"""Messages shared across the app; a pane's or screen's own messages live beside it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from textual.message import Message
 
-
-@dataclass
-class EngineStatus(Message):
-    status: dict[str, Any]
+from appliance.views.engine import EngineStatus
 
 
 @dataclass
-class StreamsLoaded(Message):
-    streams: list[Any]  # appliance.observe.StreamView
+class EngineStatusRead(Message):
+    status: EngineStatus
 
 
 @dataclass

@@ -1,0 +1,37 @@
+"""The `floe` command. Diagnostics go to stderr; stdout is for results (query output, mappings).
+
+Each command group lives in its own module and imports what it needs when it runs, so
+`floe stream list` does not pay for Spark.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from appliance.cli import engine, maintenance, query, streams  # noqa: F401  (they add their commands)
+from appliance.cli.base import cli, err
+from appliance.core.errors import FloeError
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        err("floe: aborted")
+        sys.exit(130)
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        err(f"floe: error: {exc.format_message()}{hint}")
+        sys.exit(2)
+    except click.ClickException as exc:
+        err(f"floe: error: {exc.format_message()}")
+        sys.exit(1)
+    except FloeError as exc:
+        err(f"floe: error: {exc}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

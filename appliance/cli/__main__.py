@@ -1,0 +1,3 @@
+from appliance.cli import main
+
+main()

@@ -1,0 +1,142 @@
+"""`floe maintain` and `floe table policy/runs`: table maintenance now, its policies, its record."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from appliance.cli.base import cli, err, settings
+from appliance.core.vocabulary import TASK_ORDER, MaintenanceTask
+
+POLICY_HELP = {
+    "retention": "Delete rows older than this: forever, 1 week, 1 month, 6 months, 1 year, 30d...",
+    "retention_column": "Event-time column retention looks at (default _kafka_timestamp).",
+    "target_file_size": "Compaction's target file size, e.g. 128MB.",
+    "compact_small_files": "Compact by itself once this many small files pile up.",
+    "compact_min_average_size": "... or once files average less than this.",
+    "compact_interval": "Compact by itself at most this often, e.g. 10m.",
+    "keep_snapshots": "Expire snapshots older than this, e.g. 7d.",
+    "min_snapshots": "Always keep at least this many snapshots.",
+    "max_snapshots": "Keep at most this many snapshots, young or not.",
+    "orphan_age": "Delete unreferenced files older than this (at least 1h).",
+}
+TASK_NAMES = [t.value for t in MaintenanceTask]
+
+
+@cli.command()
+@click.argument("tables", nargs=-1)
+@click.option("--compact", is_flag=True, help="Rewrite small data files into files near the target size.")
+@click.option("--expire", is_flag=True, help="Expire old snapshots and delete the files only they used.")
+@click.option("--orphans", is_flag=True, help="Delete files no snapshot references, older than the safety age.")
+@click.option("--retention", is_flag=True, help="Delete rows older than the table's retention period.")
+@click.option("--dry-run", is_flag=True, help="Show what each task would do; change nothing.")
+def maintain(tables: tuple[str, ...], compact: bool, expire: bool, orphans: bool, retention: bool,
+             dry_run: bool) -> None:
+    """Run maintenance on TABLES now (default: every table). Without task options, every task runs.
+
+    Each run is recorded and shown by `floe table runs` and in the UI's table view.
+    Exits 1 if a task failed.
+    """
+    from appliance.maintenance.maintainer import Maintainer, format_run
+    from appliance.spark.session import spark_session
+
+    loaded = settings()
+    chosen = {MaintenanceTask.COMPACT: compact, MaintenanceTask.EXPIRE: expire, MaintenanceTask.ORPHANS: orphans,
+              MaintenanceTask.RETENTION: retention}
+    tasks = [t for t in TASK_ORDER if chosen[t]] or list(TASK_ORDER)
+    sessions: list = []
+
+    def start_spark():
+        sessions.append(spark_session(loaded, "floe-maintain"))
+        return sessions[0]
+
+    maintainer = Maintainer(loaded, spark=start_spark)
+    names = [maintainer.catalog.check_exists(t) for t in dict.fromkeys(tables)] or maintainer.catalog.list_tables()
+    if not names:
+        err("no tables yet: create a stream first")
+        return
+    failed = 0
+    try:
+        for name in names:
+            for task in tasks:
+                run = maintainer.run(name, task, dry_run=dry_run)
+                click.echo(format_run(run))
+                failed += run.failed
+    finally:
+        for session in sessions:
+            session.stop()
+    if failed:
+        err(f"floe: error: {failed} maintenance task{'s' if failed > 1 else ''} failed")
+        sys.exit(1)
+
+
+@cli.group()
+def table() -> None:
+    """Table maintenance policies and the record of maintenance runs."""
+
+
+def _policy_options(command):
+    from appliance.config.policy import PARSERS
+
+    assert set(POLICY_HELP) == set(PARSERS)
+    for key in reversed(list(PARSERS)):
+        command = click.option(f"--{key.replace('_', '-')}", key, default=None, help=POLICY_HELP[key])(command)
+    return command
+
+
+@table.command("policy")
+@click.argument("name")
+@_policy_options
+@click.option("--unset", multiple=True, metavar="SETTING",
+              help="Drop NAME's own value of SETTING (e.g. retention), so it inherits again (repeatable).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def table_policy(name: str, unset: tuple[str, ...], fmt: str, **values: str | None) -> None:
+    """Show or change the maintenance policy of a table (NS.TABLE) or a namespace (NS).
+
+    A namespace's values are the defaults of its tables; a table's own values win.
+    """
+    from appliance.maintenance.policies import describe_policy, set_policy
+    from appliance.state.store import StateStore
+    from appliance.tables.catalog import Catalog
+
+    loaded = settings()
+    catalog = Catalog(loaded)
+    given = {k: v for k, v in values.items() if v is not None}
+    with StateStore(loaded.state_db) as state:
+        if given or unset:
+            set_policy(loaded, state, catalog, name, given, tuple(k.replace("-", "_") for k in unset))
+        rows = describe_policy(loaded, state, catalog, name)
+    if fmt == "json":
+        click.echo(json.dumps([row.as_dict() for row in rows], indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row.setting:26} {row.value:18} {row.source}")
+
+
+@table.command("runs")
+@click.argument("name", required=False)
+@click.option("--task", type=click.Choice(TASK_NAMES), default=None)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10000))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None:
+    """The most recent maintenance runs, of one table or of all."""
+    from dataclasses import asdict
+
+    from appliance.maintenance.maintainer import format_run
+    from appliance.state.store import StateStore
+    from appliance.tables.catalog import Catalog
+
+    loaded = settings()
+    if name:
+        Catalog(loaded).check_exists(name)
+    with StateStore(loaded.state_db) as state:
+        runs = state.runs(name, MaintenanceTask(task) if task else None, limit)
+    if fmt == "json":
+        click.echo(json.dumps([{**asdict(r), "dry_run": int(r.dry_run)} for r in runs], indent=2))
+        return
+    if not runs:
+        err("no maintenance runs yet")
+    for run in runs:
+        click.echo(f"{run.started_at[:19]}  {run.trigger:8} {format_run(run)}")

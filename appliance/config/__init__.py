@@ -1,0 +1,1 @@
+"""Settings from TOML, the units they are written in, and maintenance policies."""

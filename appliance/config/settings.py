@@ -1,0 +1,225 @@
+"""Floe's settings: `config/floe.toml` defaults, overridden by `$FLOE_HOME/floe.toml`.
+
+Validation names the file and the key, so a typo is one clear line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.config.policy import build_policy, check_values
+from appliance.config.units import parse_duration, parse_size
+from appliance.core.errors import ConfigError
+
+DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "config" / "floe.toml"
+DEFAULT_HOME = "~/.floe"
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    endpoint: str = ""
+    region: str = "us-east-1"
+    access_key_id: str = ""
+    secret_access_key: str = field(default="", repr=False)
+
+    def __repr__(self) -> str:  # the secret never reaches a log line
+        return f"S3Settings(endpoint={self.endpoint!r}, region={self.region!r}, access_key_id=***)"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    commit_interval: float = 1.0
+    poll_interval: float = 0.25
+    max_batch_messages: int = 400_000
+    fetch_timeout: float = 10.0
+    max_message_bytes: int = 1024 * 1024
+    retry_backoff: float = 5.0
+
+
+@dataclass(frozen=True)
+class MaintenanceSettings:
+    enabled: bool = True
+    check_interval: float = 60.0
+    expire_interval: float = 3600.0
+    orphans_interval: float = 86400.0
+    retention_interval: float = 3600.0
+    metadata_versions: int = 100
+    policy: dict[str, Any] = field(default_factory=dict)  # the default policy, validated
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    spark_master: str
+    spark_driver_memory: str
+    spark_conf: dict[str, str]
+    warehouse: str
+    s3: S3Settings
+    engine: EngineSettings
+    sample_messages: int
+    sample_timeout: float
+    dead_letter_suffix: str
+    default_namespace: str
+    maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
+
+    @property
+    def state_db(self) -> Path:
+        return self.home / "state.db"
+
+    @property
+    def catalog_db(self) -> Path:
+        return self.home / "catalog.db"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+    def catalog_properties(self) -> dict[str, str]:
+        """PyIceberg SqlCatalog properties, S3 keys included when the warehouse is on S3."""
+        props = {"uri": f"sqlite:///{self.catalog_db}", "warehouse": self.warehouse}
+        if self.warehouse.startswith(("s3://", "s3a://")):
+            props.update(
+                {
+                    "s3.endpoint": self.s3.endpoint,
+                    "s3.region": self.s3.region,
+                    "s3.access-key-id": self.s3.access_key_id,
+                    "s3.secret-access-key": self.s3.secret_access_key,
+                }
+            )
+            props = {k: v for k, v in props.items() if v}
+        return props
+
+
+def home_dir() -> Path:
+    return Path(os.environ.get("FLOE_HOME") or DEFAULT_HOME).expanduser().resolve()
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any], path: Path, prefix: str = "") -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        where = f"{prefix}{key}"
+        if key not in base:
+            raise ConfigError(f"{path}: unknown setting {where!r}")
+        if isinstance(base[key], dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: {where!r} must be a table")
+            # spark.conf is free-form: any Spark property may be added
+            merged[key] = {**base[key], **value} if where == "spark.conf" else _merge(base[key], value, path, where + ".")
+        else:
+            merged[key] = value
+    return merged
+
+
+def spark_master_or_error(master: str, where: str) -> str:
+    """`master` if Spark can use it; a one-line ConfigError naming `where` it came from otherwise."""
+    if not re.match(r"^(local(\[(\*|\d+)\])?|spark://[^\s/]+:\d+)$", master):
+        raise ConfigError(f"{where} must be local[*], local[N] or spark://host:port, not {master!r}")
+    return master
+
+
+def load_settings(home: Path | None = None) -> Settings:
+    home = home or home_dir()
+    raw = _read_toml(DEFAULTS_FILE)
+    user_file = home / "floe.toml"
+    source = DEFAULTS_FILE
+    if user_file.exists():
+        raw = _merge(raw, _read_toml(user_file), user_file)
+        source = user_file
+
+    def get(section: str, key: str) -> Any:
+        return raw[section][key]
+
+    def check(cond: bool, key: str, why: str) -> None:
+        if not cond:
+            raise ConfigError(f"{source}: {key} {why}")
+
+    engine = _engine(raw["engine"], source, check)
+    master = spark_master_or_error(str(get("spark", "master")), f"{source}: spark.master")
+    if os.environ.get("FLOE_SPARK_MASTER"):
+        master = spark_master_or_error(os.environ["FLOE_SPARK_MASTER"], "FLOE_SPARK_MASTER")
+    warehouse = str(get("warehouse", "location")) or (home / "warehouse").as_uri()
+    if "://" not in warehouse:
+        warehouse = Path(warehouse).expanduser().resolve().as_uri()
+    check(
+        warehouse.startswith(("file://", "s3://", "s3a://")),
+        "warehouse.location",
+        f"must be a local path, file:// or s3:// location, not {warehouse!r}",
+    )
+    s3raw = raw["warehouse"]["s3"]
+    s3 = S3Settings(**{k: str(v) for k, v in s3raw.items()})
+    maintenance = _maintenance(raw["maintenance"], source, check)
+    sample = raw["streams"]["sample_messages"]
+    check(isinstance(sample, int) and sample > 0, "streams.sample_messages", "must be a positive integer")
+    return Settings(
+        home=home,
+        spark_master=master,
+        spark_driver_memory=str(get("spark", "driver_memory")),
+        spark_conf={str(k): str(v) for k, v in raw["spark"]["conf"].items()},
+        warehouse=warehouse,
+        s3=s3,
+        engine=engine,
+        sample_messages=sample,
+        sample_timeout=parse_duration(raw["streams"]["sample_timeout"], "streams.sample_timeout"),
+        dead_letter_suffix=str(raw["streams"]["dead_letter_suffix"]),
+        default_namespace=str(raw["streams"]["default_namespace"]),
+        maintenance=maintenance,
+    )
+
+
+def _engine(raw: dict[str, Any], source: Path, check) -> EngineSettings:
+    try:
+        engine = EngineSettings(
+            commit_interval=parse_duration(raw["commit_interval"], "engine.commit_interval"),
+            poll_interval=parse_duration(raw["poll_interval"], "engine.poll_interval"),
+            max_batch_messages=int(raw["max_batch_messages"]),
+            fetch_timeout=parse_duration(raw["fetch_timeout"], "engine.fetch_timeout"),
+            max_message_bytes=parse_size(raw["max_message_bytes"], "engine.max_message_bytes"),
+            retry_backoff=parse_duration(raw["retry_backoff"], "engine.retry_backoff"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: [engine] {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    check(engine.max_batch_messages > 0, "engine.max_batch_messages", "must be positive")
+    check(engine.max_message_bytes > 0, "engine.max_message_bytes", "must be positive")
+    return engine
+
+
+def _maintenance(raw: dict[str, Any], source: Path, check) -> MaintenanceSettings:
+    check(isinstance(raw["enabled"], bool), "maintenance.enabled", "must be true or false")
+    versions = raw["metadata_versions"]
+    check(isinstance(versions, int) and versions >= 1, "maintenance.metadata_versions", "must be a positive integer")
+    policy = check_values(dict(raw["policy"]), f"{source} [maintenance.policy]")
+    build_policy([(f"{source} [maintenance.policy]", policy)])
+    try:
+        return MaintenanceSettings(
+            enabled=raw["enabled"],
+            metadata_versions=versions,
+            policy=policy,
+            **{key: parse_duration(raw[key], f"maintenance.{key}")
+               for key in ("check_interval", "expire_interval", "orphans_interval", "retention_interval")},
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def ensure_home(settings: Settings) -> None:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.log_dir.mkdir(exist_ok=True)
+    if settings.warehouse.startswith("file://"):
+        Path(settings.warehouse[len("file://"):]).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,84 @@
+"""Floe's own commands as background processes: the engine (`floe run`), `floe maintain`.
+
+The one place that starts them. Each runs in its own session, so it keeps going after
+the UI (or the demo) that started it and its terminal are gone, and logs to a file
+under `FLOE_HOME/logs`, where a failure to start can be read back.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from appliance.config.settings import Settings
+from appliance.views.engine import engine_status
+
+ENGINE_LOG = "engine.out"
+ENGINE_START_TIMEOUT = 180.0  # seconds: a cold JVM on a busy 2-core machine takes tens of them
+
+
+def floe_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "appliance.cli", *args]
+
+
+def spawn(settings: Settings, args: list[str], log: Path) -> subprocess.Popen:
+    """`floe ARGS` in the background on this FLOE_HOME (whatever the environment says), output to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(floe_command(*args), stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env={**os.environ, "FLOE_HOME": str(settings.home)})
+
+
+def stop(process: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGTERM (the engine finishes its batch), then SIGKILL if it does not end in time."""
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def last_line(path: Path, since: int = 0) -> str:
+    """The last non-blank line written to `path` after byte `since`."""
+    with path.open("rb") as f:
+        f.seek(since)
+        lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else f"no output; see {path}"
+
+
+@dataclass(frozen=True)
+class StartOutcome:
+    alive: bool
+    exit_code: int | None = None  # the engine exited before it was alive
+    last_line: str = ""  # its last words then
+
+
+@dataclass
+class EngineLaunch:
+    process: subprocess.Popen
+    log: Path
+    log_start: int  # where this run's output starts in the log
+
+    def wait_until_alive(self, settings: Settings, timeout: float = ENGINE_START_TIMEOUT,
+                         cancelled: Callable[[], bool] = lambda: False) -> StartOutcome:
+        """Until the engine reports itself alive, or exits first (no Java, a bad config, another engine)."""
+        deadline = time.monotonic() + timeout
+        while not cancelled() and time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                return StartOutcome(False, code, last_line(self.log, self.log_start))
+            if engine_status(settings).alive:
+                return StartOutcome(True)
+            time.sleep(0.5)
+        return StartOutcome(engine_status(settings).alive)
+
+
+def start_engine(settings: Settings, log_name: str = ENGINE_LOG) -> EngineLaunch:
+    log = settings.log_dir / log_name
+    start = log.stat().st_size if log.exists() else 0
+    return EngineLaunch(spawn(settings, ["run"], log), log, start)

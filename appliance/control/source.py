@@ -1,0 +1,89 @@
+"""A stream's source: checking how to reach the cluster, listing topics, previewing and sampling one.
+
+The wizard and `floe stream create` both go through here: the same checks, the same
+sample, the same inferred mapping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from appliance.control.fields import Field, Problems
+from appliance.core.errors import KafkaConfigError, MappingError
+from appliance.kafka.client import KafkaClient, SampledMessage
+from appliance.kafka.settings import KafkaSettings, security_options
+from appliance.model.inference import infer_mapping, sample_objects
+from appliance.model.mapping import Mapping
+
+SAMPLE_GROUP = "floe-wizard"  # consumer group id for metadata and samples; never joined
+
+
+@dataclass(frozen=True)
+class SourceForm:
+    """How a user describes a cluster: servers, a security protocol and its credentials."""
+
+    bootstrap: str
+    protocol: str = "PLAINTEXT"
+    mechanism: str = "PLAIN"
+    username: str = ""
+    password: str = field(default="", repr=False)
+    ca_location: str = ""
+
+    def options(self) -> dict[str, str]:
+        """The librdkafka options, with the keys `--kafka-option` takes."""
+        return security_options(self.protocol, self.mechanism, self.username, self.password, self.ca_location)
+
+
+def check_source(form: SourceForm, topic: str | None = None, need_topic: bool = False
+                 ) -> tuple[KafkaSettings | None, Problems]:
+    """The Kafka settings of the form, or None and what is wrong with which field."""
+    problems: Problems = {}
+    options = form.options()
+    if form.protocol.startswith("SASL"):
+        if "sasl.username" not in options:
+            problems[Field.USERNAME] = "a username is required for SASL"
+        if "sasl.password" not in options:
+            problems[Field.PASSWORD] = "a password is required for SASL"
+    if "ssl.ca.location" in options and not Path(options["ssl.ca.location"]).is_file():
+        problems[Field.CA] = f"no such file: {options['ssl.ca.location']}"
+    kafka = None
+    try:
+        kafka = KafkaSettings.create(form.bootstrap, options)
+    except KafkaConfigError as exc:
+        problems[Field.BOOTSTRAP] = str(exc)
+    if need_topic and not topic:
+        problems[Field.TOPIC] = "a topic is required"
+    return (None if problems else kafka), problems
+
+
+def list_topics(kafka: KafkaSettings, timeout: float) -> list[str]:
+    with KafkaClient(kafka, group=SAMPLE_GROUP, timeout=timeout) as client:
+        return client.topics()
+
+
+def preview(kafka: KafkaSettings, topic: str, count: int, timeout: float) -> list[SampledMessage]:
+    """Up to `count` of the topic's newest messages: a connection test that shows what flows."""
+    with KafkaClient(kafka, group=SAMPLE_GROUP, timeout=timeout) as client:
+        return client.sample(topic, count, timeout)
+
+
+@dataclass(frozen=True)
+class Inferred:
+    mapping: Mapping
+    sampled: int  # messages the mapping was inferred from
+
+
+def infer_from_topic(kafka: KafkaSettings, topic: str, count: int, timeout: float,
+                     group: str = SAMPLE_GROUP) -> Inferred:
+    """A mapping inferred from up to `count` of the topic's newest messages."""
+    with KafkaClient(kafka, group=group, timeout=timeout) as client:
+        sampled = client.sample(topic, count, timeout)
+    return infer_from_sample(topic, sampled)
+
+
+def infer_from_sample(topic: str, sampled: list[SampledMessage]) -> Inferred:
+    if not sampled:
+        raise MappingError(f"topic {topic!r} is empty: nothing to infer the columns from; "
+                           "produce some messages first, or supply a mapping")
+    return Inferred(infer_mapping(sample_objects(m.value for m in sampled)), len(sampled))

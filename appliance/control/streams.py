@@ -1,0 +1,250 @@
+"""Stream operations the CLI, the demo and the UI share: check, create, pause, resume, delete.
+
+Every check runs before anything is written, so a wrong call changes nothing; the
+problems come back per field (`control.fields`), for a form to show where they belong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.config.settings import Settings, ensure_home
+from appliance.control.fields import Field, Problems, raise_problems
+from appliance.control.source import infer_from_sample
+from appliance.core.clock import now
+from appliance.core.errors import (
+    InvalidName,
+    KafkaConfigError,
+    MappingError,
+    StreamExists,
+    TableConflict,
+)
+from appliance.core.vocabulary import EventKind
+from appliance.kafka.client import KafkaClient
+from appliance.kafka.settings import KafkaSettings
+from appliance.model.mapping import Mapping
+from appliance.model.names import (
+    check_identifier,
+    check_stream_name,
+    check_table_name,
+    snake_case,
+)
+from appliance.model.stream import FORMATS, STARTING_OFFSETS, StreamDef
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
+from appliance.tables.schemas import dead_letter_iceberg_schema, target_iceberg_schema
+
+STREAM_NAME_MAX = 63
+
+
+# ---- names: suggestions and checks ------------------------------------------------
+
+
+def suggested_table(topic: str) -> str:
+    return snake_case(topic) if topic else ""
+
+
+def suggested_dead_letter_table(settings: Settings, table: str) -> str:
+    return f"{table}{settings.dead_letter_suffix}" if table else ""
+
+
+def suggested_stream_name(table: str) -> str:
+    return table.lstrip("_")[:STREAM_NAME_MAX]
+
+
+def qualified(namespace: str, name: str) -> str:
+    """A table name as typed next to a namespace: `NAME` is in that namespace, `NS.NAME` says its own."""
+    return name if "." in name else f"{namespace}.{name}"
+
+
+def check_target(namespace: str, table: str, dead_letter_table: str, stream: str) -> Problems:
+    """What is wrong with the names of a new stream and its tables, by field; nothing is read."""
+    problems: Problems = {}
+    try:
+        check_identifier(namespace, "namespace")
+    except InvalidName as exc:
+        problems[Field.NAMESPACE] = str(exc)
+    try:
+        check_identifier(table, "table")
+        if Field.NAMESPACE not in problems:
+            check_table_name(f"{namespace}.{table}")
+    except InvalidName as exc:
+        problems[Field.TABLE] = str(exc)
+    if not dead_letter_table:
+        problems[Field.DEAD_LETTER_TABLE] = "a dead-letter table is required"
+    else:
+        try:
+            check_table_name(qualified(namespace, dead_letter_table))
+            if qualified(namespace, dead_letter_table) == f"{namespace}.{table}":
+                raise InvalidName("the dead-letter table must differ from the target table")
+        except InvalidName as exc:
+            problems[Field.DEAD_LETTER_TABLE] = str(exc)
+    try:
+        check_stream_name(stream)
+    except InvalidName as exc:
+        problems[Field.STREAM] = str(exc)
+    return problems
+
+
+# ---- create -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """A stream to create. `mapping` None: infer one from a sample of the topic."""
+
+    name: str
+    kafka: KafkaSettings
+    topic: str
+    table: str
+    dead_letter_table: str
+    mapping: Mapping | None = None
+    starting_offsets: str = "earliest"
+    format: str = "json"
+
+
+@dataclass
+class CreatedStream:
+    stream: StreamDef
+    inferred: bool
+    sampled: int
+    mapping_file: Path
+
+
+def check_request(name: str, topic: str, table: str, dead_letter_table: str, format: str = "json",
+                  starting_offsets: str = "earliest") -> Problems:
+    """What is wrong with a stream request itself, by field, before any broker or table is asked."""
+    problems: Problems = {}
+    for where, check in ((Field.STREAM, lambda: check_stream_name(name)),
+                         (Field.TABLE, lambda: check_table_name(table)),
+                         (Field.DEAD_LETTER_TABLE, lambda: check_table_name(dead_letter_table))):
+        try:
+            check()
+        except InvalidName as exc:
+            problems[where] = str(exc)
+    if Field.DEAD_LETTER_TABLE not in problems and dead_letter_table == table:
+        problems[Field.DEAD_LETTER_TABLE] = "the dead-letter table must differ from the target table"
+    if format not in FORMATS:
+        problems[Field.FORMAT] = f"format {format!r} is not supported; use one of: {', '.join(FORMATS)}"
+    if starting_offsets not in STARTING_OFFSETS:
+        problems[Field.STARTING_OFFSETS] = f"starting offsets {starting_offsets!r} must be earliest or latest"
+    if not topic:
+        problems[Field.TOPIC] = "a topic is required"
+    return problems
+
+
+def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, table: str, format: str = "json",
+                  mapping: str | Path | Mapping = "auto", starting_offsets: str = "earliest",
+                  dead_letter_table: str | None = None, kafka_options: dict[str, str] | None = None
+                  ) -> CreatedStream:
+    """Create stream `name`. `mapping` is "auto" (inferred from a sample of the topic), the path
+    of a TOML mapping file, or a `Mapping` already built (the UI's edited one)."""
+    dead_letter_table = dead_letter_table or f"{table}{settings.dead_letter_suffix}"
+    problems = check_request(name, topic, table, dead_letter_table, format, starting_offsets)
+    kafka = None
+    try:
+        kafka = KafkaSettings.create(bootstrap, kafka_options)
+    except KafkaConfigError as exc:
+        problems[Field.BOOTSTRAP if "bootstrap" in str(exc) else Field.PROTOCOL] = str(exc)
+    raise_problems(problems)
+    if isinstance(mapping, Mapping):
+        given: Mapping | None = mapping
+    elif isinstance(mapping, (str, Path)):
+        given = None if mapping == "auto" else Mapping.from_file(mapping)
+    else:
+        raise MappingError(f"mapping must be 'auto', a mapping file or a Mapping, not {type(mapping).__name__}")
+    return create(settings, StreamRequest(name=name, kafka=kafka, topic=topic, table=table, mapping=given,
+                                          starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
+                                          format=format))
+
+
+def create(settings: Settings, request: StreamRequest) -> CreatedStream:
+    raise_problems(check_request(request.name, request.topic, request.table, request.dead_letter_table,
+                                 request.format, request.starting_offsets))
+    ensure_home(settings)
+    with StateStore(settings.state_db) as state:
+        _check_free(state, request)
+        stream, sampled = _resolve(settings, request)
+        _create_tables(settings, state, stream)
+        path = mapping_path(settings, stream.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(stream.mapping_toml())
+        state.add_event(EventKind.STREAM_CREATED, f"stream created: {stream.topic} -> {stream.table}", stream.name)
+    return CreatedStream(stream, request.mapping is None, sampled, path)
+
+
+def _check_free(state: StateStore, request: StreamRequest) -> None:
+    tables = {request.table, request.dead_letter_table}
+    others = state.streams()
+    if any(other.name == request.name for other in others):
+        raise StreamExists(f"stream {request.name!r} already exists")
+    for other in others:
+        if tables & {other.table, other.dead_letter_table}:
+            raise TableConflict(f"table {request.table} or {request.dead_letter_table} is already written by "
+                                f"stream {other.name!r}")
+
+
+def _resolve(settings: Settings, request: StreamRequest) -> tuple[StreamDef, int]:
+    """The stream's definition: where each partition starts, and its mapping (given or inferred)."""
+    with KafkaClient(request.kafka, group=f"floe.{request.name}", timeout=settings.sample_timeout) as client:
+        marks = client.watermarks(request.topic, client.partitions(request.topic))
+        mapping, sampled = request.mapping, 0
+        if mapping is None:
+            inferred = infer_from_sample(
+                request.topic, client.sample(request.topic, settings.sample_messages, settings.sample_timeout))
+            mapping, sampled = inferred.mapping, inferred.sampled
+    earliest = request.starting_offsets == "earliest"
+    return StreamDef(
+        name=request.name, id=StateStore.new_id(), topic=request.topic, kafka=request.kafka, format=request.format,
+        table=request.table, dead_letter_table=request.dead_letter_table, mapping=mapping,
+        starting_offsets=request.starting_offsets,
+        start_positions={p: (w.low if earliest else w.high) for p, w in marks.items()},
+        paused=False, created_at=now(),
+    ), sampled
+
+
+def _create_tables(settings: Settings, state: StateStore, stream: StreamDef) -> None:
+    """Both tables (or existing ones that fit) and the definition, or nothing at all."""
+    catalog = Catalog(settings)
+    schemas = ((stream.table, target_iceberg_schema(stream.mapping)),
+               (stream.dead_letter_table, dead_letter_iceberg_schema()))
+    for name, schema in schemas:
+        catalog.check_can_create(name, schema)
+    created: list[str] = []
+    try:
+        for name, schema in schemas:
+            if catalog.ensure_table(name, schema)[1]:
+                created.append(name)
+        state.add_stream(stream)
+    except BaseException:
+        for name in created:  # leave nothing behind from a failed create
+            catalog.drop(name)
+        raise
+
+
+# ---- pause, resume, delete -----------------------------------------------------------------
+
+
+def mapping_path(settings: Settings, name: str) -> Path:
+    return settings.home / "mappings" / f"{name}.toml"
+
+
+def set_paused(settings: Settings, name: str, paused: bool) -> None:
+    with StateStore(settings.state_db) as state:
+        state.set_paused(name, paused)
+        state.add_event(EventKind.STREAM_PAUSED if paused else EventKind.STREAM_RESUMED,
+                        "paused" if paused else "resumed", name)
+
+
+def delete_stream(settings: Settings, name: str, drop_tables: bool = False) -> StreamDef:
+    with StateStore(settings.state_db) as state:
+        stream = state.stream(name)
+        state.remove_stream(name)
+        state.add_event(EventKind.STREAM_DELETED, "deleted" + (" with its tables" if drop_tables else ""), name)
+    if drop_tables:
+        catalog = Catalog(settings)
+        catalog.drop(stream.table)
+        catalog.drop(stream.dead_letter_table)
+    mapping_path(settings, name).unlink(missing_ok=True)
+    return stream

@@ -1,0 +1,1 @@
+"""What every layer shares: errors, the vocabulary, clocks, file locks, failpoints."""

@@ -1,0 +1,150 @@
+"""Errors named by what went wrong, each marked retryable or not.
+
+A retryable error is about the world (a broker that does not answer, a commit
+that lost a race) and the engine tries again later; a terminal one is about
+what the user asked for and is reported, never retried.
+
+Every error pickles with its type (its only argument is the message), so one raised
+inside a Spark task reaches the engine, the CLI and the UI as itself.
+"""
+
+from __future__ import annotations
+
+
+class FloeError(Exception):
+    """Base of every error Floe reports to a user as one line."""
+
+    retryable = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def reworded(self, message: str) -> FloeError:
+        """The same kind of error with another message."""
+        return type(self)(message)
+
+
+class ConfigError(FloeError):
+    """A config file or a setting is malformed."""
+
+
+class InvalidName(FloeError, ValueError):
+    """A stream, namespace, table or column name is not allowed."""
+
+
+class InvalidRequest(FloeError):
+    """Several fields of one request are wrong: `problems` says which, each in one line."""
+
+    def __init__(self, message: str, problems: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = dict(problems or {})
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.problems))
+
+    @classmethod
+    def of(cls, problems: dict[str, str]) -> InvalidRequest:
+        return cls("; ".join(dict.fromkeys(problems.values())), problems)
+
+
+class StreamNotFound(FloeError):
+    """No stream has that name."""
+
+
+class StreamExists(FloeError):
+    """A stream with that name exists already."""
+
+
+class MappingError(FloeError):
+    """A mapping file or an inferred mapping cannot be used."""
+
+
+class TableConflict(FloeError):
+    """A table exists and cannot serve the stream as asked."""
+
+
+# ---- Kafka ---------------------------------------------------------------------
+
+
+class KafkaConfigError(FloeError):
+    """A librdkafka property is unknown or has a bad value."""
+
+
+class KafkaAccessDenied(FloeError):
+    """The cluster refused the credentials (authentication) or the topic (authorisation)."""
+
+
+class TopicNotFound(FloeError):
+    """The topic does not exist on the cluster."""
+
+
+class KafkaUnavailable(FloeError):
+    """Kafka did not deliver what was asked for in time; trying again later can help."""
+
+    retryable = True
+
+
+class BrokerUnreachable(KafkaUnavailable):
+    """The Kafka cluster did not answer, or answered with a transport error."""
+
+
+class ReadTimeout(KafkaUnavailable):
+    """A partition's messages did not arrive within the fetch timeout."""
+
+
+# ---- tables and storage ----------------------------------------------------------
+
+
+class WarehouseError(FloeError):
+    """The warehouse's storage (S3, a local disk) failed a read or a write; often an outage."""
+
+    retryable = True
+
+
+class CommitConflict(FloeError):
+    """Another writer changed the table between our read and our commit."""
+
+    retryable = True
+
+
+class OffsetsConflict(FloeError):
+    """The table holds offsets this engine did not expect: another engine writes this stream."""
+
+
+class OffsetsBeyondTopic(FloeError):
+    """The committed offsets are past the topic's end: the topic was recreated or truncated."""
+
+
+class TableNotFound(FloeError):
+    """No table or namespace of that name is in the catalog."""
+
+
+class RewriteConflict(FloeError):
+    """Files a maintenance task meant to replace were replaced or deleted meanwhile."""
+
+    retryable = True
+
+
+# ---- engine, maintenance, queries ------------------------------------------------------
+
+
+class EngineBusy(FloeError):
+    """Another `floe run` already holds this FLOE_HOME."""
+
+
+class MaintenanceBusy(FloeError):
+    """Another process is running maintenance on that table."""
+
+    retryable = True
+
+
+class QueryError(FloeError):
+    """A SQL statement failed; the message is DuckDB's."""
+
+
+class QueryCancelled(QueryError):
+    """The statement was interrupted before it finished."""

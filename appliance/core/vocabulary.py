@@ -1,0 +1,118 @@
+"""The words engine, CLI and UI share: stream phases, engine states, maintenance tasks and
+outcomes, event kinds and levels.
+
+They are `StrEnum`s: stored in SQLite and printed as their plain values, compared with
+`is`/`==` in code, and spelled in exactly one place.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class StreamPhase(StrEnum):
+    """Where a stream stands, as the engine last wrote it (or `IDLE` before any engine ran it)."""
+
+    IDLE = "idle"
+    STARTING = "starting"
+    RUNNING = "running"
+    CATCHING_UP = "catching_up"
+    FAILED = "failed"
+    PAUSED = "paused"
+
+
+class EngineState(StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+class MaintenanceTask(StrEnum):
+    RETENTION = "retention"
+    COMPACT = "compact"
+    EXPIRE = "expire"
+    ORPHANS = "orphans"
+
+    @property
+    def title(self) -> str:
+        return _TASK_TITLES[self]
+
+    @property
+    def noun(self) -> str:
+        """What a sentence calls a run of it: "compaction of ingest.orders requested"."""
+        return _TASK_NOUNS[self]
+
+
+# The order `floe maintain` runs them in: retention first, so compaction does not rewrite
+# rows about to go; expiry after compaction, so the files it replaced are deleted at once.
+TASK_ORDER = (MaintenanceTask.RETENTION, MaintenanceTask.COMPACT, MaintenanceTask.EXPIRE, MaintenanceTask.ORPHANS)
+
+_TASK_TITLES = {
+    MaintenanceTask.RETENTION: "Retention",
+    MaintenanceTask.COMPACT: "Compaction",
+    MaintenanceTask.EXPIRE: "Snapshot expiry",
+    MaintenanceTask.ORPHANS: "Orphan files",
+}
+_TASK_NOUNS = {
+    MaintenanceTask.RETENTION: "retention",
+    MaintenanceTask.COMPACT: "compaction",
+    MaintenanceTask.EXPIRE: "snapshot expiry",
+    MaintenanceTask.ORPHANS: "orphan file removal",
+}
+
+
+class RunOutcome(StrEnum):
+    OK = "ok"
+    NOTHING_TO_DO = "nothing to do"
+    DRY_RUN = "dry run"
+    FAILED = "failed"
+    BUSY = "busy"
+    CANCELLED = "cancelled"
+
+    @property
+    def failed(self) -> bool:
+        return self in (RunOutcome.FAILED, RunOutcome.BUSY)
+
+
+class RunTrigger(StrEnum):
+    CLI = "cli"
+    SCHEDULE = "schedule"
+    REQUEST = "request"
+
+
+class RequestState(StrEnum):
+    """A maintenance run asked for that has no recorded outcome yet."""
+
+    REQUESTED = "requested"  # no engine has taken it
+    QUEUED = "queued"  # the engine took it and runs another first
+    RUNNING = "running"
+
+
+class EventLevel(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class EventKind(StrEnum):
+    ENGINE_STARTED = "engine_started"
+    ENGINE_STOPPED = "engine_stopped"
+    STREAM_CREATED = "stream_created"
+    STREAM_PAUSED = "stream_paused"
+    STREAM_RESUMED = "stream_resumed"
+    STREAM_DELETED = "stream_deleted"
+    STREAM_FAILED = "stream_failed"
+    BROKER_UNREACHABLE = "broker_unreachable"
+    STREAM_RECOVERED = "stream_recovered"
+    DATA_EXPIRED = "data_expired"
+    PARTIAL_BATCH = "partial_batch"
+    DEAD_LETTER_BURST = "dead_letter_burst"  # derived from the batches, never stored
+    POLICY_CHANGED = "policy_changed"
+    MAINTENANCE_RETENTION = "maintenance_retention"
+    MAINTENANCE_COMPACT = "maintenance_compact"
+    MAINTENANCE_EXPIRE = "maintenance_expire"
+    MAINTENANCE_ORPHANS = "maintenance_orphans"
+
+    @classmethod
+    def maintenance(cls, task: MaintenanceTask) -> EventKind:
+        return cls(f"maintenance_{task.value}")

@@ -1,0 +1,1 @@
+"""The demo: pizza orders on an embedded broker, one stream, the UI."""

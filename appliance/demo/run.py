@@ -1,0 +1,114 @@
+"""`floe demo`: the embedded broker, pizza orders published to it, one stream, and the engine and UI on it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from typing import Callable
+
+from appliance.config.settings import Settings
+from appliance.control.processes import start_engine, stop
+from appliance.control.streams import create_stream, delete_stream
+from appliance.core.clock import age, utcnow
+from appliance.core.errors import EngineBusy, FloeError, StreamNotFound
+from appliance.core.vocabulary import StreamPhase
+from appliance.demo.pizza import publish
+from appliance.ingest.engine import Engine
+from appliance.kafka.broker import EmbeddedBroker
+from appliance.kafka.client import KafkaClient
+from appliance.kafka.settings import KafkaSettings
+from appliance.state.store import StateStore
+
+DEMO_STREAM = "pizza_orders"
+DEMO_TABLE = "ingest.pizza_orders"
+SAMPLE_BEFORE_CREATE = 100  # messages: enough for the mapping to be inferred from a fair sample
+
+
+def status_line(settings: Settings) -> str:
+    with StateStore(settings.state_db) as state:
+        st = state.status(DEMO_STREAM)
+    if st.updated_at is None:
+        return "waiting for the engine..."
+    seconds = age(st.last_commit_at, utcnow())
+    since = f", last commit {seconds:.1f}s ago" if seconds is not None else ""
+    error = f" | last error: {st.last_error}" if st.phase == StreamPhase.FAILED else ""
+    return (
+        f"{dt.datetime.now().strftime('%H:%M:%S')} {DEMO_STREAM}: {st.phase}, "
+        f"{st.rows_total} rows, {st.dead_letter_total} dead letters, "
+        f"{st.messages_per_s:.0f} msg/s, lag {st.lag or 0}{since}{error}"
+    )
+
+
+def _wait_for_sample(broker: EmbeddedBroker, stop_event: threading.Event) -> None:
+    with KafkaClient(KafkaSettings.create(broker.bootstrap)) as client:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not stop_event.is_set():
+            try:
+                if sum(w.high for w in client.watermarks(DEMO_STREAM).values()) >= SAMPLE_BEFORE_CREATE:
+                    return
+            except FloeError:  # the topic appears with the first message
+                pass
+            stop_event.wait(0.2)
+
+
+def run_demo(settings: Settings, rate: float, stop_event: threading.Event, out: Callable[[str], None],
+             ui: Callable | None = None) -> None:
+    """Broker, publisher and stream in this process; then `ui(settings, section)` until the user
+    quits it or, without a UI, a status line every 2 seconds until `stop_event`."""
+    broker = EmbeddedBroker()
+    out(f"embedded broker on {broker.bootstrap}; publishing {rate:g} pizza orders/s to topic {DEMO_STREAM}")
+    publisher = threading.Thread(target=publish, args=(broker.producer(), DEMO_STREAM, rate, stop_event),
+                                 daemon=True, name="demo-publisher")
+    publisher.start()
+    _wait_for_sample(broker, stop_event)
+    try:
+        delete_stream(settings, DEMO_STREAM, drop_tables=True)  # the last demo's broker is gone with its offsets
+        out(f"replaced the previous demo stream {DEMO_STREAM}")
+    except StreamNotFound:
+        pass
+    created = create_stream(settings, DEMO_STREAM, bootstrap=broker.bootstrap, topic=DEMO_STREAM, table=DEMO_TABLE)
+    out(f"stream {DEMO_STREAM}: topic {DEMO_STREAM} -> {DEMO_TABLE}, mapping inferred from {created.sampled} messages:")
+    out(created.stream.mapping_toml().rstrip())
+    try:
+        if ui is not None:
+            _with_ui(settings, ui, stop_event)
+        else:
+            _with_status_lines(settings, stop_event, out)
+    finally:
+        stop_event.set()
+        publisher.join(timeout=15)
+        broker.close()
+
+
+def _with_ui(settings: Settings, ui: Callable, stop_event: threading.Event) -> None:
+    # With the UI, the engine is its own `floe run` process, as in production: the UI
+    # owns the terminal, and Spark's JVM writes to a log file instead of over it.
+    launch = start_engine(settings, log_name="demo-engine.out")
+    try:
+        ui(settings, "streams")
+    finally:
+        stop_event.set()
+        stop(launch.process)
+
+
+def _with_status_lines(settings: Settings, stop_event: threading.Event, out: Callable[[str], None]) -> None:
+    engine = Engine(settings)
+    failure: list[BaseException] = []
+
+    def run_engine() -> None:
+        try:
+            engine.run()
+        except EngineBusy:
+            out("another `floe run` holds this FLOE_HOME: it ingests the demo stream")
+        except BaseException as exc:  # shown on the status line, the demo carries on
+            failure.append(exc)
+
+    engine_thread = threading.Thread(target=run_engine, daemon=True, name="demo-engine")
+    engine_thread.start()
+    out("ingesting; Ctrl-C to stop. Query it with:  floe query \"select status, count(*) from ingest.pizza_orders group by 1\"")
+    while not stop_event.wait(2.0):
+        out(status_line(settings) if not failure else f"engine failed: {failure[0]}")
+    engine.stop()
+    engine_thread.join()
+    out(status_line(settings))

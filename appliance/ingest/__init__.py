@@ -1,0 +1,1 @@
+"""Kafka to committed Iceberg snapshots: planning, the Spark batch, commits, the stream runner, the engine."""

@@ -1,0 +1,137 @@
+"""The engine: one worker thread per active stream, each running batches on a shared SparkSession,
+and the maintenance scheduler beside them.
+
+It reconciles with the state database every half second: a new active stream gets a
+worker; a paused, deleted or redefined stream's worker stops after its current batch.
+`engine.lock` (flock) keeps one engine per FLOE_HOME.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from appliance.config.settings import Settings, ensure_home
+from appliance.core.clock import now
+from appliance.core.errors import EngineBusy, FloeError
+from appliance.core.locks import FileLock
+from appliance.core.vocabulary import EngineState, EventKind, StreamPhase
+from appliance.ingest.worker import StreamWorker
+from appliance.maintenance.scheduler import MaintenanceScheduler
+from appliance.model.stream import StreamDef
+from appliance.spark.session import spark_session
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
+
+TICK = 0.5  # seconds between looks at the state database
+
+
+class EngineLock(FileLock):
+    """One engine per FLOE_HOME."""
+
+    def __init__(self, settings: Settings) -> None:
+        path = settings.home / "engine.lock"
+        super().__init__(path, EngineBusy(f"another floe engine is already running on {settings.home}"), str(os.getpid()))
+
+
+class Engine:
+    def __init__(self, settings: Settings, spark=None, on_tick: Callable[[Engine], None] | None = None) -> None:
+        """`spark`: a session to run on (tests share one); by default the engine starts and stops its own."""
+        self.settings = settings
+        ensure_home(settings)
+        self.state = StateStore(settings.state_db)
+        self.catalog = Catalog(settings)
+        self.stopping = threading.Event()
+        self.wake = threading.Event()  # a worker ended: look again without waiting out the tick
+        self.spark = spark
+        self._owns_spark = spark is None
+        self.workers: dict[str, StreamWorker] = {}
+        self.on_tick = on_tick
+        self.started_at = now()
+        self.maintenance: MaintenanceScheduler | None = None
+
+    def _heartbeat(self, state: EngineState) -> None:
+        self.state.engine_heartbeat(os.getpid(), self.settings.spark_master, state, self.started_at)
+
+    def start_spark(self) -> None:
+        if self.spark is None:
+            self._heartbeat(EngineState.STARTING)
+            self.spark = spark_session(self.settings)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+
+    def run(self, until_caught_up: bool = False) -> None:
+        """Run every active stream until `stop()`; with until_caught_up, until each has read
+        everything its topic held when the engine started, then return."""
+        with EngineLock(self.settings):
+            self.start_spark()
+            self.state.add_event(EventKind.ENGINE_STARTED,
+                                 f"engine started (pid {os.getpid()}, spark {self.settings.spark_master})")
+            if until_caught_up:
+                for stream in self.state.streams():
+                    if not stream.paused:
+                        self._start_worker(stream, until_caught_up=True)
+            else:
+                # Requests from the UI are served even with scheduled maintenance turned off.
+                self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping)
+                self.maintenance.start()
+            try:
+                self._loop(until_caught_up)
+            finally:
+                self._shut_down()
+            failed = [f"{name}: {w.error}" for name, w in sorted(self.workers.items()) if w.error]
+            if failed:
+                raise FloeError("; ".join(failed))
+
+    def _loop(self, until_caught_up: bool) -> None:
+        while not self.stopping.is_set():
+            if until_caught_up:
+                if all(w.done for w in self.workers.values()):
+                    return
+            else:
+                self._reconcile()
+            self._heartbeat(EngineState.RUNNING)
+            if self.on_tick:
+                self.on_tick(self)
+            self.wake.wait(TICK)
+            self.wake.clear()
+
+    def _shut_down(self) -> None:
+        self.stopping.set()
+        if self.maintenance is not None:
+            # Cancel until it ends: a rewrite may submit its Spark job just after a cancel.
+            while self.maintenance.is_alive():
+                self.maintenance.cancel()
+                self.maintenance.join(1.0)
+        for worker in self.workers.values():
+            worker.join()
+        self._heartbeat(EngineState.STOPPED)
+        self.state.add_event(EventKind.ENGINE_STOPPED, "engine stopped")
+        if self._owns_spark and self.spark is not None:
+            self.spark.stop()  # also ends the Python workers and their Kafka consumers
+            self.spark = None
+
+    def _start_worker(self, stream: StreamDef, until_caught_up: bool = False) -> None:
+        worker = StreamWorker(self, stream, until_caught_up)
+        self.workers[stream.name] = worker
+        self.state.update_status(stream.name, phase=StreamPhase.STARTING)
+        worker.start()
+
+    def _reconcile(self) -> None:
+        """Start workers for active streams; stop those paused, deleted or redefined."""
+        streams = {s.name: s for s in self.state.streams()}
+        for name, worker in list(self.workers.items()):
+            current = streams.get(name)
+            if current is None or current.paused or current.id != worker.stream.id:
+                worker.stop_event.set()
+            if worker.done:
+                del self.workers[name]
+        for name, stream in streams.items():
+            if stream.paused:
+                if name not in self.workers and self.state.status(name).phase != StreamPhase.PAUSED:
+                    self.state.update_status(name, phase=StreamPhase.PAUSED)
+            elif name not in self.workers:
+                self._start_worker(stream)

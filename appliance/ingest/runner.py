@@ -1,0 +1,154 @@
+"""One stream's batches, from Kafka to a committed Iceberg snapshot.
+
+A step: read where the stream's tables say it is (`Committed`, from the snapshot
+summaries, never a side file) and the partitions' watermarks; plan the pieces
+(`planning`); run them as one Spark job (`batch`); commit the files with the end
+offsets (`commit`); record the batch for whoever watches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from appliance.config.settings import Settings
+from appliance.core.clock import now
+from appliance.core.failpoints import failpoint
+from appliance.core.vocabulary import EventKind, EventLevel
+from appliance.ingest.batch import BatchResult, BatchSpec, run_batch
+from appliance.ingest.commit import Snapshots, StreamTables, commit_batch
+from appliance.ingest.planning import (
+    Committed,
+    Expired,
+    advance,
+    caught_up,
+    lag,
+    plan_batch,
+    plan_tasks,
+)
+from appliance.kafka.client import KafkaClient, Watermarks
+from appliance.model.stream import StreamDef
+from appliance.spark.session import parallelism
+from appliance.state.records import BatchRecord
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog, warehouse_io
+from appliance.tables.snapshots import committed_offsets, offsets_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    messages: int
+    rows: int
+    dead_letter_rows: int
+    lag: int
+    committed: bool
+
+
+class StreamRunner:
+    """Runs the batches of one stream. Not thread-safe: one worker thread owns it."""
+
+    def __init__(self, settings: Settings, spark, catalog: Catalog, state: StateStore, stream: StreamDef) -> None:
+        self.settings = settings
+        self.spark = spark
+        self.catalog = catalog
+        self.state = state
+        self.stream = stream
+        self._kafka: KafkaClient | None = None
+        self.tables: StreamTables | None = None
+        self.committed: Committed | None = None  # None: read it from the tables before the next batch
+        self.marks: dict[int, Watermarks] = {}  # the watermarks the last step saw
+        self._reported: set[Expired] = set()
+
+    @property
+    def kafka(self) -> KafkaClient:
+        if self._kafka is None:
+            self._kafka = KafkaClient(self.stream.kafka, group=self.stream.group, timeout=10.0)
+        return self._kafka
+
+    def close(self) -> None:
+        if self._kafka is not None:
+            self._kafka.close()
+            self._kafka = None
+
+    def reset(self) -> None:
+        """Forget what the tables held: after a failure the next batch reads it again."""
+        self.committed = None
+
+    def positions(self) -> dict[int, int]:
+        """Where each partition is read from next."""
+        if self.committed is None:
+            self._load()
+        return self.committed.read_from(self.stream.start_positions)
+
+    def _load(self) -> None:
+        target = self.catalog.table(self.stream.table)
+        dead_letter = self.catalog.table(self.stream.dead_letter_table)
+        self.tables = StreamTables(target, dead_letter)
+        self.committed = Committed(committed_offsets(target, self.stream.id),
+                                   committed_offsets(dead_letter, self.stream.id))
+
+    def watermarks(self) -> dict[int, Watermarks]:
+        self.marks = self.kafka.watermarks(self.stream.topic)
+        return self.marks
+
+    def lag(self) -> int:
+        return lag(self.positions(), self.marks)
+
+    def caught_up(self, goal: dict[int, int]) -> bool:
+        return caught_up(self.positions(), self.marks, goal)
+
+    def step(self) -> BatchOutcome:
+        with warehouse_io(self.settings, f"write stream {self.stream.name}'s tables"):
+            return self._step()
+
+    def _step(self) -> BatchOutcome:
+        started, started_at = time.monotonic(), now()
+        plan = plan_batch(self.positions(), self.watermarks(), self.settings.engine.max_batch_messages)
+        self._report_expired(plan.expired)
+        if not plan.pieces:
+            return BatchOutcome(0, 0, 0, 0, False)
+        result = run_batch(self.spark, self._spec(), plan_tasks(plan.pieces, parallelism(self.spark)))
+        failpoint("before_commit")
+        offsets, read_errors = advance(plan.start, result.pieces)
+        self.committed, snapshots = commit_batch(self.settings, self.stream, self.tables, self.committed, offsets,
+                                                 result)
+        if read_errors:
+            self.state.add_event(EventKind.PARTIAL_BATCH, "committed what was read; " + "; ".join(map(str, read_errors)),
+                                 self.stream.name, EventLevel.WARNING)
+        outcome = BatchOutcome(int(result.total("messages")), int(result.total("rows")),
+                               int(result.total("dead_letter_rows")), self.lag(), True)
+        self._record(outcome, result, snapshots, offsets, started_at, time.monotonic() - started)
+        return outcome
+
+    def _spec(self) -> BatchSpec:
+        stream, engine = self.stream, self.settings.engine
+        return BatchSpec(
+            stream_id=stream.id, topic=stream.topic, kafka=stream.kafka, group=stream.group, mapping=stream.mapping,
+            target=self.catalog.task_target(self.tables.target),
+            dead_letter=self.catalog.task_target(self.tables.dead_letter),
+            dead_letter_floor=self.committed.dead_letter_floor,
+            max_message_bytes=engine.max_message_bytes, fetch_timeout=engine.fetch_timeout,
+        )
+
+    def _report_expired(self, expired: list[Expired]) -> None:
+        for gap in expired:
+            if gap not in self._reported:  # once: with nothing to read, nothing commits the skip
+                self._reported.add(gap)
+                self.state.add_event(EventKind.DATA_EXPIRED, gap.describe(), self.stream.name, EventLevel.WARNING)
+
+    def _record(self, outcome: BatchOutcome, result: BatchResult, snapshots: Snapshots, offsets: dict[int, int],
+                started_at: str, seconds: float) -> None:
+        self.state.record_batch(BatchRecord(
+            stream=self.stream.name, started_at=started_at, committed_at=now(), duration_ms=int(seconds * 1000),
+            messages=outcome.messages, rows=outcome.rows, dead_letter_rows=outcome.dead_letter_rows,
+            bytes=int(result.total("bytes")), target_snapshot_id=snapshots.target,
+            dead_letter_snapshot_id=snapshots.dead_letter, offsets=offsets_json(offsets), lag=outcome.lag,
+        ))
+        log.info(
+            "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs",
+            self.stream.name, outcome.messages, outcome.rows, outcome.dead_letter_rows, seconds,
+            result.total("read_seconds"), result.total("decode_seconds"), result.total("write_seconds"),
+        )

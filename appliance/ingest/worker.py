@@ -1,0 +1,148 @@
+"""A stream's worker thread: batch after batch, every failure reported and retried.
+
+Broker outages, commit races and bugs alike never end a stream in `floe run`; a
+one-off `floe run --until-caught-up` gives up after a terminal error or five
+retryable ones, so that it can exit non-zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from appliance.core.clock import now
+from appliance.core.errors import FloeError, KafkaUnavailable
+from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
+from appliance.ingest.runner import BatchOutcome, StreamRunner
+from appliance.model.stream import StreamDef
+from appliance.state.store import StateStore
+
+if TYPE_CHECKING:
+    from appliance.ingest.engine import Engine
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF = 60.0
+ONE_OFF_ATTEMPTS = 5  # retryable failures in a row before `--until-caught-up` gives up
+
+
+@dataclass
+class Failing:
+    """A stream's run of failures: reported once, retried with a growing pause."""
+
+    message: str
+    attempts: int
+    backoff: float
+
+
+def describe(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, FloeError) else f"{type(exc).__name__}: {exc}"
+
+
+class StreamWorker(threading.Thread):
+    def __init__(self, engine: Engine, stream: StreamDef, until_caught_up: bool) -> None:
+        super().__init__(name=f"floe-{stream.name}", daemon=True)
+        self.engine = engine
+        self.stream = stream
+        self.until_caught_up = until_caught_up
+        self.stop_event = threading.Event()
+        self.done = False
+        self.error: str | None = None
+        self.failing: Failing | None = None
+        self.rate = 0.0
+        self.last_end = time.monotonic()
+
+    def run(self) -> None:
+        settings = self.engine.settings
+        state = StateStore(settings.state_db)
+        runner = StreamRunner(settings, self.engine.spark, self.engine.catalog, state, self.stream)
+        try:
+            self._loop(runner, state)
+        finally:
+            runner.close()
+            state.close()
+            self.done = True
+            self.engine.wake.set()
+
+    def _loop(self, runner: StreamRunner, state: StateStore) -> None:
+        goal: dict[int, int] | None = None
+        while not self._stopping():
+            started = time.monotonic()
+            try:
+                if goal is None and self.until_caught_up:
+                    goal = {p: w.high for p, w in runner.watermarks().items()}
+                outcome = runner.step()
+            except Exception as exc:  # every failure is reported, then retried: a stream never dies
+                if self._failed(exc, runner, state):
+                    return
+                continue
+            self._succeeded(outcome, state)
+            if goal is not None and runner.caught_up(goal):
+                return
+            engine = self.engine.settings.engine
+            pause = max(0.0, engine.commit_interval - (time.monotonic() - started)) if outcome.messages \
+                else engine.poll_interval
+            if self._wait(pause):
+                return
+
+    def _failed(self, exc: Exception, runner: StreamRunner, state: StateStore) -> bool:
+        """Report and back off; True when the worker must end instead of retrying."""
+        name = self.stream.name
+        message = describe(exc)
+        if not isinstance(exc, FloeError):
+            log.exception("stream %s: batch failed", name)
+        first = self.engine.settings.engine.retry_backoff
+        failing = self.failing or Failing(message, 0, first)
+        if self.failing is None or message != self.failing.message:
+            kind = EventKind.BROKER_UNREACHABLE if isinstance(exc, KafkaUnavailable) else EventKind.STREAM_FAILED
+            state.add_event(kind, message, name, EventLevel.ERROR)
+        self.failing = Failing(message, failing.attempts + 1, failing.backoff)
+        state.update_status(name, phase=StreamPhase.FAILED, last_error=message, last_error_at=now())
+        runner.reset()
+        if isinstance(exc, KafkaUnavailable):
+            runner.close()  # a fresh connection next time
+        retryable = isinstance(exc, FloeError) and exc.retryable
+        if self.until_caught_up and (not retryable or self.failing.attempts >= ONE_OFF_ATTEMPTS):
+            self.error = message  # a one-off run reports the failure instead of waiting on it
+            return True
+        if self._wait(failing.backoff):
+            return True
+        self.failing.backoff = min(failing.backoff * 2, MAX_BACKOFF)
+        return False
+
+    def _succeeded(self, outcome: BatchOutcome, state: StateStore) -> None:
+        name = self.stream.name
+        if self.failing is not None:
+            state.add_event(EventKind.STREAM_RECOVERED, f"recovered after: {self.failing.message}", name)
+            self.failing = None
+        elapsed = time.monotonic() - self.last_end
+        self.last_end = time.monotonic()
+        if outcome.messages:
+            self.rate = outcome.messages / max(elapsed, 1e-3)
+        elif elapsed > 0:
+            self.rate = self.rate * 0.5 if self.rate > 1 else 0.0
+        catching_up = outcome.lag > self.engine.settings.engine.max_batch_messages // 4
+        fields = {"phase": StreamPhase.CATCHING_UP if catching_up else StreamPhase.RUNNING, "lag": outcome.lag,
+                  "messages_per_s": round(self.rate, 1)}
+        if outcome.committed:
+            status = state.status(name)
+            fields["last_commit_at"] = now()
+            fields["rows_total"] = status.rows_total + outcome.rows
+            fields["dead_letter_total"] = status.dead_letter_total + outcome.dead_letter_rows
+        state.update_status(name, **fields)
+
+    def _stopping(self) -> bool:
+        return self.stop_event.is_set() or self.engine.stopping.is_set()
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep until the next batch; True when the worker must stop instead."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.stop_event.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+                return True
+            if self.engine.stopping.is_set():
+                return True
+        return self._stopping()

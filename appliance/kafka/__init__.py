@@ -1,0 +1,1 @@
+"""Kafka with confluent-kafka: connection settings, metadata and samples, reading offset ranges."""

@@ -1,0 +1,117 @@
+"""The driver's connection to a Kafka cluster: topics, partitions, watermarks and samples."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from appliance.core.errors import ReadTimeout, TopicNotFound
+from appliance.kafka.errors import kafka_error
+from appliance.kafka.logs import KAFKA_LOG
+from appliance.kafka.settings import KafkaSettings
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class SampledMessage:
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key: bytes | None
+    value: bytes | None
+
+
+class KafkaClient:
+    """The driver's connection to one cluster: metadata, watermarks and samples."""
+
+    def __init__(self, settings: KafkaSettings, group: str = "floe", timeout: float = 10.0) -> None:
+        self.settings = settings
+        self.timeout = timeout
+        try:
+            self._consumer = Consumer(settings.consumer_config(group, logger=KAFKA_LOG))
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise kafka_error(exc, settings, "kafka client") from None
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> KafkaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def topics(self) -> list[str]:
+        try:
+            meta = self._consumer.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise kafka_error(exc, self.settings, "listing topics") from None
+        return sorted(t for t in meta.topics if not t.startswith("__"))
+
+    def partitions(self, topic: str) -> list[int]:
+        try:
+            meta = self._consumer.list_topics(topic, timeout=self.timeout)
+        except KafkaException as exc:
+            raise kafka_error(exc, self.settings, f"topic {topic!r}") from None
+        info = meta.topics.get(topic)
+        if info is None or info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise TopicNotFound(f"topic {topic!r} not found on {self.settings.bootstrap}")
+        if info.error is not None:
+            raise kafka_error(info.error, self.settings, f"topic {topic!r}")
+        if not info.partitions:
+            raise TopicNotFound(f"topic {topic!r} has no partitions on {self.settings.bootstrap}")
+        return sorted(info.partitions)
+
+    def watermarks(self, topic: str, partitions: list[int] | None = None) -> dict[int, Watermarks]:
+        partitions = partitions if partitions is not None else self.partitions(topic)
+        out = {}
+        for p in partitions:
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=self.timeout, cached=False
+                )
+            except KafkaException as exc:
+                raise kafka_error(exc, self.settings, f"topic {topic!r} partition {p}") from None
+            out[p] = Watermarks(low, high)
+        return out
+
+    def sample(self, topic: str, count: int, timeout: float) -> list[SampledMessage]:
+        """Up to `count` of the newest messages, spread over the partitions."""
+        marks = self.watermarks(topic)
+        nonempty = {p: w for p, w in marks.items() if w.high > w.low}
+        if not nonempty:
+            return []
+        per_partition = max(1, count // len(nonempty))
+        wanted = {p: (max(w.low, w.high - per_partition), w.high) for p, w in nonempty.items()}
+        consumer = Consumer(self.settings.consumer_config("floe-sample", logger=KAFKA_LOG))
+        try:
+            consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in wanted.items()])
+            out: list[SampledMessage] = []
+            remaining = {p: end for p, (_, end) in wanted.items()}
+            deadline = time.monotonic() + timeout
+            while remaining and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, timeout=0.2):
+                    if msg.error():
+                        if msg.error().fatal() or msg.error().code() == KafkaError._AUTHENTICATION:
+                            raise kafka_error(msg.error(), self.settings, f"reading {topic!r}")
+                        continue
+                    p, o = msg.partition(), msg.offset()
+                    if p in remaining and o < remaining[p]:
+                        ts_type, ts = msg.timestamp()
+                        out.append(SampledMessage(p, o, ts if ts_type else None, msg.key(), msg.value()))
+                        if o + 1 >= remaining[p]:
+                            del remaining[p]
+            if not out and remaining:
+                raise ReadTimeout(f"no message could be read from {topic!r} within {timeout:.0f}s")
+            return sorted(out, key=lambda m: (m.partition, m.offset))
+        except KafkaException as exc:
+            raise kafka_error(exc, self.settings, f"reading {topic!r}") from None
+        finally:
+            consumer.close()

@@ -1,0 +1,1 @@
+"""Keeping tables healthy: compaction, snapshot expiry, orphan files, retention, and their scheduler."""

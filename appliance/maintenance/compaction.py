@@ -1,0 +1,148 @@
+"""Compaction: small data files rewritten into files near the target size, one `replace` snapshot.
+
+Files are grouped partition by partition, in commit order, so that each new file holds
+a contiguous stretch of the stream (good for pruning by time and for retention).
+Readers see every row exactly once before, during and after: the new files become
+visible in the same snapshot that removes the old ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyiceberg.manifest import DataFileContent, ManifestEntry
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation
+
+from appliance.config.policy import Policy
+from appliance.config.settings import Settings
+from appliance.core.errors import RewriteConflict
+from appliance.core.vocabulary import RunOutcome
+from appliance.maintenance.job import Job
+from appliance.maintenance.rewrite import RewriteGroup, rewrite_groups
+from appliance.tables.catalog import Catalog
+from appliance.tables.commits import commit_rewrite
+from appliance.tables.datafiles import delete_files, live_entries
+from appliance.tables.snapshots import MAINTENANCE_KEY, totals
+
+MIN_GROUP_FILES = 2  # rewriting one file alone into one file gains nothing
+# A task rewrites up to this many target sizes of input. Its writer cuts files at the target
+# on disk, so only its last file is short: bigger groups mean fewer short files, more
+# groups mean more tasks at once.
+GROUP_TARGETS = 8
+
+
+@dataclass
+class CompactionPlan:
+    files: int  # live data files in the table
+    bytes: int
+    small_files: int
+    small_bytes: int
+    groups: list[RewriteGroup] = field(default_factory=list)
+
+    @property
+    def files_to_rewrite(self) -> int:
+        return sum(len(g.files) for g in self.groups)
+
+    @property
+    def bytes_to_rewrite(self) -> int:
+        return sum(g.bytes for g in self.groups)
+
+    def triggered(self, policy: Policy) -> bool:
+        """Whether the table needs compaction on its own (a manual run needs only groups)."""
+        if not self.groups:
+            return False
+        if self.small_files >= policy.compact_small_files:
+            return True
+        return self.small_files >= 5 and self.bytes / max(1, self.files) < policy.compact_min_average_size
+
+
+def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:
+    entries = live_entries(table)
+    data = [e for e in entries if e.data_file.content == DataFileContent.DATA]
+    small = [e for e in data if e.data_file.file_size_in_bytes < policy.small_file_size]
+    plan = CompactionPlan(
+        files=len(data),
+        bytes=sum(e.data_file.file_size_in_bytes for e in data),
+        small_files=len(small),
+        small_bytes=sum(e.data_file.file_size_in_bytes for e in small),
+    )
+    if len(data) != len(entries):
+        return plan  # delete files: Floe writes none, and rewriting around them is not done here
+    by_partition: dict[tuple, list[ManifestEntry]] = {}
+    for e in small:
+        key = (e.data_file.spec_id, tuple(e.data_file.partition))
+        by_partition.setdefault(key, []).append(e)
+    for (spec_id, _), group_entries in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
+        group_entries.sort(key=lambda e: (e.sequence_number or 0, e.data_file.file_path))
+        current: list = []
+        size = 0
+        for e in group_entries:
+            f = e.data_file
+            if current and size + f.file_size_in_bytes > GROUP_TARGETS * policy.target_file_size:
+                plan.groups.append(RewriteGroup(tuple(current), spec_id, current[0].partition))
+                current, size = [], 0
+            current.append(f)
+            size += f.file_size_in_bytes
+        if current:
+            plan.groups.append(RewriteGroup(tuple(current), spec_id, current[0].partition))
+    plan.groups = [g for g in plan.groups if len(g.files) >= MIN_GROUP_FILES]
+    return plan
+
+
+@dataclass
+class CompactionResult:
+    plan: CompactionPlan
+    files_after: int = 0
+    bytes_after: int = 0
+    files_written: int = 0
+    rows: int = 0
+    snapshot_id: int | None = None
+
+
+def compact(
+    settings: Settings, catalog: Catalog, table: Table, policy: Policy, spark, plan: CompactionPlan | None = None
+) -> CompactionResult:
+    plan = plan or plan_compaction(table, policy)
+    result = CompactionResult(plan, files_after=plan.files, bytes_after=plan.bytes)
+    if not plan.groups:
+        return result
+    results = rewrite_groups(spark, catalog.task_target(table), plan.groups, policy.target_file_size)
+    added = [f for r in results for f in r.files]
+    removed = [f for g in plan.groups for f in g.files]
+    rows_in, rows_out = sum(r.rows_in for r in results), sum(r.rows_out for r in results)
+    if rows_in != rows_out:  # never commit a rewrite that would lose or invent rows
+        delete_files(table, [f.file_path for f in added])
+        raise RewriteConflict(f"rewrite read {rows_in} rows but wrote {rows_out}; nothing committed")
+    table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, {MAINTENANCE_KEY: "compaction"})
+    after = totals(table)
+    result.snapshot_id, result.files_after, result.bytes_after = after.snapshot_id, after.data_files, after.size_bytes
+    result.files_written = len(added)
+    result.rows = rows_out
+    return result
+
+
+def perform(job: Job) -> None:
+    """Compact the table (or, dry, say what compaction would do) and describe it on the run."""
+    run, policy = job.run, job.policy
+    plan = plan_compaction(job.table, policy)
+    run.files_before, run.bytes_before = plan.files, plan.bytes
+    if not plan.groups:
+        run.files_after, run.bytes_after = plan.files, (None if job.dry_run else plan.bytes)
+        run.rows_rewritten = 0
+        run.outcome, run.detail = RunOutcome.NOTHING_TO_DO, f"{plan.small_files} small files, none to merge"
+        return
+    if job.dry_run:
+        run.rows_rewritten = sum(g.rows for g in plan.groups)
+        at_least = sum(-(-g.bytes // policy.target_file_size) for g in plan.groups)  # if nothing compressed better
+        run.files_after = plan.files - plan.files_to_rewrite + at_least
+        run.detail = _detail(plan.files_to_rewrite, plan.bytes_to_rewrite, at_least, policy, "at most ")
+        return
+    result = compact(job.settings, job.catalog, job.table, policy, job.spark(), plan)
+    run.files_after, run.bytes_after = result.files_after, result.bytes_after
+    run.rows_rewritten, run.snapshot_id = result.rows, result.snapshot_id
+    run.detail = _detail(plan.files_to_rewrite, plan.bytes_to_rewrite, result.files_written, policy)
+
+
+def _detail(files: int, size: int, written: int, policy: Policy, qualifier: str = "") -> str:
+    return f"{files} small files ({size:,} bytes) into {qualifier}{written} (target {policy.target_file_size:,} bytes)"

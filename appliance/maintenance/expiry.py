@@ -1,0 +1,118 @@
+"""Snapshot expiry that also deletes the files only expired snapshots referenced.
+
+Kept whatever their age: the newest `min_snapshots` ancestors of the current snapshot,
+branch and tag heads, and the chain from the current snapshot down to the one holding
+the stream's offsets, so exactly-once resumption never loses its place.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+
+from appliance.config.policy import Policy
+from appliance.config.settings import Settings
+from appliance.core.errors import CommitConflict
+from appliance.core.vocabulary import RunOutcome
+from appliance.maintenance.job import Job, plural
+from appliance.tables.commits import commit_lock
+from appliance.tables.datafiles import delete_files, reachable_files
+from appliance.tables.snapshots import ancestors, offsets_snapshot_chain
+
+
+@dataclass
+class ExpiryPlan:
+    snapshots: int
+    expire: list[int] = field(default_factory=list)
+    files_to_delete: set[str] = field(default_factory=set)
+
+
+@dataclass
+class ExpiryResult:
+    plan: ExpiryPlan
+    files_deleted: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def plan_expiry(table: Table, policy: Policy, now_ms: int | None = None) -> ExpiryPlan:
+    meta = table.metadata
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    keep = set(offsets_snapshot_chain(meta))
+    keep |= {s.snapshot_id for s in ancestors(meta)[: policy.min_snapshots]}
+    keep |= {ref.snapshot_id for ref in meta.refs.values()}
+    cutoff = now_ms - int(policy.keep_snapshots * 1000)
+    expire = {s.snapshot_id for s in meta.snapshots if s.timestamp_ms < cutoff} - keep
+    remaining = sorted(
+        (s for s in meta.snapshots if s.snapshot_id not in expire), key=lambda s: s.timestamp_ms, reverse=True
+    )
+    if len(remaining) > policy.max_snapshots:
+        # Beyond the cap the oldest go, young or not (but never a kept one).
+        expire |= {s.snapshot_id for s in remaining[policy.max_snapshots:]} - keep
+    return ExpiryPlan(snapshots=len(meta.snapshots), expire=sorted(expire))
+
+
+def files_only_in(table: Table, expired: list[int]) -> set[str]:
+    """Files referenced by the `expired` snapshots and by no other snapshot of the table."""
+    meta = table.metadata
+    gone = [s for s in meta.snapshots if s.snapshot_id in set(expired)]
+    kept = [s for s in meta.snapshots if s.snapshot_id not in set(expired)]
+    return reachable_files(table, gone).all() - reachable_files(table, kept).all()
+
+
+def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = False) -> ExpiryResult:
+    plan = plan_expiry(table, policy)
+    result = ExpiryResult(plan)
+    if not plan.expire:
+        return result
+    if dry_run:
+        plan.files_to_delete = files_only_in(table, plan.expire)
+        return result
+    name = ".".join(table.name())
+    pre, ids = table.metadata, []
+    for attempt in range(10):
+        try:
+            with commit_lock(settings, name):
+                table = table.refresh()  # refresh() updates `table` in place; `pre` keeps what it was
+                pre = table.metadata
+                ids = [i for i in plan.expire if table.metadata.snapshot_by_id(i) is not None]
+                if set(offsets_snapshot_chain(table.metadata)) & set(ids):
+                    # The table moved on under us in a way that matters: plan again from it.
+                    plan.expire = plan_expiry(table, policy).expire
+                    ids = plan.expire
+                if ids:
+                    table.maintenance.expire_snapshots().by_ids(ids).commit()
+            break
+        except CommitFailedException as exc:
+            if attempt == 9:
+                raise CommitConflict(f"table {name}: snapshot expiry lost 10 races: {exc}") from None
+            time.sleep(0.1 * (attempt + 1))
+    table = table.refresh()
+    # What is gone is judged against the table as committed, which includes anything
+    # other writers committed meanwhile: they can only reference files the kept snapshots have.
+    plan.expire = ids
+    expired_snapshots = [s for s in pre.snapshots if s.snapshot_id in set(ids)]
+    kept = reachable_files(table, table.metadata.snapshots).all()
+    doomed = reachable_files(table, expired_snapshots).all() - kept
+    plan.files_to_delete = doomed
+    result.files_deleted, result.failures = delete_files(table, doomed)
+    return result
+
+
+def perform(job: Job) -> None:
+    """Expire snapshots (or, dry, say which) and describe it on the run."""
+    run = job.run
+    result = expire(job.settings, job.table, job.policy, dry_run=job.dry_run)
+    run.snapshots_expired = len(result.plan.expire)
+    run.files_deleted = result.files_deleted
+    if not result.plan.expire:
+        run.outcome, run.detail = RunOutcome.NOTHING_TO_DO, f"{result.plan.snapshots} snapshots, none to expire"
+        return
+    what = "would delete" if job.dry_run else "deleted"
+    count = len(result.plan.files_to_delete) if job.dry_run else result.files_deleted
+    run.detail = f"{len(result.plan.expire)} of {result.plan.snapshots} snapshots expired; {what} {plural(count, 'file')}"
+    if result.failures:
+        run.outcome = RunOutcome.FAILED
+        run.detail += f"; {len(result.failures)} could not be deleted, first: {result.failures[0]}"

@@ -1,0 +1,153 @@
+"""Running maintenance tasks under a per-table lock, recording every run, and telling which are due.
+
+The same `Maintainer` serves `floe maintain` (on demand), the engine's scheduler (in the
+background, while streams write) and the terminal UI's "run now" buttons (a request
+in the state database that the engine picks up). Every run, dry or real, failed or
+not, is recorded in the state database with its figures.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+from appliance.config.policy import Policy
+from appliance.config.settings import Settings
+from appliance.core.clock import now
+from appliance.core.errors import FloeError, MaintenanceBusy
+from appliance.core.locks import FileLock
+from appliance.core.vocabulary import (
+    EventKind,
+    EventLevel,
+    MaintenanceTask,
+    RunOutcome,
+    RunTrigger,
+)
+from appliance.maintenance import compaction, expiry, orphans, retention
+from appliance.maintenance.job import Job
+from appliance.maintenance.policies import effective_policy
+from appliance.state.records import RunRecord
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog, warehouse_io
+from appliance.tables.snapshots import totals
+
+log = logging.getLogger(__name__)
+
+PERFORM: dict[MaintenanceTask, Callable[[Job], None]] = {
+    MaintenanceTask.RETENTION: retention.perform,
+    MaintenanceTask.COMPACT: compaction.perform,
+    MaintenanceTask.EXPIRE: expiry.perform,
+    MaintenanceTask.ORPHANS: orphans.perform,
+}
+MIN_FILES_TO_COMPACT = 5
+
+
+def table_lock(settings: Settings, table: str) -> FileLock:
+    """One maintenance task at a time per table, across processes."""
+    busy = MaintenanceBusy(f"table {table}: another maintenance run is under way")
+    return FileLock(settings.home / "locks" / f"{table}.maintain.lock", busy)
+
+
+class Maintainer:
+    """Runs maintenance tasks. `spark` is a SparkSession or a function that makes one when a
+    rewrite first needs it: expiry and orphan removal never start Spark."""
+
+    def __init__(self, settings: Settings, spark: Any = None, state: StateStore | None = None,
+                 stopping: threading.Event | None = None) -> None:
+        self.settings = settings
+        self._spark = spark
+        self.stopping = stopping  # the engine's: once set, a task that breaks off was cancelled, not failed
+        self.catalog = Catalog(settings)
+        self.state = state or StateStore(settings.state_db)
+
+    @property
+    def spark(self):
+        if callable(self._spark) and not hasattr(self._spark, "sparkContext"):
+            self._spark = self._spark()
+        return self._spark
+
+    def policy(self, table: str) -> Policy:
+        return effective_policy(self.settings, self.state, table)[0]
+
+    def run(self, table: str, task: MaintenanceTask, trigger: RunTrigger = RunTrigger.CLI,
+            dry_run: bool = False) -> RunRecord:
+        task = MaintenanceTask(task)
+        run = RunRecord(task=task, table_name=table, trigger=RunTrigger(trigger), dry_run=dry_run, started_at=now())
+        started = time.monotonic()
+        try:
+            with table_lock(self.settings, table):
+                self._perform(run)
+        except MaintenanceBusy as exc:
+            run.outcome, run.detail = RunOutcome.BUSY, str(exc)
+        except FloeError as exc:
+            run.outcome, run.detail = RunOutcome.FAILED, str(exc)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            run.outcome, run.detail = RunOutcome.FAILED, f"table {table} was dropped"
+        except Exception as exc:
+            if self.stopping is not None and self.stopping.is_set():
+                # The engine cancelled the rewrite's Spark job on its way out: nothing was
+                # committed, and the files it had written age into orphans.
+                run.outcome = RunOutcome.CANCELLED
+                run.detail = "the engine stopped before the task ended; nothing was committed"
+            else:  # a bug or the storage: recorded and reported, the caller carries on
+                log.exception("maintenance %s of %s failed", task, table)
+                run.outcome, run.detail = RunOutcome.FAILED, f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        run.duration_ms = int((time.monotonic() - started) * 1000)
+        run.finished_at = now()
+        self.state.record_run(run)
+        if run.outcome not in (RunOutcome.NOTHING_TO_DO, RunOutcome.DRY_RUN) and not dry_run:
+            self.state.add_event(EventKind.maintenance(task),
+                                 f"{table}: {task.title.lower()} {run.outcome}" + (f": {run.detail}" if run.detail else ""),
+                                 None, EventLevel.WARNING if run.failed else EventLevel.INFO)
+        return run
+
+    def _perform(self, run: RunRecord) -> None:
+        policy = self.policy(run.table_name)
+        with warehouse_io(self.settings, f"maintain table {run.table_name}"):
+            table = self.catalog.table(run.table_name)
+            if not run.dry_run:
+                table = self.catalog.ensure_properties(table)
+            PERFORM[run.task](Job(self.settings, self.catalog, table, policy, run, lambda: self.spark))
+        if run.dry_run and run.outcome == RunOutcome.OK:
+            run.outcome = RunOutcome.DRY_RUN
+
+    def due(self, table: str, clock: Callable[[], float] = time.time) -> list[MaintenanceTask]:
+        """The tasks the table needs now, in the order they should run."""
+        cfg = self.settings.maintenance
+        policy = self.policy(table)
+        t = self.catalog.table(table)
+        out = []
+        if not policy.retention.forever and self._older_than(table, MaintenanceTask.RETENTION,
+                                                             cfg.retention_interval, clock):
+            out.append(MaintenanceTask.RETENTION)
+        if totals(t).data_files >= MIN_FILES_TO_COMPACT and self._older_than(
+                table, MaintenanceTask.COMPACT, policy.compact_interval, clock):
+            if compaction.plan_compaction(t, policy).triggered(policy):
+                out.append(MaintenanceTask.COMPACT)
+        snapshots = len(t.metadata.snapshots)
+        over_cap = snapshots > policy.max_snapshots + max(10, policy.max_snapshots // 10)
+        if snapshots > policy.min_snapshots and (
+                over_cap or self._older_than(table, MaintenanceTask.EXPIRE, cfg.expire_interval, clock)):
+            if expiry.plan_expiry(t, policy, int(clock() * 1000)).expire:
+                out.append(MaintenanceTask.EXPIRE)
+        if self._older_than(table, MaintenanceTask.ORPHANS, cfg.orphans_interval, clock):
+            out.append(MaintenanceTask.ORPHANS)
+        return out
+
+    def _older_than(self, table: str, task: MaintenanceTask, seconds: float, clock: Callable[[], float]) -> bool:
+        last = self.state.last_run(table, task, outcomes=(RunOutcome.OK, RunOutcome.NOTHING_TO_DO, RunOutcome.FAILED))
+        if last is None:
+            return True
+        finished = dt.datetime.fromisoformat(last.finished_at).timestamp()
+        return clock() - finished >= seconds
+
+
+def format_run(run: RunRecord) -> str:
+    """One run as `floe maintain` and `floe table runs` print it."""
+    return (f"{run.table_name:28} {run.task:10} {run.outcome:14} {run.duration_ms / 1000:6.1f}s  "
+            f"{run.detail}")

@@ -1,0 +1,244 @@
+"""Rewriting data files into files of about a target size, in Spark tasks.
+
+Compaction rewrites every row of its groups; retention rewrites only the rows at or
+after a cutoff. A group's files (one partition) are read with PyIceberg's Arrow
+reader, which maps old files onto the current schema by field id, and written by a
+rolling Parquet writer that closes each file once it reaches the target size on
+disk. One Spark task per group, so more Spark cores rewrite more groups at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.typedef import Record
+
+from appliance.core.failpoints import failpoint
+from appliance.spark.tasks import run_in_tasks
+from appliance.tables.datafiles import TableTarget, table_metadata
+from appliance.tables.storage import storage_errors
+
+ROW_GROUP_BYTES = 32 * 1024 * 1024  # a Parquet row group holds at most about this much, on disk
+
+
+@dataclass(frozen=True)
+class KeepFilter:
+    """Rows to keep: `column` at or after `cutoff`, or null (an unknown event time is not old)."""
+
+    column: str
+    cutoff: dt.datetime
+
+    def expression(self, field_type: Any):
+        from pyiceberg.expressions import GreaterThanOrEqual, IsNull, Or
+        from pyiceberg.types import DateType, TimestampType
+
+        if isinstance(field_type, DateType):
+            literal = self.cutoff.date().isoformat()
+        elif isinstance(field_type, TimestampType):
+            literal = self.cutoff.astimezone(dt.timezone.utc).replace(tzinfo=None).isoformat()
+        else:
+            literal = self.cutoff.isoformat()
+        return Or(GreaterThanOrEqual(self.column, literal), IsNull(self.column))
+
+
+@dataclass(frozen=True)
+class RewriteGroup:
+    files: tuple[DataFile, ...]  # all of one spec and partition
+    spec_id: int
+    partition: Record
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.file_size_in_bytes for f in self.files)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.record_count for f in self.files)
+
+
+@dataclass
+class RewriteResult:
+    files: list[DataFile] = field(default_factory=list)
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+
+
+class _TrackedOutput:
+    """An OutputFile whose stream we keep, to see how many bytes a file has so far."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.stream = None
+
+    def create(self, overwrite: bool = False):
+        self.stream = self.inner.create(overwrite=overwrite)
+        return self.stream
+
+
+class RollingWriter:
+    """Writes Arrow batches into data files that close once they reach `target` bytes."""
+
+    def __init__(self, target: TableTarget, group: RewriteGroup, target_bytes: int, bytes_per_row: float) -> None:
+        from pyiceberg.io import load_file_io
+        from pyiceberg.io.pyarrow import sanitize_column_names
+        from pyiceberg.table.locations import load_location_provider
+
+        self.meta = table_metadata(target)
+        self.io = load_file_io(target.io_properties, self.meta.location)
+        self.locations = load_location_provider(self.meta.location, self.meta.properties)
+        self.schema = self.meta.schema()
+        self.file_schema = sanitize_column_names(self.schema)
+        self.group = group
+        self.target = target_bytes
+        self.bytes_per_row = max(1.0, bytes_per_row)
+        self.prefix = f"floe-rewrite-{uuid.uuid4()}"
+        self.files: list[DataFile] = []
+        self.rows = 0
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered = 0
+        self._writer = None
+        self._output: _TrackedOutput | None = None
+        self._path = ""
+        self._rows_in_file = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._buffer.append(batch)
+            self._buffered += batch.num_rows
+            self._drain(final=False)
+
+    def close(self) -> list[DataFile]:
+        self._drain(final=True)
+        self._close_file()
+        return self.files
+
+    def _written(self) -> int:
+        return self._output.stream.tell() if self._output and self._output.stream else 0
+
+    def _drain(self, final: bool) -> None:
+        while self._buffered:
+            if self._writer is not None and self._written() >= self.target * 0.95:
+                self._close_file()
+            room = self.target - self._written()
+            rows = max(1, min(int(room / self.bytes_per_row), int(ROW_GROUP_BYTES / self.bytes_per_row)))
+            if self._buffered < rows and not final:
+                return  # wait for more rows: bigger row groups compress and scan better
+            self._write(self._take(rows))
+
+    def _take(self, rows: int) -> pa.Table:
+        buffered = pa.Table.from_batches(self._buffer)  # zero-copy, as are the slices
+        taken = buffered.slice(0, rows)
+        self._buffer = buffered.slice(rows).to_batches()
+        self._buffered -= taken.num_rows
+        return taken
+
+    def _write(self, table: pa.Table) -> None:
+        from pyiceberg.io.fileformat import FileFormatFactory
+        from pyiceberg.io.pyarrow import _to_requested_schema
+
+        fmt = FileFormatFactory.get(FileFormat.PARQUET)
+        if self._writer is None:
+            self._path = self.locations.new_data_location(f"{self.prefix}-{len(self.files):05d}.parquet")
+            self._output = _TrackedOutput(self.io.new_output(self._path))
+            self._writer = fmt.create_writer(self._output, self.file_schema, self.meta.properties)
+            self._rows_in_file = 0
+        batches = [
+            _to_requested_schema(
+                requested_schema=self.file_schema, file_schema=self.schema, batch=b,
+                downcast_ns_timestamp_to_us=True, include_field_ids=True, format_model=fmt,
+            )
+            for b in table.to_batches()
+        ]
+        self._writer.write(pa.Table.from_batches(batches))
+        self._rows_in_file += table.num_rows
+        self.rows += table.num_rows
+        # Learn the real size of a row on disk from this file, to place the next cut well.
+        self.bytes_per_row = max(1.0, self._written() / self._rows_in_file)
+
+    def _close_file(self) -> None:
+        if self._writer is None:
+            return
+        stats = self._writer.close()
+        self.files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=self._path,
+                file_format=FileFormat.PARQUET,
+                partition=self.group.partition,
+                file_size_in_bytes=len(self.io.new_input(self._path)),
+                sort_order_id=None,
+                spec_id=self.group.spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **stats.to_serialized_dict(),
+            )
+        )
+        self._writer = None
+        self._output = None
+
+
+def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int, keep: KeepFilter | None) -> RewriteResult:
+    """Rewrite one group; the new files are written but not committed."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io import load_file_io
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import FileScanTask
+
+    failpoint("rewrite_group")
+    started = time.perf_counter()
+    meta = table_metadata(target)
+    io = load_file_io(target.io_properties, meta.location)
+    schema = meta.schema()
+    row_filter = keep.expression(schema.find_field(keep.column).field_type) if keep else AlwaysTrue()
+    scan = ArrowScan(meta, io, schema, row_filter)
+    writer = RollingWriter(target, group, target_bytes, group.bytes / max(1, group.rows))
+    try:
+        with storage_errors(target.where(), "rewrite data files"):
+            for batch in scan.to_record_batches([FileScanTask(f) for f in group.files]):
+                writer.add(batch)
+            files = writer.close()
+    except BaseException:
+        for f in writer.files:  # written but never to be committed
+            io.delete(f.file_path)
+        raise
+    return RewriteResult(
+        files=files,
+        rows_in=group.rows,
+        rows_out=writer.rows,
+        bytes_in=group.bytes,
+        bytes_out=sum(f.file_size_in_bytes for f in files),
+        seconds=time.perf_counter() - started,
+    )
+
+
+JOB_GROUP = "floe-maintenance"
+
+
+def rewrite_groups(
+    spark, target: TableTarget, groups: list[RewriteGroup], target_bytes: int, keep: KeepFilter | None = None
+) -> list[RewriteResult]:
+    """Rewrite `groups`, one Spark task each (or here, in order, without Spark); results in order."""
+    if not groups:
+        return []
+    if spark is None:
+        return [rewrite_group(target, g, target_bytes, keep) for g in groups]
+    context = spark.sparkContext
+    # The engine's streams share this SparkSession: FAIR scheduling in a pool of its own
+    # keeps a long rewrite from holding back their batches, and the job group lets a
+    # stopping engine cancel it.
+    context.setLocalProperty("spark.scheduler.pool", "maintenance")
+    context.setJobGroup(JOB_GROUP, "floe table maintenance", interruptOnCancel=True)
+    try:
+        return run_in_tasks(spark, lambda i: rewrite_group(target, groups[i], target_bytes, keep), len(groups))
+    finally:
+        context.setLocalProperty("spark.scheduler.pool", None)
+        context.setLocalProperty("spark.jobGroup.id", None)

@@ -1,0 +1,68 @@
+"""The engine's background maintenance: requests from the UI at once, due tasks at each check."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from appliance.config.settings import Settings
+from appliance.core.vocabulary import RunTrigger
+from appliance.maintenance.maintainer import Maintainer
+from appliance.maintenance.rewrite import JOB_GROUP
+
+log = logging.getLogger(__name__)
+
+
+class MaintenanceScheduler(threading.Thread):
+    def __init__(self, settings: Settings, spark: Any, stop: threading.Event, poll: float = 1.0) -> None:
+        super().__init__(name="floe-maintenance", daemon=True)
+        self.settings = settings
+        self.spark = spark
+        self.stop_event = stop
+        self.poll = poll
+
+    def run(self) -> None:
+        maintainer = Maintainer(self.settings, spark=self.spark, stopping=self.stop_event)
+        next_check = 0.0
+        try:
+            while not self.stop_event.is_set():
+                for request in maintainer.state.take_requests():
+                    if self.stop_event.is_set():
+                        return
+                    maintainer.run(request.table_name, request.task, trigger=RunTrigger.REQUEST)
+                if self.settings.maintenance.enabled and time.monotonic() >= next_check:
+                    self._scheduled(maintainer)
+                    next_check = time.monotonic() + self.settings.maintenance.check_interval
+                self.stop_event.wait(self.poll)
+        finally:
+            maintainer.state.close()
+
+    def _scheduled(self, maintainer: Maintainer) -> None:
+        try:
+            tables = maintainer.catalog.list_tables()
+        except Exception as exc:
+            log.warning("maintenance: cannot list tables: %s", exc)
+            return
+        for table in tables:
+            if self.stop_event.is_set():
+                return
+            if maintainer.state.pending_requests():
+                return  # a user is waiting: their request goes first, the check comes back later
+            try:
+                due = maintainer.due(table)
+            except Exception as exc:  # a table dropped meanwhile, storage trouble: next check
+                log.warning("maintenance: cannot check %s: %s", table, exc)
+                continue
+            for task in due:
+                if self.stop_event.is_set():
+                    return
+                maintainer.run(table, task, trigger=RunTrigger.SCHEDULE)
+
+    def cancel(self) -> None:
+        """Stop a rewrite in flight: its files are never committed and age into orphans."""
+        try:
+            self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
+        except Exception:  # no job in flight, or the JVM is going away with the engine
+            pass

@@ -1,0 +1,1 @@
+"""What a stream is and what its rows look like: names, columns, mappings, decoding."""

@@ -1,0 +1,137 @@
+"""Column mappings: which field of a message lands in which typed column.
+
+A mapping is inferred from a sample of messages (`model.inference`), printed and saved
+as TOML, and can be edited and supplied back. `column_problems` is the one set of rules
+a mapping must follow, whoever edits it: a TOML file, the CLI, the UI's editor.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import tomli_w
+from pyiceberg.types import IcebergType
+
+from appliance.core.errors import InvalidName, MappingError
+from appliance.model.columns import INGESTED_AT, KAFKA_COLUMNS, RESERVED_COLUMNS
+from appliance.model.names import check_identifier
+from appliance.model.types import TYPES
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    source: tuple[str, ...]
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return TYPES[self.type][1]
+
+    @property
+    def iceberg_type(self) -> IcebergType:
+        return TYPES[self.type][0]
+
+
+def column_problems(columns: Iterable[tuple[str, str, tuple[str, ...]]]) -> dict[int, str]:
+    """What is wrong with each column, by position: (name, type, source) triples in table order."""
+    columns = list(columns)
+    counts = Counter(name for name, _, _ in columns)
+    problems: dict[int, str] = {}
+    for i, (name, type_, source) in enumerate(columns):
+        try:
+            check_identifier(name, "column")
+        except InvalidName as exc:
+            problems[i] = str(exc)
+            continue
+        if name in RESERVED_COLUMNS:
+            problems[i] = f"column {name!r} is reserved for Kafka metadata; rename it"
+        elif counts[name] > 1:
+            problems[i] = f"column {name!r} appears more than once"
+        elif type_ not in TYPES:
+            problems[i] = f"column {name!r}: unknown type {type_!r} (use one of {', '.join(TYPES)})"
+        elif not source or not all(isinstance(p, str) and p for p in source):
+            problems[i] = f"column {name!r}: source must name a field, e.g. \"customer.id\""
+    return problems
+
+
+@dataclass(frozen=True)
+class Mapping:
+    columns: tuple[Column, ...]
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            raise MappingError("a mapping needs at least one column")
+        problems = column_problems((c.name, c.type, c.source) for c in self.columns)
+        if problems:
+            raise MappingError(problems[min(problems)])
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the target rows: the mapped columns, then Floe's own."""
+        return pa.schema([pa.field(c.name, c.arrow_type) for c in self.columns]
+                         + [c.field for c in KAFKA_COLUMNS] + [INGESTED_AT.field])
+
+    def to_toml(self, header: str = "") -> str:
+        doc = {
+            "columns": [
+                {"name": c.name, "type": c.type, "source": _source_text(c.source)} for c in self.columns
+            ]
+        }
+        lines = [f"# {line}" for line in header.splitlines()] if header else []
+        lines.append(f"# types: {', '.join(TYPES)}; source is a dotted path into the JSON object")
+        return "\n".join(lines) + "\n" + tomli_w.dumps(doc)
+
+    @classmethod
+    def from_toml(cls, text: str, origin: str = "mapping") -> Mapping:
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise MappingError(f"{origin}: not valid TOML: {exc}") from None
+        raw = doc.get("columns")
+        if not isinstance(raw, list) or not raw:
+            raise MappingError(f"{origin}: needs one or more [[columns]] tables with name, type and source")
+        columns = [_column_entry(entry, i, origin) for i, entry in enumerate(raw, 1)]
+        try:
+            return cls(tuple(columns))
+        except MappingError as exc:
+            raise MappingError(f"{origin}: {exc}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Mapping:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise MappingError(f"mapping file {p}: cannot read: {exc.strerror}") from None
+        return cls.from_toml(text, origin=f"mapping file {p}")
+
+
+def _column_entry(entry: object, i: int, origin: str) -> Column:
+    if not isinstance(entry, dict):
+        raise MappingError(f"{origin}: columns entry {i} must be a table")
+    unknown = set(entry) - {"name", "type", "source"}
+    if unknown:
+        raise MappingError(f"{origin}: columns entry {i}: unknown key {sorted(unknown)[0]!r}")
+    name, type_, source = entry.get("name"), entry.get("type"), entry.get("source", entry.get("name"))
+    if not isinstance(name, str) or not isinstance(type_, str):
+        raise MappingError(f"{origin}: columns entry {i} needs a string name and type")
+    if isinstance(source, str):
+        path = _parse_source(source)
+    elif isinstance(source, list) and all(isinstance(p, str) for p in source):
+        path = tuple(source)
+    else:
+        raise MappingError(f"{origin}: column {name!r}: source must be a string or a list of strings")
+    return Column(name, type_, path)
+
+
+def _source_text(path: tuple[str, ...]) -> str | list[str]:
+    return ".".join(path) if not any("." in p for p in path) else list(path)
+
+
+def _parse_source(text: str) -> tuple[str, ...]:
+    return tuple(p for p in text.split(".")) if text else ()

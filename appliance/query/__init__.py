@@ -1,0 +1,1 @@
+"""DuckDB SQL over the catalog's tables, query history and result export."""

@@ -1,0 +1,123 @@
+"""DuckDB over the catalog's Iceberg tables, each named `namespace.table`.
+
+Extensions are loaded from their PyPI packages by file path, so nothing is
+downloaded at run time; each table is a view over `iceberg_scan` of its current
+metadata file, so a query sees the last committed snapshot. `run_query` is one
+statement on a fresh connection (the CLI); `query.session` keeps one open (the UI).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from appliance.config.settings import Settings
+from appliance.core.errors import QueryError
+from appliance.tables.catalog import open_catalog, warehouse_io
+
+EXTENSIONS = ("avro", "iceberg", "httpfs")  # avro before iceberg: iceberg reads Avro manifests
+
+
+def _extension_path(name: str) -> Path:
+    package = import_module(f"duckdb_extension_{name}")
+    base = Path(package.__file__).parent / "extensions"
+    found = sorted(base.glob(f"*/{name}.duckdb_extension"))
+    if not found:
+        raise QueryError(f"duckdb extension {name} is not installed (pip install duckdb-extension-{name})")
+    return found[-1]
+
+
+def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view for every table of the catalog."""
+    con = open_connection(settings)
+    attach_catalog(con, settings)
+    return con
+
+
+def open_connection(settings: Settings) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the extensions loaded and the warehouse's credentials set."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    for name in EXTENSIONS:
+        if name == "httpfs" and not settings.warehouse.startswith("s3"):
+            continue
+        con.execute(f"LOAD '{_extension_path(name)}'")
+    if settings.warehouse.startswith("s3"):
+        s3 = settings.s3
+        endpoint = s3.endpoint.split("://", 1)[-1]
+        con.execute(
+            "CREATE SECRET floe_s3 (TYPE S3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL ?)",
+            [s3.access_key_id, s3.secret_access_key, s3.region, endpoint, s3.endpoint.startswith("https")],
+        ) if endpoint else con.execute(
+            "CREATE SECRET floe_s3 (TYPE S3, KEY_ID ?, SECRET ?, REGION ?)",
+            [s3.access_key_id, s3.secret_access_key, s3.region],
+        )
+    return con
+
+
+def _kind(con: duckdb.DuckDBPyConnection, schema: str, name: str) -> str | None:
+    """'view', 'table' or None: what `schema.name` is in this connection's own database."""
+    row = con.execute(
+        "SELECT 'view' FROM duckdb_views() WHERE database_name = current_database() AND NOT internal"
+        " AND schema_name = ? AND view_name = ?"
+        " UNION ALL SELECT 'table' FROM duckdb_tables() WHERE database_name = current_database()"
+        " AND schema_name = ? AND table_name = ?",
+        [schema, name, schema, name],
+    ).fetchone()
+    return row[0] if row else None
+
+
+def drop(con: duckdb.DuckDBPyConnection, schema: str, name: str, unless: str | None = None) -> None:
+    kind = _kind(con, schema, name)
+    if kind and kind != unless:
+        con.execute(f'DROP {kind.upper()} "{schema}"."{name}"')
+
+
+def attach_catalog(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[str]:
+    """Create or replace a view for every table of the catalog; returns their names.
+
+    Safe to call again on the same connection: each view then moves to its table's
+    newest metadata file.
+    """
+    catalog = open_catalog(settings)
+    names = []
+    for ns in catalog.list_namespaces():
+        schema = ns[0]
+        con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        for ident in catalog.list_tables(ns):
+            name = ".".join(ident)
+            with warehouse_io(settings, f"read table {name}"):
+                table = catalog.load_table(name)
+            view = f'"{ident[0]}"."{ident[1]}"'
+            if table.current_snapshot() is None:
+                # No snapshot yet, so no metadata to scan: an empty table of the same columns.
+                drop(con, ident[0], ident[1], unless="table")
+                con.register("__floe_empty", table.schema().as_arrow().empty_table())
+                con.execute(f"CREATE OR REPLACE TABLE {view} AS SELECT * FROM __floe_empty")
+                con.unregister("__floe_empty")
+            else:
+                drop(con, ident[0], ident[1], unless="view")
+                location = table.metadata_location.replace("'", "''")
+                con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM iceberg_scan('{location}')")
+            names.append(name)
+    return names
+
+
+def one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else exc.__class__.__name__
+
+
+def run_query(settings: Settings, sql: str) -> pa.Table:
+    con = connect(settings)
+    try:
+        result = con.execute(sql)
+        if result.description is None:
+            return pa.table({})
+        return result.to_arrow_table()
+    except duckdb.Error as exc:
+        raise QueryError(one_line(exc)) from None
+    finally:
+        con.close()

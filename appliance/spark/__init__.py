@@ -1,0 +1,1 @@
+"""The SparkSession, and running Python work as Spark tasks."""

@@ -1,0 +1,64 @@
+"""The SparkSession Floe runs its batches on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from appliance.config.settings import DEFAULTS_FILE, Settings
+from appliance.core.errors import ConfigError
+
+LOG4J = DEFAULTS_FILE.parent / "log4j2.properties"
+
+
+def check_java() -> None:
+    """Raise a ConfigError saying what to do if Spark's driver JVM cannot be started."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and not os.access(os.path.join(java_home, "bin", "java"), os.X_OK):
+        raise ConfigError(f"JAVA_HOME={java_home} has no bin/java: point it at a Java 17 install or unset it")
+    if not (java_home or shutil.which("java")):
+        raise ConfigError("Spark needs Java 17: install openjdk-17-jre-headless or set JAVA_HOME")
+
+
+def spark_session(settings: Settings, app_name: str = "floe"):
+    check_java()
+    # Spark's Python workers must be this interpreter: it is the one with Floe and pyarrow.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")  # what pandas-on-Spark asks for; Floe's times are UTC
+    settings.log_dir.mkdir(parents=True, exist_ok=True)
+    java_opts = f"-Dlog4j.configurationFile={LOG4J.as_uri()} -Dfloe.log.dir={settings.log_dir}"
+    # Only the driver's JVM logs to FLOE_HOME. In local[N] the executor lives in that JVM;
+    # a cluster's executors log where the cluster keeps them (a standalone worker: its
+    # work dir, app-*/N/stderr), not to a path on the driver's machine they may not have.
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f'--driver-java-options "{java_opts}" pyspark-shell')
+
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(settings.spark_master)
+        .appName(app_name)
+        .config("spark.driver.memory", settings.spark_driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.scheduler.mode", "FAIR")
+        # A task that fails is retried by the engine's next batch, from committed offsets.
+        .config("spark.task.maxFailures", "1")
+    )
+    if settings.spark_master.startswith("local") or "//127.0.0.1:" in settings.spark_master or "//localhost:" in settings.spark_master:
+        # Everything on this machine: keep Spark's own sockets on loopback.
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    for key, value in settings.spark_conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def parallelism(spark) -> int:
+    return max(1, spark.sparkContext.defaultParallelism)
+

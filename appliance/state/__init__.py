@@ -1,0 +1,1 @@
+"""The appliance's own state in SQLite: stream definitions, status, batches, events, maintenance."""

@@ -1,0 +1,171 @@
+"""What the state database holds, as typed records: one class per table, values in the shared vocabulary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from appliance.core.vocabulary import (
+    EngineState,
+    EventKind,
+    EventLevel,
+    MaintenanceTask,
+    RunOutcome,
+    RunTrigger,
+    StreamPhase,
+)
+
+R = TypeVar("R")
+
+
+def known(kind: type[StrEnum], value: Any, default: Any = None) -> Any:
+    """`value` as a member of `kind`; an unknown value (from a newer Floe) stays as it was."""
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        return value
+
+
+def from_row(cls: type[R], row: dict[str, Any], **converted: Any) -> R:
+    values = {f.name: row.get(f.name) for f in fields(cls)}  # type: ignore[arg-type]
+    values.update(converted)
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class StreamStatus:
+    """What the engine last wrote about a stream; a stream it never ran has the defaults."""
+
+    name: str
+    phase: StreamPhase = StreamPhase.IDLE
+    last_error: str = ""
+    last_error_at: str | None = None
+    last_commit_at: str | None = None
+    lag: int | None = None
+    rows_total: int = 0
+    dead_letter_total: int = 0
+    messages_per_s: float = 0.0
+    updated_at: str | None = None
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> StreamStatus:
+        return from_row(cls, row, phase=known(StreamPhase, row.get("phase"), StreamPhase.IDLE),
+                        last_error=row.get("last_error") or "", rows_total=row.get("rows_total") or 0,
+                        dead_letter_total=row.get("dead_letter_total") or 0,
+                        messages_per_s=float(row.get("messages_per_s") or 0.0))
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One committed batch of a stream."""
+
+    stream: str
+    started_at: str
+    committed_at: str
+    duration_ms: int
+    messages: int
+    rows: int
+    dead_letter_rows: int
+    bytes: int
+    target_snapshot_id: int | None
+    dead_letter_snapshot_id: int | None
+    offsets: str  # JSON: partition -> next offset
+    lag: int | None
+    id: int | None = None
+
+    @property
+    def messages_per_s(self) -> float:
+        return (self.messages or 0) / max((self.duration_ms or 1) / 1000, 0.001)
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> BatchRecord:
+        return from_row(cls, row, messages=row.get("messages") or 0, rows=row.get("rows") or 0,
+                        dead_letter_rows=row.get("dead_letter_rows") or 0, bytes=row.get("bytes") or 0,
+                        duration_ms=row.get("duration_ms") or 0)
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    at: str
+    stream: str | None
+    level: EventLevel
+    kind: EventKind | str
+    message: str
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> EventRecord:
+        return from_row(cls, row, level=known(EventLevel, row.get("level"), EventLevel.INFO),
+                        kind=known(EventKind, row.get("kind"), ""), message=row.get("message") or "")
+
+
+@dataclass(frozen=True)
+class EngineRecord:
+    pid: int | None
+    started_at: str | None
+    heartbeat_at: str | None
+    spark_master: str | None
+    state: EngineState | None
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> EngineRecord:
+        return from_row(cls, row, state=known(EngineState, row.get("state")))
+
+
+@dataclass
+class RunRecord:
+    """One maintenance run, dry or real, whatever its outcome, with its figures."""
+
+    task: MaintenanceTask
+    table_name: str
+    trigger: RunTrigger
+    outcome: RunOutcome = RunOutcome.OK
+    detail: str = ""
+    dry_run: bool = False
+    started_at: str = ""
+    finished_at: str = ""
+    duration_ms: int = 0
+    files_before: int | None = None
+    files_after: int | None = None
+    bytes_before: int | None = None
+    bytes_after: int | None = None
+    rows_deleted: int | None = None
+    rows_rewritten: int | None = None
+    snapshots_expired: int | None = None
+    files_deleted: int | None = None
+    snapshot_id: int | None = None
+    id: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in (RunOutcome.FAILED, RunOutcome.BUSY)
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> RunRecord:
+        return from_row(cls, row, task=known(MaintenanceTask, row.get("task")),
+                        trigger=known(RunTrigger, row.get("trigger")), outcome=known(RunOutcome, row.get("outcome")),
+                        dry_run=bool(row.get("dry_run")), detail=row.get("detail") or "",
+                        duration_ms=row.get("duration_ms") or 0)
+
+    def row(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "id"}
+        values["dry_run"] = int(self.dry_run)
+        return values
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """A maintenance run asked for from the UI, for the engine to take."""
+
+    id: int
+    table_name: str
+    task: MaintenanceTask
+    requested_at: str
+    taken_at: str | None
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> RequestRecord:
+        return from_row(cls, row, task=known(MaintenanceTask, row.get("task")))

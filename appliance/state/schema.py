@@ -1,0 +1,89 @@
+"""The state database's tables, declared once, and how a database is opened and brought up to date."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import sqlite_utils
+
+# Every table of the state database: columns, primary key, indexes. Created or completed
+# when a StateStore opens, under one lock, never by an insert while others read and write.
+SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]] = {
+    "streams": (
+        {
+            "name": str, "id": str, "topic": str, "bootstrap": str, "kafka_options": str,
+            "format": str, "target_table": str, "dead_letter_table": str, "mapping": str,
+            "starting_offsets": str, "start_positions": str, "paused": int,
+            "created_at": str, "updated_at": str,
+        },
+        "name", [],
+    ),
+    "stream_status": (
+        {
+            "name": str, "phase": str, "last_error": str, "last_error_at": str,
+            "last_commit_at": str, "lag": int, "rows_total": int, "dead_letter_total": int,
+            "messages_per_s": float, "updated_at": str,
+        },
+        "name", [],
+    ),
+    "batches": (
+        {
+            "id": int, "stream": str, "started_at": str, "committed_at": str, "duration_ms": int,
+            "messages": int, "rows": int, "dead_letter_rows": int, "bytes": int,
+            "target_snapshot_id": int, "dead_letter_snapshot_id": int, "offsets": str, "lag": int,
+        },
+        "id", [["stream", "id"]],
+    ),
+    "events": ({"id": int, "at": str, "stream": str, "level": str, "kind": str, "message": str}, "id", [["stream", "id"]]),
+    "engine": (
+        {"id": int, "pid": int, "started_at": str, "heartbeat_at": str, "spark_master": str, "state": str},
+        "id", [],
+    ),
+    "policies": ({"scope": str, "name": str, "settings": str, "updated_at": str}, ("scope", "name"), []),
+    "maintenance_runs": (
+        {
+            "id": int, "task": str, "table_name": str, "trigger": str, "started_at": str,
+            "finished_at": str, "duration_ms": int, "outcome": str, "dry_run": int,
+            "files_before": int, "files_after": int, "bytes_before": int, "bytes_after": int,
+            "rows_deleted": int, "snapshots_expired": int, "files_deleted": int,
+            "rows_rewritten": int, "snapshot_id": int, "detail": str,
+        },
+        "id", [["table_name", "task", "id"]],
+    ),
+    "maintenance_requests": (
+        {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],
+    ),
+}
+
+
+def use_wal(conn: sqlite3.Connection, timeout: float = 30.0) -> None:
+    """Put the database in WAL mode (it stays so, in the file).
+
+    Switching modes ignores the busy timeout, so two processes opening a fresh database
+    together can see "database is locked": retry until one of them has switched it.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def migrate(db: sqlite_utils.Database) -> None:
+    """Create what is missing: tables, and the columns a newer Floe added to them."""
+    for name, (columns, pk, indexes) in SCHEMA.items():
+        table = db[name]
+        if not table.exists():
+            table.create(columns, pk=pk)
+            for index in indexes:
+                table.create_index(index)
+            continue
+        for column, kind in columns.items():
+            if column not in table.columns_dict:
+                table.add_column(column, kind)

@@ -1,0 +1,275 @@
+"""The appliance's own state in SQLite (sqlite-utils): stream definitions and runtime status.
+
+It is also the control path between processes: the CLI (and the terminal UI)
+write definitions and pause/resume flags here; a running engine reads them
+between batches and writes back status, batches and events. Offsets are NOT
+kept here: they live in the Iceberg snapshots, committed with the data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from appliance.core.clock import now
+from appliance.core.errors import StreamExists, StreamNotFound
+from appliance.core.vocabulary import (
+    EngineState,
+    EventKind,
+    EventLevel,
+    MaintenanceTask,
+    RunOutcome,
+)
+from appliance.kafka.settings import KafkaSettings
+from appliance.model.mapping import Mapping
+from appliance.model.stream import StreamDef
+from appliance.state.records import (
+    BatchRecord,
+    EngineRecord,
+    EventRecord,
+    RequestRecord,
+    RunRecord,
+    StreamStatus,
+)
+from appliance.state.schema import migrate, use_wal
+
+
+class StateStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not path.exists()
+        conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+        if fresh:
+            os.chmod(path, 0o600)  # it holds Kafka credentials
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA busy_timeout=30000")
+        use_wal(conn)
+        # One writer migrates at a time: the engine, the UI's workers and a CLI call may all
+        # open a fresh database at once. BEGIN IMMEDIATE waits on the busy timeout, where a
+        # check-then-create in autocommit would fail with "database is locked".
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            migrate(self.db)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _rows(self, table: str, where: str | None = None, args: list[Any] | None = None, **kwargs: Any):
+        return self.db[table].rows_where(where, args or [], **kwargs)
+
+    # ---- stream definitions ----
+
+    def add_stream(self, stream: StreamDef) -> None:
+        try:
+            self.db["streams"].insert(_stream_row(stream))
+        except sqlite3.IntegrityError:
+            raise StreamExists(f"stream {stream.name!r} already exists") from None
+
+    def stream(self, name: str) -> StreamDef:
+        rows = list(self._rows("streams", "name = ?", [name]))
+        if not rows:
+            raise StreamNotFound(f"no stream named {name!r} (see `floe stream list`)")
+        return _stream(rows[0])
+
+    def streams(self) -> list[StreamDef]:
+        return [_stream(r) for r in self._rows("streams", order_by="name")]
+
+    def set_paused(self, name: str, paused: bool) -> None:
+        self.stream(name)
+        self.db["streams"].update(name, {"paused": int(paused), "updated_at": now()})
+
+    def remove_stream(self, name: str) -> None:
+        self.stream(name)
+        with self.db.conn:
+            self.db["streams"].delete(name)
+            self.db["stream_status"].delete_where("name = ?", [name])
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex
+
+    # ---- runtime status, batches, events ----
+
+    def status(self, name: str) -> StreamStatus:
+        rows = list(self._rows("stream_status", "name = ?", [name]))
+        return StreamStatus.of(rows[0]) if rows else StreamStatus(name)
+
+    def statuses(self) -> dict[str, StreamStatus]:
+        return {r["name"]: StreamStatus.of(r) for r in self.db["stream_status"].rows}
+
+    def update_status(self, name: str, **fields: Any) -> None:
+        self.db["stream_status"].upsert({"name": name, **fields, "updated_at": now()}, pk="name", alter=False)
+
+    def record_batch(self, batch: BatchRecord) -> None:
+        row = asdict(batch)
+        row.pop("id")
+        self.db["batches"].insert(row)
+
+    def recent_batches(self, stream: str, limit: int = 20) -> list[BatchRecord]:
+        """The stream's newest batches, newest first."""
+        return [BatchRecord.of(r) for r in self._rows("batches", "stream = ?", [stream], order_by="id desc",
+                                                        limit=limit)]
+
+    def batches_since(self, stream: str, since: str) -> list[BatchRecord]:
+        """The stream's batches committed at or after `since`, oldest first."""
+        return [BatchRecord.of(r) for r in self._rows("batches", "stream = ? and committed_at >= ?",
+                                                        [stream, since], order_by="id")]
+
+    def heavy_dead_letter_batches(self, min_messages: int, min_share: float, newest: int,
+                                  stream: str | None = None) -> list[BatchRecord]:
+        """Batches among the `newest` whose dead-letter rows are at least `min_share` of their messages."""
+        top = self.db.execute("select coalesce(max(id), 0) from batches").fetchone()[0]
+        where = "id > ? and messages >= ? and dead_letter_rows * 1000 >= messages * ?"
+        args: list[Any] = [top - newest, min_messages, int(min_share * 1000)]
+        if stream:
+            where += " and stream = ?"
+            args.append(stream)
+        return [BatchRecord.of(r) for r in self._rows("batches", where, args, order_by="id")]
+
+    def add_event(self, kind: EventKind, message: str, stream: str | None = None,
+                  level: EventLevel = EventLevel.INFO) -> None:
+        self.db["events"].insert({"at": now(), "stream": stream, "level": level, "kind": kind, "message": message})
+
+    def events(self, stream: str | None = None, limit: int = 100) -> list[EventRecord]:
+        """The newest events (of one stream, or all), newest first."""
+        where, args = ("stream = ?", [stream]) if stream else (None, [])
+        return [EventRecord.of(r) for r in self._rows("events", where, args, order_by="id desc", limit=limit)]
+
+    def event_streams(self) -> set[str]:
+        """Every stream that has events, deleted ones included."""
+        return {r[0] for r in self.db.execute("select distinct stream from events where stream is not null")}
+
+    def engine_heartbeat(self, pid: int, spark_master: str, state: EngineState, started_at: str) -> None:
+        self.db["engine"].upsert(
+            {"id": 1, "pid": pid, "started_at": started_at, "heartbeat_at": now(), "spark_master": spark_master,
+             "state": state},
+            pk="id",
+        )
+
+    def engine(self) -> EngineRecord | None:
+        rows = list(self._rows("engine", "id = 1"))
+        return EngineRecord.of(rows[0]) if rows else None
+
+    # ---- maintenance: policies, runs, requests from the UI ----
+
+    def policy(self, scope: str, name: str) -> dict[str, Any]:
+        rows = list(self._rows("policies", "scope = ? and name = ?", [scope, name]))
+        return json.loads(rows[0]["settings"]) if rows else {}
+
+    def set_policy(self, scope: str, name: str, values: dict[str, Any]) -> None:
+        if values:
+            self.db["policies"].upsert(
+                {"scope": scope, "name": name, "settings": json.dumps(values, sort_keys=True), "updated_at": now()},
+                pk=("scope", "name"),
+            )
+        else:
+            self.db["policies"].delete_where("scope = ? and name = ?", [scope, name])
+
+    def record_run(self, run: RunRecord) -> int:
+        run.id = self.db["maintenance_runs"].insert(run.row()).last_pk
+        return run.id
+
+    def runs(self, table: str | None = None, task: MaintenanceTask | None = None, limit: int = 50) -> list[RunRecord]:
+        """The newest runs (of one table, of one task, or all), newest first."""
+        clauses, args = [], []
+        for column, value in (("table_name", table), ("task", task)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        where = " and ".join(clauses) or None
+        return [RunRecord.of(r) for r in self._rows("maintenance_runs", where, args, order_by="id desc", limit=limit)]
+
+    def last_run(self, table: str, task: MaintenanceTask,
+                 outcomes: tuple[RunOutcome, ...] = (RunOutcome.OK, RunOutcome.NOTHING_TO_DO)) -> RunRecord | None:
+        """The newest real (not dry) run of the task on the table that ended in one of `outcomes`."""
+        marks = ", ".join("?" for _ in outcomes)
+        rows = list(self._rows(
+            "maintenance_runs", f"table_name = ? and task = ? and dry_run = 0 and outcome in ({marks})",
+            [table, task, *outcomes], order_by="id desc", limit=1,
+        ))
+        return RunRecord.of(rows[0]) if rows else None
+
+    def request_maintenance(self, table: str, task: MaintenanceTask) -> int:
+        return self.db["maintenance_requests"].insert(
+            {"table_name": table, "task": task, "requested_at": now(), "taken_at": None}
+        ).last_pk
+
+    def take_requests(self) -> list[RequestRecord]:
+        """Pending requests, each marked taken by exactly one caller so that it runs once."""
+        taken = []
+        for row in self._rows("maintenance_requests", "taken_at is null", order_by="id"):
+            at = now()
+            cursor = self.db.execute(
+                "update maintenance_requests set taken_at = ? where id = ? and taken_at is null", [at, row["id"]]
+            )
+            if cursor.rowcount == 1:
+                taken.append(RequestRecord.of({**row, "taken_at": at}))
+        return taken
+
+    def pending_requests(self, table: str | None = None) -> list[RequestRecord]:
+        """Requests no engine has taken yet, oldest first."""
+        where, args = ("taken_at is null and table_name = ?", [table]) if table else ("taken_at is null", [])
+        return [RequestRecord.of(r) for r in self._rows("maintenance_requests", where, args, order_by="id")]
+
+    def taken_unrecorded(self, table: str, since: str) -> list[RequestRecord]:
+        """Requests of `table` taken at or after `since` whose run is not recorded yet, oldest first."""
+        return [RequestRecord.of(dict(r)) for r in self.db.query(
+            "select * from maintenance_requests r where r.table_name = ? and r.taken_at is not null"
+            " and r.taken_at >= ? and not exists (select 1 from maintenance_runs m where"
+            " m.table_name = r.table_name and m.task = r.task and m.trigger = 'request'"
+            " and m.started_at >= r.taken_at) order by r.id",
+            [table, since],
+        )]
+
+
+def _stream_row(stream: StreamDef) -> dict[str, Any]:
+    return {
+        "name": stream.name,
+        "id": stream.id,
+        "topic": stream.topic,
+        "bootstrap": stream.kafka.bootstrap,
+        "kafka_options": json.dumps(stream.kafka.option_dict),
+        "format": stream.format,
+        "target_table": stream.table,
+        "dead_letter_table": stream.dead_letter_table,
+        "mapping": stream.mapping.to_toml(),
+        "starting_offsets": stream.starting_offsets,
+        "start_positions": json.dumps({str(k): v for k, v in stream.start_positions.items()}),
+        "paused": int(stream.paused),
+        "created_at": stream.created_at,
+        "updated_at": now(),
+    }
+
+
+def _stream(row: dict[str, Any]) -> StreamDef:
+    return StreamDef(
+        name=row["name"],
+        id=row["id"],
+        topic=row["topic"],
+        kafka=KafkaSettings(row["bootstrap"], tuple(sorted(json.loads(row["kafka_options"]).items()))),
+        format=row["format"],
+        table=row["target_table"],
+        dead_letter_table=row["dead_letter_table"],
+        mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['name']} mapping"),
+        starting_offsets=row["starting_offsets"],
+        start_positions={int(k): v for k, v in json.loads(row["start_positions"]).items()},
+        paused=bool(row["paused"]),
+        created_at=row["created_at"],
+    )

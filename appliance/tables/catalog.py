@@ -1,0 +1,116 @@
+"""The Iceberg catalog: PyIceberg's SqlCatalog on SQLite, with the warehouse on disk or S3."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Iterator
+
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from appliance.config.settings import Settings
+from appliance.core.errors import TableConflict, TableNotFound
+from appliance.model.names import check_table_name
+from appliance.tables.commits import commit_lock
+from appliance.tables.datafiles import TableTarget
+from appliance.tables.schemas import same_columns
+from appliance.tables.storage import describe, storage_errors
+
+log = logging.getLogger(__name__)
+
+
+def table_properties(settings: Settings) -> dict[str, str]:
+    """Properties every Floe table carries: a stream commits every second, and each commit
+    writes a metadata file; without these they would pile up in the table's folder."""
+    return {
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": str(settings.maintenance.metadata_versions),
+    }
+
+
+def open_catalog(settings: Settings) -> SqlCatalog:
+    return SqlCatalog("floe", **settings.catalog_properties())
+
+
+@contextmanager
+def warehouse_io(settings: Settings, what: str) -> Iterator[None]:
+    """Storage failures as one line naming the warehouse (and its endpoint), never its keys."""
+    with storage_errors(describe(settings.warehouse, settings.s3.endpoint), what):
+        yield
+
+
+class Catalog:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.iceberg = open_catalog(settings)
+
+    def table(self, name: str) -> Table:
+        return self.iceberg.load_table(name)
+
+    def exists(self, name: str) -> bool:
+        return self.iceberg.table_exists(name)
+
+    def check_exists(self, name: str) -> str:
+        """`name`, if the catalog has that table; a one-line TableNotFound otherwise."""
+        check_table_name(name)
+        if not self.exists(name):
+            raise TableNotFound(f"no table named {name} in the catalog (see `floe query \"show tables\"`)")
+        return name
+
+    def namespaces(self) -> list[str]:
+        return sorted(".".join(ns) for ns in self.iceberg.list_namespaces())
+
+    def check_can_create(self, name: str, schema: Schema) -> bool:
+        """True when the table must be created, False when an existing one fits; raises otherwise."""
+        check_table_name(name)
+        try:
+            with warehouse_io(self.settings, f"read table {name}"):
+                existing = self.iceberg.load_table(name)
+        except NoSuchTableError:
+            return True
+        if not same_columns(existing.schema(), schema):
+            raise TableConflict(
+                f"table {name} exists with other columns; choose another table or a mapping that matches it"
+            )
+        return False
+
+    def ensure_table(self, name: str, schema: Schema) -> tuple[Table, bool]:
+        namespace, _ = check_table_name(name)
+        try:
+            self.iceberg.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        if self.check_can_create(name, schema):
+            with warehouse_io(self.settings, f"create table {name}"):
+                properties = {"format-version": "2", **table_properties(self.settings)}
+                return self.iceberg.create_table(name, schema, properties=properties), True
+        with warehouse_io(self.settings, f"read table {name}"):
+            return self.iceberg.load_table(name), False
+
+    def ensure_properties(self, table: Table) -> Table:
+        """`table` with Floe's table properties, set now if an older Floe created it without them."""
+        wanted = table_properties(self.settings)
+        if all(table.metadata.properties.get(k) == v for k, v in wanted.items()):
+            return table
+        with commit_lock(self.settings, ".".join(table.name())):
+            with table.transaction() as tx:
+                tx.set_properties(wanted)
+        return table.refresh()
+
+    def drop(self, name: str) -> None:
+        try:
+            self.iceberg.purge_table(name)
+        except NoSuchTableError:
+            pass
+
+    def list_tables(self) -> list[str]:
+        out = []
+        for ns in self.iceberg.list_namespaces():
+            out += [".".join(t) for t in self.iceberg.list_tables(ns)]
+        return sorted(out)
+
+    def task_target(self, table: Table) -> TableTarget:
+        return TableTarget.of(table)

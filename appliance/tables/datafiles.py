@@ -1,0 +1,123 @@
+"""Data files: writing them where a table keeps its data, finding the ones a snapshot uses, deleting.
+
+`TableTarget` is what a Spark task needs to write data files for a table without a
+catalog connection: the table's metadata as JSON and its storage properties.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import pyarrow as pa
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+)
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from appliance.tables.storage import describe, storage_errors
+
+
+@dataclass(frozen=True)
+class TableTarget:
+    """What a task needs to write data files for one table, without a catalog."""
+
+    metadata_json: str
+    io_properties: dict[str, str] = field(repr=False)  # may hold S3 keys
+    metadata_location: str = ""
+
+    @classmethod
+    def of(cls, table: Table) -> TableTarget:
+        return cls(table.metadata.model_dump_json(), dict(table.io.properties), table.metadata_location)
+
+    def where(self) -> str:
+        """The table's location as errors name it (never its keys)."""
+        return describe(table_metadata(self).location, self.io_properties.get("s3.endpoint", ""))
+
+
+_METADATA_CACHE: dict[str, object] = {}
+
+
+def table_metadata(target: TableTarget):
+    """The parsed metadata of `target`, parsed once per metadata file in each Python worker."""
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    meta = _METADATA_CACHE.get(target.metadata_location)
+    if meta is None:
+        if len(_METADATA_CACHE) > 64:
+            _METADATA_CACHE.clear()
+        meta = TableMetadataUtil.parse_raw(target.metadata_json)
+        _METADATA_CACHE[target.metadata_location] = meta
+    return meta
+
+
+def write_data_files(target: TableTarget, table: pa.Table) -> list[DataFile]:
+    """Iceberg DataFile descriptions of `table` written under the table's location (not committed)."""
+    if table.num_rows == 0:
+        return []
+    from pyiceberg.io import load_file_io
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    meta = table_metadata(target)
+    io = load_file_io(target.io_properties, meta.location)
+    with storage_errors(target.where(), "write data files"):
+        return list(_dataframe_to_data_files(table_metadata=meta, df=table, io=io, write_uuid=uuid.uuid4()))
+
+
+def live_entries(table: Table, snapshot: Snapshot | None = None) -> list[ManifestEntry]:
+    snapshot = snapshot or table.current_snapshot()
+    if snapshot is None:
+        return []
+    return [e for m in snapshot.manifests(table.io) for e in m.fetch_manifest_entry(table.io, discard_deleted=True)]
+
+
+def live_data_files(table: Table, snapshot: Snapshot | None = None) -> list[DataFile]:
+    return [e.data_file for e in live_entries(table, snapshot) if e.data_file.content == DataFileContent.DATA]
+
+
+@dataclass
+class Reachable:
+    """Every file some set of snapshots needs: manifest lists, manifests, data and delete files."""
+
+    manifest_lists: set[str]
+    manifests: set[str]
+    content: set[str]
+
+    def all(self) -> set[str]:
+        return self.manifest_lists | self.manifests | self.content
+
+
+def reachable_files(table: Table, snapshots: Iterable[Snapshot]) -> Reachable:
+    out = Reachable(set(), set(), set())
+    read: set[str] = set()  # manifests are shared between snapshots: read each once
+    for snapshot in snapshots:
+        out.manifest_lists.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            out.manifests.add(manifest.manifest_path)
+            if manifest.manifest_path in read:
+                continue
+            read.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                # A DELETED entry records a removal: the file is not part of that snapshot.
+                if entry.status != ManifestEntryStatus.DELETED:
+                    out.content.add(entry.data_file.file_path)
+    return out
+
+
+def delete_files(table: Table, paths: Iterable[str]) -> tuple[int, list[str]]:
+    """Delete files from storage; the number deleted and the failures (one line each)."""
+    deleted, failed = 0, []
+    for path in sorted(paths):
+        try:
+            table.io.delete(path)
+            deleted += 1
+        except FileNotFoundError:
+            deleted += 1  # gone already: an earlier run was interrupted after deleting it
+        except OSError as exc:
+            failed.append(f"{path}: {' '.join(str(exc).split())}")
+    return deleted, failed

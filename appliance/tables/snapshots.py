@@ -1,0 +1,154 @@
+"""Snapshots and what their summaries hold: the stream offsets committed with the data, totals.
+
+Every commit of a stream carries, in its snapshot summary, the offsets to resume from
+(`floe.offsets`), so the table and its offsets can never disagree. Maintenance snapshots
+copy their parent's offsets forward, so the newest snapshot of a table holds them too.
+This module is the one place that reads or writes those keys, and the one place that
+walks a table's ancestry (with PyIceberg's `ancestors_of`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Iterator
+
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+
+STREAM_KEY = "floe.stream-id"
+OFFSETS_KEY = "floe.offsets"
+TOPIC_KEY = "floe.topic"
+MAINTENANCE_KEY = "floe.maintenance"  # which task made a snapshot
+
+
+def summary_properties(snapshot: Snapshot | None) -> dict[str, str]:
+    return snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
+
+
+def offsets_properties(stream_id: str, topic: str, offsets: dict[int, int]) -> dict[str, str]:
+    """The summary keys a stream's commit carries."""
+    return {STREAM_KEY: stream_id, TOPIC_KEY: topic, OFFSETS_KEY: offsets_json(offsets)}
+
+
+def offsets_json(offsets: dict[int, int]) -> str:
+    return json.dumps({str(p): o for p, o in sorted(offsets.items())})
+
+
+def parse_offsets(text: str) -> dict[int, int]:
+    return {int(p): int(o) for p, o in json.loads(text).items()}
+
+
+def _lineage(metadata: TableMetadata, start: Snapshot | None = None) -> Iterator[Snapshot]:
+    """The snapshot (the current one by default) and its ancestors, newest first, as far as they are kept."""
+    return ancestors_of(start if start is not None else metadata.current_snapshot(), metadata)
+
+
+def ancestors(metadata: TableMetadata) -> list[Snapshot]:
+    return list(_lineage(metadata))
+
+
+def committed_offsets(table: Table, stream_id: str) -> dict[int, int] | None:
+    """Next offsets to read per partition, from the newest snapshot this stream committed."""
+    for snapshot in _lineage(table.metadata):
+        summary = summary_properties(snapshot)
+        if summary.get(STREAM_KEY) == stream_id and OFFSETS_KEY in summary:
+            return parse_offsets(summary[OFFSETS_KEY])
+    return None
+
+
+def stream_snapshot_id(table: Table, stream_id: str) -> int | None:
+    """The id of the newest snapshot that carries this stream's offsets."""
+    for snapshot in _lineage(table.metadata):
+        if summary_properties(snapshot).get(STREAM_KEY) == stream_id:
+            return snapshot.snapshot_id
+    return None
+
+
+def offsets_summary(metadata: TableMetadata, snapshot_id: int | None) -> dict[str, str]:
+    """The stream-offset keys of the newest snapshot at or before `snapshot_id` that has them."""
+    start = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    if start is None:
+        return {}
+    for snapshot in _lineage(metadata, start):
+        summary = summary_properties(snapshot)
+        if STREAM_KEY in summary and OFFSETS_KEY in summary:
+            return {k: summary[k] for k in (STREAM_KEY, TOPIC_KEY, OFFSETS_KEY) if k in summary}
+    return {}
+
+
+def offsets_snapshot_chain(metadata: TableMetadata) -> list[int]:
+    """The current snapshot and its ancestors down to the newest one holding stream offsets.
+
+    Expiry keeps all of them, so that `committed_offsets`, which walks this chain, finds
+    the offsets whatever was committed on top of them.
+    """
+    chain: list[int] = []
+    for snapshot in _lineage(metadata):
+        chain.append(snapshot.snapshot_id)
+        if STREAM_KEY in summary_properties(snapshot):
+            return chain
+    return chain[:1]  # no offsets anywhere: only the current snapshot matters
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One snapshot that carries stream offsets: when it was committed and what it holds."""
+
+    snapshot_id: int
+    committed_ms: int
+    offsets: dict[int, int]
+
+
+def offset_commits(table: Table) -> list[Commit]:
+    """Every kept snapshot of the current lineage that carries offsets, oldest first."""
+    out = [
+        Commit(s.snapshot_id, s.timestamp_ms, parse_offsets(summary_properties(s)[OFFSETS_KEY]))
+        for s in _lineage(table.metadata) if OFFSETS_KEY in summary_properties(s)
+    ]
+    out.reverse()
+    return out
+
+
+@dataclass(frozen=True)
+class Totals:
+    """What the current snapshot's summary says of the whole table."""
+
+    snapshot_id: int | None
+    rows: int
+    data_files: int
+    size_bytes: int
+
+
+def totals(table: Table) -> Totals:
+    snapshot = table.current_snapshot()
+    summary = summary_properties(snapshot)
+    return Totals(
+        snapshot_id=snapshot.snapshot_id if snapshot else None,
+        rows=int(summary.get("total-records", 0)),
+        data_files=int(summary.get("total-data-files", 0)),
+        size_bytes=int(summary.get("total-files-size", 0)),
+    )
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    snapshot_id: int
+    committed_at: dt.datetime
+    operation: str
+    rows_added: int
+
+
+def snapshot_infos(table: Table) -> list[SnapshotInfo]:
+    """Every kept snapshot of the table, in metadata order."""
+    return [
+        SnapshotInfo(
+            snapshot_id=s.snapshot_id,
+            committed_at=dt.datetime.fromtimestamp(s.timestamp_ms / 1000, dt.timezone.utc),
+            operation=s.summary.operation.value if s.summary else "",
+            rows_added=int(summary_properties(s).get("added-records", 0)),
+        )
+        for s in table.snapshots()
+    ]

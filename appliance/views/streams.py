@@ -1,0 +1,210 @@
+"""Streams as whoever watches the engine sees them: `floe stream list/show` and the UI.
+
+Everything here reads: the state database the engine writes as it runs, and the
+catalog's table metadata. Nothing here needs the engine to be in this process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from appliance.config.settings import Settings
+from appliance.core.clock import age, utcnow
+from appliance.core.vocabulary import StreamPhase
+from appliance.model.stream import StreamDef
+from appliance.state.records import BatchRecord, StreamStatus
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
+from appliance.tables.snapshots import committed_offsets
+
+RECENT = dt.timedelta(minutes=2)  # batches read for the last-minute figures and the throughput line
+
+
+@dataclass
+class StreamView:
+    name: str
+    phase: StreamPhase
+    topic: str
+    table: str
+    dead_letter_table: str
+    messages_per_s: float
+    rows_last_minute: int
+    dead_letters_last_minute: int
+    rows_total: int
+    dead_letters_total: int
+    lag: int | None
+    last_commit_at: str | None
+    last_commit_age: float | None
+    last_error: str  # while the stream is failing; "" otherwise
+    throughput: list[float] = field(default_factory=list)  # messages/s, one value per 5 s, oldest first
+
+    def summary(self) -> dict[str, Any]:
+        """The row `floe stream list` prints."""
+        return {
+            "name": self.name, "state": self.phase.value, "topic": self.topic, "table": self.table,
+            "rows": self.rows_total, "dead_letters": self.dead_letters_total, "lag": self.lag,
+            "last_commit": self.last_commit_at or "", "last_error": self.last_error,
+        }
+
+
+def phase_of(stream: StreamDef, status: StreamStatus) -> StreamPhase:
+    return StreamPhase.PAUSED if stream.paused else status.phase
+
+
+def throughput_series(batches: list[BatchRecord], now: dt.datetime, buckets: int = 24,
+                      width: float = 5.0) -> list[float]:
+    """Messages per second in `buckets` windows of `width` seconds ending now, oldest first."""
+    series = [0.0] * buckets
+    for b in batches:
+        seconds = age(b.committed_at, now)
+        if seconds is None or seconds < 0:
+            continue
+        slot = buckets - 1 - int(seconds // width)
+        if 0 <= slot < buckets:
+            series[slot] += b.messages / width
+    return series
+
+
+def _stream_view(state: StateStore, s: StreamDef, st: StreamStatus, now: dt.datetime) -> StreamView:
+    recent = state.batches_since(s.name, (now - RECENT).isoformat(timespec="milliseconds"))
+    minute = [b for b in recent if (age(b.committed_at, now) or 1e9) <= 60]
+    phase = phase_of(s, st)
+    return StreamView(
+        name=s.name,
+        phase=phase,
+        topic=s.topic,
+        table=s.table,
+        dead_letter_table=s.dead_letter_table,
+        messages_per_s=0.0 if s.paused else st.messages_per_s,
+        rows_last_minute=sum(b.rows for b in minute),
+        dead_letters_last_minute=sum(b.dead_letter_rows for b in minute),
+        rows_total=st.rows_total,
+        dead_letters_total=st.dead_letter_total,
+        lag=st.lag,
+        last_commit_at=st.last_commit_at,
+        last_commit_age=age(st.last_commit_at, now),
+        last_error=st.last_error if phase == StreamPhase.FAILED else "",
+        throughput=throughput_series(recent, now),
+    )
+
+
+def streams_overview(settings: Settings) -> list[StreamView]:
+    with StateStore(settings.state_db) as state:
+        now = utcnow()
+        statuses = state.statuses()
+        return [_stream_view(state, s, statuses.get(s.name) or StreamStatus(s.name), now) for s in state.streams()]
+
+
+def history_series(batches: list[BatchRecord], now: dt.datetime, buckets: int = 60, width: float = 5.0,
+                   lag_now: int | None = None) -> tuple[list[float], list[float]]:
+    """Messages/s and lag in `buckets` windows of `width` seconds ending now, oldest first.
+
+    `batches` oldest first. A window without a batch keeps the lag of the batch before it;
+    the newest window shows `lag_now` when given (the engine updates the stream's lag even
+    when a poll finds nothing to commit).
+    """
+    rate = [0.0] * buckets
+    lag_at: list[float | None] = [None] * buckets
+    carried: float | None = None
+    for b in batches:
+        seconds = age(b.committed_at, now)
+        if seconds is None:
+            continue
+        slot = buckets - 1 - int(max(seconds, 0.0) // width)
+        if slot < 0:
+            if b.lag is not None:
+                carried = float(b.lag)  # before the window: where the lag line starts
+            continue
+        rate[slot] += b.messages / width
+        if b.lag is not None:
+            lag_at[slot] = float(b.lag)
+    lag: list[float] = []
+    for value in lag_at:
+        carried = value if value is not None else carried
+        lag.append(carried or 0.0)
+    if lag_now is not None and lag:
+        lag[-1] = float(lag_now)
+    return rate, lag
+
+
+@dataclass
+class StreamDetail:
+    view: StreamView
+    kafka_bootstrap: str
+    created_at: str
+    batches: list[BatchRecord]  # newest first
+    rate_series: list[float]  # messages/s, oldest first, one value per `series_width` seconds
+    lag_series: list[float]
+    series_width: float
+
+
+def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int = 60,
+                  width: float = 5.0) -> StreamDetail:
+    """One stream's header, recent batches and rate/lag series, in one read of the state database."""
+    with StateStore(settings.state_db) as state:
+        now = utcnow()
+        s = state.stream(name)
+        view = _stream_view(state, s, state.status(name), now)
+        # Enough batches to cover the window (one a second at most per stream by default) and the table.
+        history = state.recent_batches(name, limit=max(batches, int(buckets * width * 2)))
+    history.reverse()
+    rate, lag = history_series(history, now, buckets, width, lag_now=None if s.paused else view.lag)
+    return StreamDetail(
+        view=view,
+        kafka_bootstrap=s.kafka.bootstrap,
+        created_at=s.created_at,
+        batches=list(reversed(history[-batches:])),
+        rate_series=rate,
+        lag_series=lag,
+        series_width=width,
+    )
+
+
+@dataclass
+class StreamInfo:
+    """Everything `floe stream show` prints: the definition, where it stands, its mapping."""
+
+    name: str
+    id: str
+    phase: StreamPhase
+    topic: str
+    bootstrap: str
+    kafka_options: dict[str, str]  # secrets masked
+    format: str
+    table: str
+    dead_letter_table: str
+    starting_offsets: str
+    committed_offsets: dict[int, int] | str | None  # a text when the table cannot be read
+    rows_total: int
+    dead_letter_total: int
+    lag: int | None
+    last_commit_at: str | None
+    last_error: str
+    recent_batches: list[BatchRecord]
+    mapping: str  # TOML, as saved in mappings/NAME.toml
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["state"] = out.pop("phase").value
+        return out
+
+
+def stream_info(settings: Settings, name: str) -> StreamInfo:
+    with StateStore(settings.state_db) as state:
+        s = state.stream(name)
+        status = state.status(name)
+        batches = state.recent_batches(name, 5)
+    try:
+        offsets: dict[int, int] | str | None = committed_offsets(Catalog(settings).table(s.table), s.id)
+    except Exception as exc:  # the table may have been dropped by hand
+        offsets = f"unavailable: {exc}"
+    return StreamInfo(
+        name=s.name, id=s.id, phase=phase_of(s, status), topic=s.topic, bootstrap=s.kafka.bootstrap,
+        kafka_options=s.kafka.masked_options(), format=s.format, table=s.table,
+        dead_letter_table=s.dead_letter_table, starting_offsets=s.starting_offsets, committed_offsets=offsets,
+        rows_total=status.rows_total, dead_letter_total=status.dead_letter_total, lag=status.lag,
+        last_commit_at=status.last_commit_at, last_error=status.last_error, recent_batches=batches,
+        mapping=s.mapping_toml(),
+    )

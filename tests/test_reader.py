@@ -1,0 +1,66 @@
+"""Reading offset ranges from a real broker, and read errors that keep their type through a Spark task."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from appliance.core.errors import KafkaConfigError, ReadTimeout
+from appliance.kafka.reader import Piece, read_pieces
+from appliance.kafka.settings import KafkaSettings
+from appliance.spark.tasks import run_in_tasks
+
+
+def high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-marks", "log_level": 0})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
+def transactional(bootstrap: str, topic: str, batches: list[tuple[list[bytes], bool]]) -> None:
+    """Each batch in its own transaction, committed or aborted: every end leaves a marker in the log."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}", "log_level": 0})
+    producer.init_transactions(10)
+    for values, commit in batches:
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=value, partition=0)
+        producer.flush(10)
+        (producer.commit_transaction if commit else producer.abort_transaction)(10)
+
+
+def test_a_piece_is_read_past_transaction_markers(broker, topic):
+    # (The embedded broker does not index aborted transactions, so only commits are tried here.)
+    transactional(broker.bootstrap, topic, [([b"a1", b"a2"], True), ([b"b1"], True)])
+    high = high_watermark(broker.bootstrap, topic)
+    assert high == 5  # a1 a2 marker b1 marker
+
+    raw, [result] = read_pieces(KafkaSettings.create(broker.bootstrap), "test", topic, [Piece(0, 0, high)], 10.0)
+    assert raw.values == [b"a1", b"a2", b"b1"] and raw.offsets == [0, 1, 3]
+    assert result.next_offset == high and result.error is None  # not stuck on the marker at 4
+
+
+def test_a_piece_that_does_not_arrive_is_a_read_timeout(broker, topic):
+    broker.produce(topic, [b"x"], partition=0)
+    high = high_watermark(broker.bootstrap, topic)
+    raw, [result] = read_pieces(KafkaSettings.create(broker.bootstrap), "test", topic,
+                                [Piece(0, high, high + 5)], fetch_timeout=1.0)
+    assert len(raw) == 0 and result.next_offset == high
+    assert isinstance(result.error, ReadTimeout) and result.error.retryable
+    assert f"no message at offset {high}" in str(result.error)
+
+
+@pytest.mark.parametrize("error", [ReadTimeout("partition 3: no message at offset 9 within 10s"),
+                                   KafkaConfigError("kafka configuration: bad property")])
+def test_an_error_in_a_spark_task_reaches_the_driver_as_itself(spark, error):
+    def work(i: int) -> int:
+        if i == 1:
+            raise error
+        return i
+
+    with pytest.raises(type(error)) as raised:
+        run_in_tasks(spark, work, 2)
+    assert str(raised.value) == str(error) and raised.value.retryable == error.retryable
+    assert run_in_tasks(spark, lambda i: i * 10, 3) == [0, 10, 20]

@@ -1,0 +1,1 @@
+"""The app's sections: one pane each."""

@@ -1,0 +1,62 @@
+"""Messages of the new-stream wizard: workers' answers, and what one step tells the screen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from textual.message import Message
+
+from appliance.kafka.settings import KafkaSettings
+from appliance.model.mapping import Mapping
+
+if TYPE_CHECKING:
+    from appliance.kafka.client import SampledMessage
+
+
+@dataclass
+class TopicsListed(Message):
+    kafka: KafkaSettings
+    topics: list[str]
+    error: str = ""
+    where: str = ""  # the field the error belongs next to
+
+
+@dataclass
+class SampleRead(Message):
+    kafka: KafkaSettings
+    topic: str
+    messages: list[SampledMessage]
+    error: str = ""
+    where: str = ""
+
+
+@dataclass
+class MappingInferred(Message):
+    kafka: KafkaSettings
+    topic: str
+    mapping: Mapping | None
+    sampled: int = 0
+    error: str = ""
+
+
+@dataclass
+class StreamCreateDone(Message):
+    name: str
+    error: str = ""
+    where: str = ""
+
+
+@dataclass
+class TopicChosen(Message):
+    """The source step's topic changed: the target step suggests names from it."""
+
+    topic: str | None
+
+
+class ColumnsInferred(Message):
+    """The mapping step has columns to show: the screen describes where they go."""
+
+
+class ResampleRequested(Message):
+    """The user asked to infer the columns again, from the source as it is now."""

@@ -1,0 +1,257 @@
+"""The new-stream wizard: Source (Kafka), Target (Iceberg tables), Mapping (columns), Create.
+
+The screen walks the steps (one module each) and creates the stream through
+`appliance.control.streams`, in a worker; a failure is shown next to the field it
+concerns, on whichever step that field is, and the form keeps every edit.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import (
+    Button,
+    ContentSwitcher,
+    Footer,
+    Header,
+    Input,
+    Label,
+    Static,
+)
+
+from appliance.config.settings import Settings
+from appliance.control.fields import TARGET_FIELDS, failure
+from appliance.control.streams import StreamRequest
+from appliance.control.streams import create as create_stream
+from appliance.core.errors import MappingError
+from tui.screens.new_stream.mapping import MappingStep
+from tui.screens.new_stream.messages import (
+    ColumnsInferred,
+    ResampleRequested,
+    StreamCreateDone,
+    TopicChosen,
+)
+from tui.screens.new_stream.source import SourceStep
+from tui.screens.new_stream.target import TargetStep
+from tui.widgets.form import show_error
+from tui.workers import ReportsFailures
+
+STEPS = ("source", "target", "mapping")
+STEP_TITLES = ("Source", "Target", "Mapping")
+HINTS = (
+    "Enter in a field loads the topics · Tab moves · Ctrl+N next · Esc cancels",
+    "Checked as you type · Ctrl+B back · Ctrl+N next · Esc cancels",
+    "Enter/r rename · t type · Delete/x drop · Ctrl+S create · Esc cancels",
+)
+FIRST_FOCUS = ("#bootstrap", "#table", "#mapping-table")
+
+
+class NewStreamScreen(ReportsFailures, Screen[str | None]):
+    """Dismissed with the created stream's name, or None when cancelled."""
+
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+b", "back", "Back"),
+        Binding("ctrl+n", "next", "Next"),
+        Binding("ctrl+s", "create", "Create"),
+        # The app's `n` would open a second wizard over this one, its 1-4 switch the sections
+        # hidden behind it.
+        Binding("n,1,2,3,4", "ignore", "Ignored in the wizard", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 0
+        self.creating = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="wizard-steps")
+        with ContentSwitcher(initial="source", id="wizard-switcher"):
+            yield SourceStep(id="source", classes="step")
+            yield TargetStep(id="target", classes="step")
+            yield MappingStep(id="mapping", classes="step")
+        with Horizontal(id="wizard-nav"):  # Cancel last: Tab from the last field reaches Next first
+            yield Label("", id="nav-hint", markup=False)
+            yield Button("Back", id="back")
+            yield Button("Next", id="next", variant="primary")
+            yield Button("Create", id="create", variant="success")
+            yield Button("Cancel", id="cancel")
+        yield Footer()
+
+    @property
+    def settings(self) -> Settings:
+        return self.app.settings
+
+    @property
+    def source(self) -> SourceStep:
+        return self.query_one(SourceStep)
+
+    @property
+    def target(self) -> TargetStep:
+        return self.query_one(TargetStep)
+
+    @property
+    def columns(self) -> MappingStep:
+        return self.query_one(MappingStep)
+
+    def kafka_options(self) -> dict[str, str]:
+        """The librdkafka options the source step's form stands for."""
+        return self.source.form().options()
+
+    def on_mount(self) -> None:
+        self.show_step(0)
+
+    # ---- steps and navigation ----
+
+    def show_step(self, step: int) -> None:
+        self.step = step
+        self.query_one(ContentSwitcher).current = STEPS[step]
+        parts = []
+        for i, title in enumerate(STEP_TITLES):
+            style = "bold reverse" if i == step else ("" if i < step else "dim")
+            parts.append(Text(f" {i + 1} {title} ", style=style))
+        self.query_one("#wizard-steps", Static).update(Text(" New stream   ").append_text(Text(" › ").join(parts)))
+        self.query_one("#back", Button).disabled = step == 0
+        self.query_one("#next", Button).display = step < len(STEPS) - 1
+        self.query_one("#create", Button).display = step == len(STEPS) - 1
+        self.query_one("#nav-hint", Label).update(HINTS[step])
+        self.query_one(FIRST_FOCUS[step]).focus()
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "back":
+            return self.step > 0
+        if action == "next":
+            return self.step < len(STEPS) - 1
+        if action == "create":
+            return self.step == len(STEPS) - 1
+        return True
+
+    def action_ignore(self) -> None:
+        pass
+
+    def action_cancel(self) -> None:
+        if self.creating:
+            self.notify("The stream is being created; wait for it to finish.", severity="warning")
+            return
+        self.dismiss(None)
+
+    def action_back(self) -> None:
+        if self.step > 0 and not self.creating:
+            self.show_step(self.step - 1)
+
+    def action_next(self) -> None:
+        if self.step == 0:
+            kafka, problems = self.source.check(need_topic=True)
+            if problems or kafka is None:
+                self.source.focus_first(problems)
+                return
+            topic = self.source.topic() or ""
+            self.columns.start_inference(kafka, topic)
+            self.target.set_intro(f"Where the rows go: topic {topic} on {kafka.bootstrap} → an Iceberg table.")
+            self.show_step(1)
+            self.target.check()
+        elif self.step == 1:
+            problems = self.target.check()
+            if problems:
+                self.target.focus_first(problems)
+                return
+            self.show_step(2)
+            self.show_mapping_summary()
+
+    @on(Button.Pressed, "#wizard-nav Button")
+    def nav_pressed(self, event: Button.Pressed) -> None:
+        {"cancel": self.action_cancel, "back": self.action_back, "next": self.action_next,
+         "create": self.action_create}[event.button.id or ""]()
+
+    @on(TopicChosen)
+    def topic_chosen(self, message: TopicChosen) -> None:
+        self.target.suggest_for_topic(message.topic)
+
+    @on(ColumnsInferred)
+    def show_mapping_summary(self) -> None:
+        columns = self.columns
+        if columns.inferred is None:
+            return
+        target, dlq = self.target.names()
+        columns.status(f"Stream {self.target.stream_name()}: {self.source.topic()} → {target} "
+                       f"(dead letters: {dlq}). Columns inferred from {columns.sampled} messages; edit them below.")
+
+    @on(ResampleRequested)
+    def resample(self) -> None:
+        kafka, problems = self.source.check(need_topic=True)
+        if kafka is None:
+            self.columns.set_create_error("; ".join(problems.values()))
+            return
+        self.columns.start_inference(kafka, self.source.topic() or "", again=True)
+
+    @on(Input.Submitted, "#namespace, #table, #dlq, #stream")
+    def target_submitted(self) -> None:
+        self.action_next()
+
+    # ---- create ----
+
+    def action_create(self) -> None:
+        if self.step != len(STEPS) - 1 or self.creating:
+            return
+        request = self._request()
+        if request is None:
+            return
+        self.creating = True
+        self.query_one("#create", Button).disabled = True
+        self.columns.set_create_error("")
+        self.columns.status(f"Creating stream {request.name} and its tables…")
+        self.create(self.settings, request)
+
+    def _request(self) -> StreamRequest | None:
+        """The stream the form describes, or None with the reasons shown."""
+        columns = self.columns
+        if columns.inferred is None:
+            columns.set_create_error("the columns are not inferred yet (see above)")
+            return None
+        if columns.check():
+            columns.set_create_error("fix the columns marked in red first")
+            columns.refused = True
+            self.query_one("#mapping-table").focus()
+            return None
+        kafka, source_problems = self.source.check(need_topic=True)
+        target_problems = self.target.check()
+        if kafka is None or target_problems:
+            columns.set_create_error("; ".join([*source_problems.values(), *target_problems.values()]))
+            return None
+        try:
+            mapping = columns.mapping()
+        except MappingError as exc:
+            columns.set_create_error(str(exc))
+            return None
+        table, dead_letter_table = self.target.names()
+        return StreamRequest(name=self.target.stream_name(), kafka=kafka, topic=self.source.topic() or "",
+                             table=table, dead_letter_table=dead_letter_table, mapping=mapping,
+                             starting_offsets=self.target.starting_offsets())
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="wizard-create", description="wizard: create stream")
+    def create(self, settings: Settings, request: StreamRequest) -> None:
+        try:
+            create_stream(settings, request)
+            result = StreamCreateDone(request.name)
+        except Exception as exc:
+            result = StreamCreateDone(request.name, *failure(exc, request.kafka))
+        self.post_message(result)  # even when cancelled: the stream exists either way
+
+    @on(StreamCreateDone)
+    def create_done(self, message: StreamCreateDone) -> None:
+        self.creating = False
+        self.query_one("#create", Button).disabled = False
+        if not message.error:
+            self.dismiss(message.name)
+            return
+        self.columns.status("The stream was not created; nothing was changed. Fix the "
+                            "problem below (Back for names) and Create again.", error=True)
+        self.columns.set_create_error(message.error)
+        if message.where in TARGET_FIELDS:  # also where Back leads
+            show_error(self, message.where, message.error)

@@ -1,0 +1,89 @@
+"""Step 2 of the wizard: the Iceberg tables the rows go to, the stream's name, where it starts.
+
+Names are checked as they are typed (`appliance.control.streams.check_target`); the
+table, dead-letter table and stream names follow the topic until the user types their own.
+"""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Input, Label, Select
+
+from appliance.control.fields import TARGET_FIELDS, Problems
+from appliance.control.streams import (
+    check_target,
+    qualified,
+    suggested_dead_letter_table,
+    suggested_stream_name,
+    suggested_table,
+)
+from tui.widgets.form import field, show_error
+
+
+class TargetStep(VerticalScroll):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._suggested: dict[str, str] = {}  # input id -> the value the wizard last filled in
+
+    def compose(self) -> ComposeResult:
+        yield Label("", id="target-intro", classes="step-intro", markup=False)
+        with Horizontal(classes="row"):
+            yield field("Namespace", Input(self.app.settings.default_namespace, id="namespace"), "namespace")
+            yield field("Table", Input(id="table"), "table")
+        with Horizontal(classes="row"):
+            yield field("Dead-letter table (NAME, or NAMESPACE.NAME)", Input(id="dlq"), "dlq")
+            yield field("Stream name", Input(id="stream"), "stream")
+        with Horizontal(classes="row"):
+            yield field("Starting offsets", Select([("earliest: everything in the topic", "earliest"),
+                                                    ("latest: only new messages", "latest")],
+                                                   value="earliest", allow_blank=False, id="offsets"), "offsets")
+            yield Vertical(classes="field")
+
+    def value(self, widget_id: str) -> str:
+        return self.query_one(f"#{widget_id}", Input).value.strip()
+
+    def stream_name(self) -> str:
+        return self.value("stream")
+
+    def starting_offsets(self) -> str:
+        return str(self.query_one("#offsets", Select).value)
+
+    def names(self) -> tuple[str, str]:
+        """The target table and the dead-letter table, both NAMESPACE.TABLE."""
+        namespace = self.value("namespace")
+        return f"{namespace}.{self.value('table')}", qualified(namespace, self.value("dlq"))
+
+    def set_intro(self, text: str) -> None:
+        self.query_one("#target-intro", Label).update(text)
+
+    def check(self) -> Problems:
+        problems = check_target(self.value("namespace"), self.value("table"), self.value("dlq"), self.value("stream"))
+        for name in TARGET_FIELDS:
+            show_error(self, name, problems.get(name, ""))
+        return problems
+
+    def focus_first(self, problems: Problems) -> None:
+        for name in TARGET_FIELDS:
+            if name in problems:
+                self.query_one(f"#{name}").focus()
+                return
+
+    def suggest(self, input_id: str, value: str) -> None:
+        """Fill a default in, unless the user has typed their own value there."""
+        widget = self.query_one(f"#{input_id}", Input)
+        if widget.value == self._suggested.get(input_id, ""):
+            widget.value = value
+            self._suggested[input_id] = value
+
+    def suggest_for_topic(self, topic: str | None) -> None:
+        self.suggest("table", suggested_table(topic or ""))
+
+    @on(Input.Changed, "#namespace, #table, #dlq, #stream")
+    def edited(self, event: Input.Changed) -> None:
+        if event.input.id == "table":
+            table = self.value("table")
+            self.suggest("dlq", suggested_dead_letter_table(self.app.settings, table))
+            self.suggest("stream", suggested_stream_name(table))
+        self.check()

@@ -1,0 +1,1 @@
+"""Helpers shared by the panes and screens: live tables and texts, form fields."""
