@@ -203,3 +203,19 @@ def test_every_runtime_import_is_declared():
                 if not dists & declared:
                     missing.add(f"{top} ({', '.join(sorted(dists))}) in {path.relative_to(ROOT)}")
     assert sorted(missing) == [], "\n".join(sorted(missing))
+
+
+def test_every_ui_class_that_runs_workers_reports_their_failures():
+    """A worker's failure reaches only the node that ran it: each such class mixes in ReportsFailures."""
+    silent = []
+    for path in _sources("tui"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            runs_workers = any(
+                isinstance(d, ast.Call) and getattr(d.func, "id", "") == "work"
+                for item in node.body if isinstance(item, ast.FunctionDef) for d in item.decorator_list
+            )
+            if runs_workers and "ReportsFailures" not in [ast.unparse(b) for b in node.bases]:
+                silent.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert silent == []
