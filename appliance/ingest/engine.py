@@ -17,7 +17,7 @@ from appliance.core.clock import now
 from appliance.core.errors import EngineBusy, FloeError
 from appliance.core.locks import FileLock
 from appliance.core.vocabulary import EngineState, EventKind, StreamPhase
-from appliance.ingest.worker import StreamWorker
+from appliance.ingest.worker import Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
 from appliance.model.stream import StreamDef
 from appliance.spark.session import spark_session
@@ -115,7 +115,8 @@ class Engine:
             self.spark = None
 
     def _start_worker(self, stream: StreamDef, until_caught_up: bool = False) -> None:
-        worker = StreamWorker(self, stream, until_caught_up)
+        shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake)
+        worker = StreamWorker(shared, stream, until_caught_up)
         self.workers[stream.name] = worker
         self.state.update_status(stream.name, phase=StreamPhase.STARTING)
         worker.start()

@@ -11,22 +11,31 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from appliance.config.settings import Settings
 from appliance.core.clock import now
 from appliance.core.errors import FloeError, KafkaUnavailable
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
 from appliance.ingest.runner import BatchOutcome, StreamRunner
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
-
-if TYPE_CHECKING:
-    from appliance.ingest.engine import Engine
+from appliance.tables.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 60.0
 ONE_OFF_ATTEMPTS = 5  # retryable failures in a row before `--until-caught-up` gives up
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every stream's worker shares with the engine that runs it."""
+
+    settings: Settings
+    spark: object
+    catalog: Catalog
+    stopping: threading.Event  # the engine is stopping: every worker ends after its batch
+    wake: threading.Event  # set when a worker ends, so the engine looks again at once
 
 
 @dataclass
@@ -43,7 +52,7 @@ def describe(exc: BaseException) -> str:
 
 
 class StreamWorker(threading.Thread):
-    def __init__(self, engine: Engine, stream: StreamDef, until_caught_up: bool) -> None:
+    def __init__(self, engine: Shared, stream: StreamDef, until_caught_up: bool) -> None:
         super().__init__(name=f"floe-{stream.name}", daemon=True)
         self.engine = engine
         self.stream = stream
