@@ -122,8 +122,6 @@ def table_policy(name: str, unset: tuple[str, ...], fmt: str, **values: str | No
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None:
     """The most recent maintenance runs, of one table or of all."""
-    from dataclasses import asdict
-
     from appliance.maintenance.maintainer import format_run
     from appliance.state.store import StateStore
     from appliance.tables.catalog import Catalog
@@ -134,7 +132,7 @@ def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None
     with StateStore(loaded.state_db) as state:
         runs = state.runs(name, MaintenanceTask(task) if task else None, limit)
     if fmt == "json":
-        click.echo(json.dumps([{**asdict(r), "dry_run": int(r.dry_run)} for r in runs], indent=2))
+        click.echo(json.dumps([{"id": r.id, **r.row()} for r in runs], indent=2))
         return
     if not runs:
         err("no maintenance runs yet")

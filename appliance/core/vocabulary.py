@@ -69,10 +69,6 @@ class RunOutcome(StrEnum):
     BUSY = "busy"
     CANCELLED = "cancelled"
 
-    @property
-    def failed(self) -> bool:
-        return self in (RunOutcome.FAILED, RunOutcome.BUSY)
-
 
 class RunTrigger(StrEnum):
     CLI = "cli"

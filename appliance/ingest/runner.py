@@ -33,6 +33,7 @@ from appliance.spark.session import parallelism
 from appliance.state.records import BatchRecord
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
+from appliance.tables.datafiles import TableTarget
 from appliance.tables.snapshots import committed_offsets, offsets_json
 
 log = logging.getLogger(__name__)
@@ -127,8 +128,7 @@ class StreamRunner:
         stream, engine = self.stream, self.settings.engine
         return BatchSpec(
             stream_id=stream.id, topic=stream.topic, kafka=stream.kafka, group=stream.group, mapping=stream.mapping,
-            target=self.catalog.task_target(self.tables.target),
-            dead_letter=self.catalog.task_target(self.tables.dead_letter),
+            target=TableTarget.of(self.tables.target), dead_letter=TableTarget.of(self.tables.dead_letter),
             dead_letter_floor=self.committed.dead_letter_floor,
             max_message_bytes=engine.max_message_bytes, fetch_timeout=engine.fetch_timeout,
         )

@@ -22,7 +22,7 @@ from appliance.maintenance.job import Job
 from appliance.maintenance.rewrite import RewriteGroup, rewrite_groups
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_rewrite
-from appliance.tables.datafiles import delete_files, live_entries
+from appliance.tables.datafiles import TableTarget, delete_files, live_entries
 from appliance.tables.snapshots import MAINTENANCE_KEY, totals
 
 MIN_GROUP_FILES = 2  # rewriting one file alone into one file gains nothing
@@ -107,7 +107,7 @@ def compact(
     result = CompactionResult(plan, files_after=plan.files, bytes_after=plan.bytes)
     if not plan.groups:
         return result
-    results = rewrite_groups(spark, catalog.task_target(table), plan.groups, policy.target_file_size)
+    results = rewrite_groups(spark, TableTarget.of(table), plan.groups, policy.target_file_size)
     added = [f for r in results for f in r.files]
     removed = [f for g in plan.groups for f in g.files]
     rows_in, rows_out = sum(r.rows_in for r in results), sum(r.rows_out for r in results)

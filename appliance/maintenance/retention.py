@@ -23,7 +23,7 @@ from appliance.maintenance.job import Job
 from appliance.maintenance.rewrite import KeepFilter, RewriteGroup, rewrite_groups
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_rewrite
-from appliance.tables.datafiles import delete_files, live_data_files
+from appliance.tables.datafiles import TableTarget, delete_files, live_data_files
 from appliance.tables.snapshots import MAINTENANCE_KEY, totals
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -107,7 +107,7 @@ def apply_retention(
         result.rows_deleted = plan.rows_dropped + _old_rows(table, plan.rewrite, keep)
         return result
     groups = [RewriteGroup((f,), f.spec_id, f.partition) for f in plan.rewrite]
-    results = rewrite_groups(spark, catalog.task_target(table), groups, policy.target_file_size, keep)
+    results = rewrite_groups(spark, TableTarget.of(table), groups, policy.target_file_size, keep)
     changed = [(g, r) for g, r in zip(groups, results) if r.rows_out != r.rows_in]
     # A straddling file none of whose rows turned out old stays as it is.
     delete_files(table, [f.file_path for r in results if r.rows_out == r.rows_in for f in r.files])

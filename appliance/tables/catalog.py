@@ -15,7 +15,6 @@ from appliance.config.settings import Settings
 from appliance.core.errors import TableConflict, TableNotFound
 from appliance.model.names import check_table_name
 from appliance.tables.commits import commit_lock
-from appliance.tables.datafiles import TableTarget
 from appliance.tables.schemas import same_columns
 from appliance.tables.storage import describe, storage_errors
 
@@ -111,6 +110,3 @@ class Catalog:
         for ns in self.iceberg.list_namespaces():
             out += [".".join(t) for t in self.iceberg.list_tables(ns)]
         return sorted(out)
-
-    def task_target(self, table: Table) -> TableTarget:
-        return TableTarget.of(table)

@@ -24,7 +24,6 @@ from textual.worker import get_current_worker
 from appliance.config.policy import PolicySetting
 from appliance.control.maintenance import MaintainLaunch, request_run
 from appliance.core.vocabulary import (
-    TASK_ORDER,
     MaintenanceTask,
     RequestState,
     RunOutcome,
@@ -39,14 +38,13 @@ from tui.styles import outcome_text
 from tui.widgets.rows import put_row, trim_rows
 from tui.workers import ReportsFailures
 
-KEYS = {MaintenanceTask.COMPACT: "c", MaintenanceTask.EXPIRE: "e", MaintenanceTask.ORPHANS: "o",
-        MaintenanceTask.RETENTION: "r"}
-LABELS = {MaintenanceTask.COMPACT: "Compact now", MaintenanceTask.EXPIRE: "Expire snapshots now",
-          MaintenanceTask.ORPHANS: "Remove orphans now", MaintenanceTask.RETENTION: "Apply retention now"}
 # task, button label, key (bound by the Tables pane), in the order the buttons stand
-BUTTONS = tuple((task, LABELS[task], KEYS[task]) for task in (
-    MaintenanceTask.COMPACT, MaintenanceTask.EXPIRE, MaintenanceTask.ORPHANS, MaintenanceTask.RETENTION))
-assert {t for t, _, _ in BUTTONS} == set(TASK_ORDER)
+BUTTONS = (
+    (MaintenanceTask.COMPACT, "Compact now", "c"),
+    (MaintenanceTask.EXPIRE, "Expire snapshots now", "e"),
+    (MaintenanceTask.ORPHANS, "Remove orphans now", "o"),
+    (MaintenanceTask.RETENTION, "Apply retention now", "r"),
+)
 RUN_COLUMNS = [
     ("time", "Started (UTC)"), ("task", "Task"), ("trigger", "Trigger"), ("outcome", "Outcome"),
     ("files", "Files"), ("bytes", "Bytes"), ("rows", "Rows deleted"), ("duration", "Duration"),
