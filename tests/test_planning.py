@@ -12,9 +12,11 @@ from appliance.ingest.planning import (
     allocate,
     caught_up,
     lag,
+    pack_tasks,
     plan_batch,
     plan_tasks,
 )
+from appliance.ingest.jobs import next_tick
 from appliance.kafka.client import Watermarks
 from appliance.kafka.reader import Piece, PieceResult
 
@@ -133,3 +135,27 @@ def test_committed_offsets_of_the_two_tables():
     assert interrupted.read_from({0: 0, 1: 0}) == {0: 10, 1: 0} and interrupted.dead_letter_floor == {0: 20}
     assert interrupted.after({0: 30}, dead_letters_committed=False) == Committed({0: 30}, {0: 20})
     assert interrupted.after({0: 30}, dead_letters_committed=True) == Committed({0: 30}, {0: 30})
+
+
+def test_small_batches_of_several_streams_share_one_task():
+    assert pack_tasks([20] * 10, parallelism=2) == [list(range(10))]
+
+
+def test_large_batches_still_spread_over_every_core():
+    tasks = pack_tasks([50_000, 50_000, 20, 20], parallelism=2)
+    assert len(tasks) == 2
+    assert sorted(i for t in tasks for i in t) == [0, 1, 2, 3]
+    assert {0, 1} not in [set(t) for t in tasks]  # the two large ones never share a task
+
+
+def test_packing_never_makes_more_tasks_than_items_or_cores():
+    assert pack_tasks([], parallelism=4) == []
+    assert len(pack_tasks([100_000], parallelism=4)) == 1
+    assert len(pack_tasks([10_000] * 8, parallelism=3)) == 3
+
+
+def test_workers_wake_on_a_shared_grid():
+    assert next_tick(10.0, 0.25) == 10.0
+    assert next_tick(10.01, 0.25) == 10.25
+    assert next_tick(10.26, 0.25) == 10.5
+    assert next_tick(3.3, 0) == 3.3

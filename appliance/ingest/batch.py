@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from appliance.core.errors import FloeError
+from appliance.ingest.planning import pack_tasks
 from appliance.kafka.reader import Piece, PieceResult, read_pieces
 from appliance.kafka.settings import KafkaSettings
 from appliance.model.decode import decode_batch
@@ -106,7 +108,40 @@ def _above_floor(dead: pa.Table, floor: dict[int, int]) -> pa.Table:
 
 def run_batch(spark, spec: BatchSpec, tasks: list[list[Piece]]) -> BatchResult:
     """Run one Spark job with a task per entry of `tasks`."""
-    if not tasks:
-        return BatchResult([])
+    result = run_batches(spark, [(spec, tasks)], parallelism=max(1, len(tasks)))[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def run_batches(spark, batches: list[tuple[BatchSpec, list[list[Piece]]]], parallelism: int
+                ) -> list[BatchResult | FloeError]:
+    """Several streams' batches as one Spark job: what each batch did, or the error that stopped it.
+
+    A Spark job costs tens of milliseconds of CPU whatever it holds, so streams that are
+    due together share one, and their small batches share tasks (`pack_tasks`). One
+    stream's failure (a read timeout, say) is that stream's alone.
+    """
+    items = [(b, pieces) for b, (_, tasks) in enumerate(batches) for pieces in tasks]
+    if not items:
+        return [BatchResult([]) for _ in batches]
+    specs = [spec for spec, _ in batches]
+    groups = [[items[i] for i in group]
+              for group in pack_tasks([sum(p.size for p in pieces) for _, pieces in items], parallelism)]
     ingested_at = dt.datetime.now(dt.timezone.utc)
-    return BatchResult(run_in_tasks(spark, lambda i: run_task(spec, tasks[i], ingested_at), len(tasks)))
+
+    def work(task: int) -> list[tuple[int, TaskResult | FloeError]]:
+        out = []
+        for b, pieces in groups[task]:
+            try:
+                out.append((b, run_task(specs[b], pieces, ingested_at)))
+            except FloeError as exc:
+                out.append((b, exc))
+        return out
+
+    per_batch: list[list] = [[] for _ in batches]
+    for task_results in run_in_tasks(spark, work, len(groups)):
+        for b, result in task_results:
+            per_batch[b].append(result)
+    return [next((r for r in results if isinstance(r, FloeError)), None) or BatchResult(results)
+            for results in per_batch]

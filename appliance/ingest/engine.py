@@ -17,6 +17,7 @@ from appliance.core.clock import now
 from appliance.core.errors import EngineBusy, FloeError
 from appliance.core.locks import FileLock
 from appliance.core.vocabulary import EngineState, EventKind, StreamPhase
+from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.worker import Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
 from appliance.model.stream import StreamDef
@@ -50,6 +51,7 @@ class Engine:
         self.on_tick = on_tick
         self.started_at = now()
         self.maintenance: MaintenanceScheduler | None = None
+        self.jobs: BatchJobs | None = None
 
     def _heartbeat(self, state: EngineState) -> None:
         self.state.engine_heartbeat(os.getpid(), self.settings.spark_master, state, self.started_at)
@@ -115,7 +117,9 @@ class Engine:
             self.spark = None
 
     def _start_worker(self, stream: StreamDef, until_caught_up: bool = False) -> None:
-        shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake)
+        if self.jobs is None:
+            self.jobs = BatchJobs(self.spark)
+        shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake, self.jobs)
         worker = StreamWorker(shared, stream, until_caught_up)
         self.workers[stream.name] = worker
         self.state.update_status(stream.name, phase=StreamPhase.STARTING)

@@ -168,3 +168,22 @@ def lag(positions: dict[int, int], marks: dict[int, Watermarks]) -> int:
 def caught_up(positions: dict[int, int], marks: dict[int, Watermarks], goal: dict[int, int]) -> bool:
     """Whether every partition is committed up to `goal` (offsets that expired count as read)."""
     return all(max(positions.get(p, 0), marks[p].low if p in marks else 0) >= high for p, high in goal.items())
+
+
+def pack_tasks(sizes: list[int], parallelism: int) -> list[list[int]]:
+    """Group work items (of `sizes` messages) into Spark tasks: indexes per task.
+
+    Several streams' small batches share one task, since a task costs a fixed amount
+    whatever it holds, while large ones still spread over every core: as many tasks as
+    there are cores, items or `SMALL_TASK`s of messages, whichever is fewest.
+    """
+    if not sizes:
+        return []
+    slots = max(1, min(len(sizes), parallelism, -(-sum(sizes) // SMALL_TASK)))
+    bins: list[list[int]] = [[] for _ in range(slots)]
+    loads = [0] * slots
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        b = loads.index(min(loads))
+        bins[b].append(i)
+        loads[b] += sizes[i]
+    return [sorted(b) for b in bins if b]

@@ -18,6 +18,7 @@ from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.ingest.batch import BatchResult, BatchSpec, run_batch
 from appliance.ingest.commit import Snapshots, StreamTables, commit_batch
+from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.planning import (
     Committed,
     Expired,
@@ -38,6 +39,8 @@ from appliance.tables.snapshots import committed_offsets, offsets_json
 
 log = logging.getLogger(__name__)
 
+PARTITIONS_TTL = 30.0  # seconds
+
 
 @dataclass(frozen=True)
 class BatchOutcome:
@@ -51,9 +54,11 @@ class BatchOutcome:
 class StreamRunner:
     """Runs the batches of one stream. Not thread-safe: one worker thread owns it."""
 
-    def __init__(self, settings: Settings, spark, catalog: Catalog, state: StateStore, stream: StreamDef) -> None:
+    def __init__(self, settings: Settings, spark, catalog: Catalog, state: StateStore, stream: StreamDef,
+                 jobs: BatchJobs | None = None) -> None:
         self.settings = settings
         self.spark = spark
+        self.jobs = jobs  # shared with other streams' runners; without it, a job of its own
         self.catalog = catalog
         self.state = state
         self.stream = stream
@@ -62,6 +67,7 @@ class StreamRunner:
         self.committed: Committed | None = None  # None: read it from the tables before the next batch
         self.marks: dict[int, Watermarks] = {}  # the watermarks the last step saw
         self._reported: set[Expired] = set()
+        self._partitions: tuple[float, list[int]] | None = None  # (looked up at, partitions)
 
     @property
     def kafka(self) -> KafkaClient:
@@ -77,6 +83,7 @@ class StreamRunner:
     def reset(self) -> None:
         """Forget what the tables held: after a failure the next batch reads it again."""
         self.committed = None
+        self._partitions = None
 
     def positions(self) -> dict[int, int]:
         """Where each partition is read from next."""
@@ -92,7 +99,11 @@ class StreamRunner:
                                    committed_offsets(dead_letter, self.stream.id))
 
     def watermarks(self) -> dict[int, Watermarks]:
-        self.marks = self.kafka.watermarks(self.stream.topic)
+        # The topic's partitions are looked up again every PARTITIONS_TTL, not every poll:
+        # partitions are rarely added, and a metadata request per poll and stream adds up.
+        if self._partitions is None or time.monotonic() - self._partitions[0] > PARTITIONS_TTL:
+            self._partitions = (time.monotonic(), self.kafka.partitions(self.stream.topic))
+        self.marks = self.kafka.watermarks(self.stream.topic, self._partitions[1])
         return self.marks
 
     def lag(self) -> int:
@@ -111,7 +122,8 @@ class StreamRunner:
         self._report_expired(plan.expired)
         if not plan.pieces:
             return BatchOutcome(0, 0, 0, 0, False)
-        result = run_batch(self.spark, self._spec(), plan_tasks(plan.pieces, parallelism(self.spark)))
+        tasks = plan_tasks(plan.pieces, parallelism(self.spark))
+        result = self.jobs.run(self._spec(), tasks) if self.jobs else run_batch(self.spark, self._spec(), tasks)
         failpoint("before_commit")
         offsets, read_errors = advance(plan.start, result.pieces)
         self.committed, snapshots = commit_batch(self.settings, self.stream, self.tables, self.committed, offsets,

@@ -16,6 +16,7 @@ from appliance.config.settings import Settings
 from appliance.core.clock import now
 from appliance.core.errors import FloeError, KafkaUnavailable
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
+from appliance.ingest.jobs import BatchJobs, next_tick
 from appliance.ingest.runner import BatchOutcome, StreamRunner
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
@@ -36,6 +37,7 @@ class Shared:
     catalog: Catalog
     stopping: threading.Event  # the engine is stopping: every worker ends after its batch
     wake: threading.Event  # set when a worker ends, so the engine looks again at once
+    jobs: BatchJobs  # streams due together share one Spark job
 
 
 @dataclass
@@ -63,11 +65,12 @@ class StreamWorker(threading.Thread):
         self.failing: Failing | None = None
         self.rate = 0.0
         self.last_end = time.monotonic()
+        self.shown: dict | None = None  # the status fields this worker wrote last
 
     def run(self) -> None:
         settings = self.engine.settings
         state = StateStore(settings.state_db)
-        runner = StreamRunner(settings, self.engine.spark, self.engine.catalog, state, self.stream)
+        runner = StreamRunner(settings, self.engine.spark, self.engine.catalog, state, self.stream, self.engine.jobs)
         try:
             self._loop(runner, state)
         finally:
@@ -78,23 +81,28 @@ class StreamWorker(threading.Thread):
 
     def _loop(self, runner: StreamRunner, state: StateStore) -> None:
         goal: dict[int, int] | None = None
+        engine = self.engine.settings.engine
+        tick = time.monotonic()
         while not self._stopping():
-            started = time.monotonic()
             try:
-                if goal is None and self.until_caught_up:
-                    goal = {p: w.high for p, w in runner.watermarks().items()}
-                outcome = runner.step()
+                with self.engine.jobs.planning():
+                    if goal is None and self.until_caught_up:
+                        goal = {p: w.high for p, w in runner.watermarks().items()}
+                    outcome = runner.step()
             except Exception as exc:  # every failure is reported, then retried: a stream never dies
                 if self._failed(exc, runner, state):
                     return
+                tick = time.monotonic()
                 continue
             self._succeeded(outcome, state)
             if goal is not None and runner.caught_up(goal):
                 return
-            engine = self.engine.settings.engine
-            pause = max(0.0, engine.commit_interval - (time.monotonic() - started)) if outcome.messages \
-                else engine.poll_interval
-            if self._wait(pause):
+            # Every worker wakes on the same grid of poll intervals, so that the streams due
+            # together share a Spark job; a batch that read something waits out the commit
+            # interval from the tick it started on.
+            wait = engine.commit_interval if outcome.messages else engine.poll_interval
+            tick = next_tick(max(tick + wait, time.monotonic()) - 1e-3, engine.poll_interval)
+            if self._wait(tick - time.monotonic()):
                 return
 
     def _failed(self, exc: Exception, runner: StreamRunner, state: StateStore) -> bool:
@@ -110,6 +118,7 @@ class StreamWorker(threading.Thread):
             state.add_event(kind, message, name, EventLevel.ERROR)
         self.failing = Failing(message, failing.attempts + 1, failing.backoff)
         state.update_status(name, phase=StreamPhase.FAILED, last_error=message, last_error_at=now())
+        self.shown = None
         runner.reset()
         if isinstance(exc, KafkaUnavailable):
             runner.close()  # a fresh connection next time
@@ -141,7 +150,10 @@ class StreamWorker(threading.Thread):
             fields["last_commit_at"] = now()
             fields["rows_total"] = status.rows_total + outcome.rows
             fields["dead_letter_total"] = status.dead_letter_total + outcome.dead_letter_rows
+        elif fields == self.shown:
+            return  # an idle poll that changes nothing writes nothing
         state.update_status(name, **fields)
+        self.shown = fields
 
     def _stopping(self) -> bool:
         return self.stop_event.is_set() or self.engine.stopping.is_set()

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Iterator
 
+from pyiceberg.catalog import StagedTable
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.metadata import TableMetadata
 
 from appliance.config.settings import Settings
 from appliance.core.errors import TableConflict, TableNotFound
@@ -17,6 +21,7 @@ from appliance.model.names import check_table_name
 from appliance.tables.commits import commit_lock
 from appliance.tables.schemas import same_columns
 from appliance.tables.storage import describe, storage_errors
+from appliance.tables.transactions import staged_metadata, transaction
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +35,61 @@ def table_properties(settings: Settings) -> dict[str, str]:
     }
 
 
+class FloeSqlCatalog(SqlCatalog):
+    """PyIceberg's SqlCatalog, minus the work a 1-second commit repeats.
+
+    A metadata file never changes once written, so the metadata read for a location is
+    kept (the newest few): a commit, which loads the table to check it is still current,
+    and the engine's reloads read the file that the last commit wrote only once, if at
+    all. Staging a commit skips PyIceberg's defensive deep copy (see `transactions`).
+    """
+
+    CACHED = 16
+
+    def __init__(self, name: str, **properties: str) -> None:
+        super().__init__(name, **properties)
+        self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
+
+    def _remember(self, location: str, metadata: TableMetadata) -> None:
+        self._metadata[location] = metadata
+        self._metadata.move_to_end(location)
+        while len(self._metadata) > self.CACHED:
+            self._metadata.popitem(last=False)
+
+    def _convert_orm_to_iceberg(self, orm_table) -> Table:
+        location = orm_table.metadata_location
+        metadata = self._metadata.get(location) if location else None
+        if metadata is None:
+            table = super()._convert_orm_to_iceberg(orm_table)
+            self._remember(table.metadata_location, table.metadata)
+            return table
+        self._metadata.move_to_end(location)
+        return Table(
+            identifier=(*self.identifier_to_tuple(orm_table.table_namespace), orm_table.table_name),
+            metadata=metadata, metadata_location=location,
+            io=self._load_file_io(metadata.properties, location), catalog=self,
+        )
+
+    def _update_and_stage_table(self, current_table: Table | None, table_identifier, requirements,
+                                updates) -> StagedTable:
+        if current_table is None:
+            return super()._update_and_stage_table(current_table, table_identifier, requirements, updates)
+        for requirement in requirements:
+            requirement.validate(current_table.metadata)
+        metadata = staged_metadata(current_table.metadata, updates, current_table.metadata_location)
+        version = self._parse_metadata_version(current_table.metadata_location) + 1
+        location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        return StagedTable(identifier=table_identifier, metadata=metadata, metadata_location=location,
+                           io=self._load_file_io(properties=metadata.properties, location=location), catalog=self)
+
+    def commit_table(self, table: Table, requirements, updates) -> CommitTableResponse:
+        response = super().commit_table(table, requirements, updates)
+        self._remember(response.metadata_location, response.metadata)
+        return response
+
+
 def open_catalog(settings: Settings) -> SqlCatalog:
-    return SqlCatalog("floe", **settings.catalog_properties())
+    return FloeSqlCatalog("floe", **settings.catalog_properties())
 
 
 @contextmanager
@@ -95,7 +153,7 @@ class Catalog:
         if all(table.metadata.properties.get(k) == v for k, v in wanted.items()):
             return table
         with commit_lock(self.settings, ".".join(table.name())):
-            with table.transaction() as tx:
+            with transaction(table) as tx:
                 tx.set_properties(wanted)
         return table.refresh()
 

@@ -28,6 +28,7 @@ from appliance.tables.snapshots import (
     offsets_summary,
     stream_snapshot_id,
 )
+from appliance.tables.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def commit_files(
                     f"table {'.'.join(table.name())} holds offsets {found} for this stream, expected {expected}"
                 )
         try:
-            tx = table.transaction()
+            tx = transaction(table)
             with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
                 for data_file in files:
                     append.append_data_file(data_file)
@@ -129,7 +130,7 @@ def commit_rewrite(
         try:
             with commit_lock(settings, name):
                 table = table.refresh()
-                tx = table.transaction()
+                tx = transaction(table)
                 producer = _RewriteFiles(label, Operation.OVERWRITE, tx, table.io, snapshot_properties=properties)
                 for data_file in remove:
                     producer.delete_data_file(data_file)

@@ -33,7 +33,14 @@ class TableTarget:
 
     @classmethod
     def of(cls, table: Table) -> TableTarget:
-        return cls(table.metadata.model_dump_json(), dict(table.io.properties), table.metadata_location)
+        # Writing needs the schema, spec, properties and location, not the snapshot history:
+        # without it the JSON stays small, and the same from one commit to the next, so a
+        # worker parses it once, however many snapshots the table gathers.
+        slim = table.metadata.model_copy(update={"snapshots": [], "snapshot_log": [], "metadata_log": [],
+                                                 "refs": {}, "current_snapshot_id": None, "statistics": [],
+                                                 "partition_statistics": [], "last_updated_ms": 0,
+                                                 "last_sequence_number": 0})
+        return cls(slim.model_dump_json(), dict(table.io.properties), table.metadata_location)
 
     def where(self) -> str:
         """The table's location as errors name it (never its keys)."""
@@ -44,15 +51,15 @@ _METADATA_CACHE: dict[str, object] = {}
 
 
 def table_metadata(target: TableTarget):
-    """The parsed metadata of `target`, parsed once per metadata file in each Python worker."""
+    """The parsed metadata of `target`, parsed once per schema and properties in each Python worker."""
     from pyiceberg.table.metadata import TableMetadataUtil
 
-    meta = _METADATA_CACHE.get(target.metadata_location)
+    meta = _METADATA_CACHE.get(target.metadata_json)
     if meta is None:
         if len(_METADATA_CACHE) > 64:
             _METADATA_CACHE.clear()
         meta = TableMetadataUtil.parse_raw(target.metadata_json)
-        _METADATA_CACHE[target.metadata_location] = meta
+        _METADATA_CACHE[target.metadata_json] = meta
     return meta
 
 

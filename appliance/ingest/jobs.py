@@ -1,0 +1,104 @@
+"""One Spark job for every stream that is due at the same moment.
+
+A Spark job has a fixed cost (scheduling in the JVM, a round trip to a Python worker)
+that is most of a small batch's cost. Stream workers wake on a shared grid of
+`poll_interval`s (`next_tick`), so the streams that are due plan their batches at
+about the same time; `BatchJobs` holds each submitted batch until every worker still
+planning has submitted (or `WINDOW` has passed) and runs them all as one job. Each
+worker then commits its own stream, as before: only the Spark job is shared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from appliance.ingest.batch import BatchResult, BatchSpec, run_batches
+from appliance.kafka.reader import Piece
+from appliance.spark.session import parallelism
+
+WINDOW = 0.1  # seconds a submitted batch waits at most for the other streams' batches
+
+
+def next_tick(after: float, grid: float) -> float:
+    """The first point of the shared grid (multiples of `grid` on the monotonic clock) at or after `after`."""
+    if grid <= 0:
+        return after
+    return -(-after // grid) * grid
+
+
+@dataclass
+class _Request:
+    spec: BatchSpec
+    tasks: list[list[Piece]]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: BatchResult | BaseException | None = None
+
+
+class BatchJobs:
+    def __init__(self, spark) -> None:
+        self.spark = spark
+        self._cond = threading.Condition()
+        self._pending: list[_Request] = []
+        self._planning = 0  # workers in a step that have not submitted yet
+        self._thread: threading.Thread | None = None
+        self._step = threading.local()  # per worker thread: has its step submitted a batch yet?
+        self.jobs_run = 0  # Spark jobs started, for whoever wants to see the sharing
+
+    @contextmanager
+    def planning(self) -> Iterator[None]:
+        """Around a worker's step: while it plans, others' batches wait for its own (up to WINDOW)."""
+        with self._cond:
+            self._planning += 1
+            self._step.open = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                if self._step.open:  # a step with nothing to read: nobody waits for it any more
+                    self._step.open = False
+                    self._planning -= 1
+                    self._cond.notify_all()
+
+    def run(self, spec: BatchSpec, tasks: list[list[Piece]]) -> BatchResult:
+        """Run this batch in the next shared job; its result, or its error raised here."""
+        request = _Request(spec, tasks)
+        with self._cond:
+            if getattr(self._step, "open", False):
+                self._step.open = False
+                self._planning -= 1
+            self._pending.append(request)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="floe-batch-jobs", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        request.done.wait()
+        if isinstance(request.result, BaseException):
+            raise request.result
+        return request.result
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    if not self._cond.wait(60.0):
+                        self._thread = None  # idle a minute: the next submit starts a new one
+                        return
+                deadline = time.monotonic() + WINDOW
+                while self._planning > 0 and time.monotonic() < deadline:
+                    self._cond.wait(deadline - time.monotonic())
+                batch, self._pending = self._pending, []
+            self._run(batch)
+
+    def _run(self, batch: list[_Request]) -> None:
+        self.jobs_run += 1
+        try:
+            results = run_batches(self.spark, [(r.spec, r.tasks) for r in batch], parallelism(self.spark))
+        except BaseException as exc:  # the job itself failed: every stream in it retries
+            results = [exc] * len(batch)
+        for request, result in zip(batch, results):
+            request.result = result
+            request.done.set()

@@ -1,0 +1,132 @@
+"""What keeps a trickle cheap: shared Spark jobs, lean Python workers and commits, a class-data archive.
+
+The figures are measured by scripts/bench_efficiency; these tests check that each part
+does what it must, with a real broker, SparkSession, catalog and warehouse.
+"""
+
+import os
+import subprocess
+import sys
+import threading
+
+import pyarrow as pa
+from pyiceberg.table.update import update_table_metadata
+
+from appliance.config.settings import load_settings
+from appliance.control.streams import create_stream
+from appliance.ingest.jobs import BatchJobs
+from appliance.ingest.runner import StreamRunner
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog, FloeSqlCatalog
+from appliance.tables.transactions import LeanTransaction, staged_metadata
+
+from conftest import ROOT, pizza_values
+
+
+def test_python_workers_leave_spark_archives_off_their_path_and_freeze_what_survives(spark):
+    def look(_):
+        import gc
+
+        import pyspark
+
+        return [p for p in sys.path if p.endswith((".zip", ".jar")) and "pyspark" in p], pyspark.__file__, \
+            gc.get_freeze_count()
+
+    first = spark.sparkContext.parallelize([0], 1).map(look).collect()[0]
+    archives, pyspark_file, _ = first
+    assert archives == []
+    assert "site-packages" in pyspark_file and ".zip" not in pyspark_file
+    _, _, frozen = spark.sparkContext.parallelize([0], 1).map(look).collect()[0]
+    assert frozen > 0  # what the first task left behind is out of every later collection
+
+
+def _catalog(tmp_path) -> FloeSqlCatalog:
+    return FloeSqlCatalog("floe", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=tmp_path.as_uri())
+
+
+def test_a_lean_transaction_stages_what_pyiceberg_would(tmp_path):
+    catalog = _catalog(tmp_path)
+    catalog.create_namespace("n")
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table = catalog.create_table("n.t", data.schema)
+    for i in range(3):
+        table.append(data, snapshot_properties={"i": str(i)})
+    tx = LeanTransaction(table)
+    with tx.update_snapshot(snapshot_properties={"i": "last"}).fast_append() as append:
+        for f in table.scan().plan_files():
+            append.append_data_file(f.file)
+    ours = staged_metadata(table.metadata, tx._updates).model_dump(exclude={"last_updated_ms"})
+    theirs = update_table_metadata(table.metadata, tx._updates).model_dump(exclude={"last_updated_ms"})
+    assert ours == theirs
+    committed = tx.commit_transaction()
+    assert [s.summary["i"] for s in committed.snapshots()] == ["0", "1", "2", "last"]
+    reread = _catalog(tmp_path).load_table("n.t")  # from the file, not a cache
+    assert reread.metadata == committed.metadata
+    assert reread.scan().to_arrow().num_rows == 12  # 3 appends of 2 rows, then their 3 files again
+
+
+def test_the_metadata_cache_never_hides_another_writers_commit(tmp_path):
+    a, b = _catalog(tmp_path), _catalog(tmp_path)
+    a.create_namespace("n")
+    data = pa.table({"a": pa.array([1], pa.int64())})
+    stale = a.create_table("n.t", data.schema)
+    a.load_table("n.t").append(data)
+    seen_by_b = b.load_table("n.t")
+    assert seen_by_b.current_snapshot() is not None
+    seen_by_b.append(data)
+    b_snapshot = seen_by_b.current_snapshot().snapshot_id
+    # Planned on metadata that is no longer current: refused, then (PyIceberg retries appends)
+    # replanned on B's commit, never written over it.
+    stale.append(data)
+    final = a.load_table("n.t")
+    assert len(final.snapshots()) == 3
+    assert final.current_snapshot().parent_snapshot_id == b_snapshot
+    assert final.scan().to_arrow().num_rows == 3
+
+
+def test_streams_due_together_share_one_spark_job(broker, spark, floe_home):
+    settings = load_settings()
+    topics = [f"share_{i}_{os.getpid()}" for i in range(2)]
+    for t in topics:
+        broker.produce(t, pizza_values(300))
+    streams = [create_stream(settings, t, bootstrap=broker.bootstrap, topic=t, table=f"share.{t}").stream
+               for t in topics]
+    jobs = BatchJobs(spark)
+    catalog = Catalog(settings)
+    outcomes = {}
+
+    def step(stream):
+        state = StateStore(settings.state_db)
+        runner = StreamRunner(settings, spark, catalog, state, stream, jobs)
+        with jobs.planning():
+            outcomes[stream.name] = runner.step()
+        runner.close()
+        state.close()
+
+    threads = [threading.Thread(target=step, args=(s,)) for s in streams]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert {name: o.rows for name, o in outcomes.items()} == {t: 300 for t in topics}
+    assert jobs.jobs_run == 1
+    for t in topics:
+        assert catalog.table(f"share.{t}").scan().to_arrow().num_rows == 300
+
+
+def test_the_class_data_archive_is_built_and_used(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FLOE_HOME": str(tmp_path / "home")}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    built = subprocess.run([sys.executable, "-m", "appliance.spark.archive"], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    [archive] = (tmp_path / "cache" / "floe").glob("*.jsa")
+    assert archive.stat().st_size > 10_000_000
+    check = ("from appliance.config.settings import load_settings; from appliance.spark.session import spark_session;"
+             "s = spark_session(load_settings());"
+             "print(list(s.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()"
+             ".getInputArguments())); s.stop()")
+    used = subprocess.run([sys.executable, "-c", check], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert used.returncode == 0, used.stderr
+    assert f"-XX:SharedArchiveFile={archive}" in used.stdout
