@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.core.errors import BrokerUnreachable, KafkaAccessDenied, OffsetsBeyondTopic, ReadTimeout
+from appliance.ingest.jobs import next_tick
 from appliance.ingest.planning import (
     Committed,
     Expired,
@@ -16,7 +17,6 @@ from appliance.ingest.planning import (
     plan_batch,
     plan_tasks,
 )
-from appliance.ingest.jobs import next_tick
 from appliance.kafka.client import Watermarks
 from appliance.kafka.reader import Piece, PieceResult
 
