@@ -10,6 +10,7 @@ import sys
 import threading
 
 import pyarrow as pa
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.update import update_table_metadata
 
 from appliance.config.settings import load_settings
@@ -18,6 +19,8 @@ from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.runner import StreamRunner
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, FloeSqlCatalog
+from appliance.tables.commits import commit_files
+from appliance.tables.metadatafile import MetadataWriter
 from appliance.tables.transactions import LeanTransaction, staged_metadata
 
 from conftest import ROOT, pizza_values
@@ -82,6 +85,42 @@ def test_the_metadata_cache_never_hides_another_writers_commit(tmp_path):
     assert len(final.snapshots()) == 3
     assert final.current_snapshot().parent_snapshot_id == b_snapshot
     assert final.scan().to_arrow().num_rows == 3
+
+
+def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised_once(tmp_path):
+    catalog = _catalog(tmp_path)
+    catalog.create_namespace("n")
+    data = pa.table({"a": pa.array([1], pa.int64())})
+    table = catalog.create_table("n.t", data.schema)
+    writer = MetadataWriter()
+    assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()  # no snapshot yet
+    for i in range(4):
+        table.append(data, snapshot_properties={"i": str(i), "offsets": f'{{"0": {i}}}'})
+        assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
+    oldest = table.snapshots()[0].snapshot_id
+    table.maintenance.expire_snapshots().by_id(oldest).commit()
+    assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
+    assert oldest not in writer._snapshots[str(table.metadata.table_uuid)]  # forgotten with the snapshot
+    # What the catalog wrote reads back as the table it committed.
+    written = FromInputFile.table_metadata(table.io.new_input(table.metadata_location))
+    assert written == table.metadata
+
+
+def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):
+    floe_home.mkdir(parents=True)
+    settings = load_settings()
+    catalog = Catalog(settings)
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table, _ = catalog.ensure_table("n.t", data.schema)
+    table.append(data)
+    files = [task.file for task in table.scan().plan_files()]
+    offsets = None
+    for i in range(1, 41):
+        table, _ = commit_files(table, files, "s", "topic", offsets, {0: i})
+        offsets = {0: i}
+    manifests = table.current_snapshot().manifests(table.io)
+    assert len(manifests) < 32, len(manifests)  # 41 appends, each with its own manifest before merging
+    assert catalog.table("n.t").scan().to_arrow().num_rows == 2 * 41
 
 
 def test_streams_due_together_share_one_spark_job(broker, spark, floe_home):

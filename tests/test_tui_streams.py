@@ -78,11 +78,12 @@ async def test_a_failing_refresh_is_reported_once_and_the_ui_carries_on(floe_hom
     async with app.run_test(size=(160, 40)) as pilot:
         failures = lambda: [n for n in app._notifications if n.title == "Background task failed"]  # noqa: E731
         await until(pilot, lambda: any("streams-load" in n.message for n in failures()), 20, "the failure reported")
+        await pilot.pause(3.5)  # three more refreshes of each pane, each failing the same way
         shown = failures()
         assert all(n.severity == "error" and "not a database" in n.message for n in shown), shown
-        await pilot.pause(3.5)  # three more refreshes of each pane, each failing the same way
-        assert len(failures()) == len(shown)
-        assert len({n.message.split(":")[0] for n in failures()}) == len(shown)  # one per failing refresh
+        groups = [n.message.split(":")[0] for n in shown]
+        # Each pane's refresh fails on its own schedule, so several groups may be told: each once.
+        assert "streams-load" in groups and len(set(groups)) == len(groups), groups
 
         settings.state_db.unlink()  # fixed: the next refresh works and says so
         empty = app.query_one("#streams-empty")

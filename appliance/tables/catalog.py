@@ -10,6 +10,7 @@ from typing import Iterator
 from pyiceberg.catalog import StagedTable
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.locations import load_location_provider
@@ -19,6 +20,7 @@ from appliance.config.settings import Settings
 from appliance.core.errors import TableConflict, TableNotFound
 from appliance.model.names import check_table_name
 from appliance.tables.commits import commit_lock
+from appliance.tables.metadatafile import MetadataWriter
 from appliance.tables.schemas import same_columns
 from appliance.tables.storage import describe, storage_errors
 from appliance.tables.transactions import staged_metadata, transaction
@@ -32,6 +34,10 @@ def table_properties(settings: Settings) -> dict[str, str]:
     return {
         "write.metadata.delete-after-commit.enabled": "true",
         "write.metadata.previous-versions-max": str(settings.maintenance.metadata_versions),
+        # Each append adds a manifest, and the manifest list that every commit rewrites
+        # would list them all (hundreds between compactions): merge them every few dozen.
+        "commit.manifest-merge.enabled": "true",
+        "commit.manifest.min-count-to-merge": "32",
     }
 
 
@@ -41,7 +47,8 @@ class FloeSqlCatalog(SqlCatalog):
     A metadata file never changes once written, so the metadata read for a location is
     kept (the newest few): a commit, which loads the table to check it is still current,
     and the engine's reloads read the file that the last commit wrote only once, if at
-    all. Staging a commit skips PyIceberg's defensive deep copy (see `transactions`).
+    all. Staging a commit skips PyIceberg's defensive deep copy (see `transactions`), and
+    writing it serialises only the new snapshot (see `metadatafile`).
     """
 
     CACHED = 16
@@ -49,6 +56,10 @@ class FloeSqlCatalog(SqlCatalog):
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
         self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._writer = MetadataWriter()
+
+    def _write_metadata(self, metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
+        self._writer.write(metadata, io, metadata_path)
 
     def _remember(self, location: str, metadata: TableMetadata) -> None:
         self._metadata[location] = metadata
@@ -78,7 +89,8 @@ class FloeSqlCatalog(SqlCatalog):
             requirement.validate(current_table.metadata)
         metadata = staged_metadata(current_table.metadata, updates, current_table.metadata_location)
         version = self._parse_metadata_version(current_table.metadata_location) + 1
-        location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        provider = load_location_provider(metadata.location, metadata.properties)
+        location = provider.new_table_metadata_file_location(version)
         return StagedTable(identifier=table_identifier, metadata=metadata, metadata_location=location,
                            io=self._load_file_io(properties=metadata.properties, location=location), catalog=self)
 

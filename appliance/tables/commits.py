@@ -71,7 +71,7 @@ def commit_files(
                 )
         try:
             tx = transaction(table)
-            with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+            with tx.update_snapshot(snapshot_properties=props).merge_append() as append:
                 for data_file in files:
                     append.append_data_file(data_file)
             table = tx.commit_transaction()
