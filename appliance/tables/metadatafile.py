@@ -7,8 +7,8 @@ snapshot's summary goes through a Python-level pydantic serializer, so PyIceberg
 of a trickling stream's cost. A snapshot rarely changes once committed (expiring its
 parent drops its parent id): its JSON is kept with it (per table, only for the
 snapshots the table still has), reused while the snapshot is unchanged, and spliced
-into the rest of the document, which pydantic still serialises. The result is the same JSON that
-PyIceberg writes (tests/test_efficiency.py compares them).
+into the rest of the document, which pydantic still serialises. The result is the
+same JSON that PyIceberg writes (tests/test_efficiency.py compares them).
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ class MetadataWriter:
         self._exclude_none = not Config().get_bool("legacy-current-snapshot-id")
 
     def json(self, metadata: TableMetadata) -> bytes:
-        known = self._snapshots.get(str(metadata.table_uuid), {})
+        table = str(metadata.table_uuid)
+        known = self._snapshots.get(table, {})
         parts = {s.snapshot_id: self._known(known.get(s.snapshot_id), s) for s in metadata.snapshots}
-        self._snapshots[str(metadata.table_uuid)] = parts  # what expiry removed is forgotten here
+        self._snapshots[table] = parts  # what expiry removed is forgotten here
         rest = metadata.model_copy(update={"snapshots": []}).model_dump_json(exclude_none=self._exclude_none).encode()
         if rest.count(_EMPTY) != 1:  # a shape this splice does not know: serialise it all, as PyIceberg does
             return metadata.model_dump_json(exclude_none=self._exclude_none).encode()
