@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.core.errors import BrokerUnreachable, KafkaAccessDenied, OffsetsBeyondTopic, ReadTimeout
-from appliance.ingest.jobs import next_tick
+from appliance.ingest.jobs import next_tick, next_wake
 from appliance.ingest.planning import (
     Committed,
     Expired,
@@ -159,3 +159,15 @@ def test_workers_wake_on_a_shared_grid():
     assert next_tick(10.01, 0.25) == 10.25
     assert next_tick(10.26, 0.25) == 10.5
     assert next_tick(3.3, 0) == 3.3
+
+
+def test_busy_streams_wake_on_the_shared_grid_of_commit_intervals_whatever_their_history():
+    # Two streams whose last steps began a poll interval apart wake together after a read.
+    assert next_wake(10.0, 10.2, True, 1.0, 0.25) == 11.0
+    assert next_wake(10.25, 10.4, True, 1.0, 0.25) == 12.0  # never sooner than the commit interval
+    assert next_wake(11.0, 11.3, True, 1.0, 0.25) == 12.0
+    # A step that overran its interval steps again at the next poll tick, not a whole interval later.
+    assert next_wake(10.0, 11.1, True, 1.0, 0.25) == 11.25
+    # Idle streams poll on the poll grid, which holds the commit grid's points.
+    assert next_wake(10.0, 10.05, False, 1.0, 0.25) == 10.25
+    assert next_wake(10.0, 10.6, False, 1.0, 0.25) == 10.75

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -37,7 +39,7 @@ def test_a_piece_is_read_past_transaction_markers(broker, topic):
     high = high_watermark(broker.bootstrap, topic)
     assert high == 5  # a1 a2 marker b1 marker
 
-    raw, [result] = read_pieces(KafkaSettings.create(broker.bootstrap), "test", topic, [Piece(0, 0, high)], 10.0)
+    raw, [result] = read_pieces(KafkaSettings.create(broker.bootstrap), topic, [Piece(0, 0, high)], 10.0)
     assert raw.values == [b"a1", b"a2", b"b1"] and raw.offsets == [0, 1, 3]
     assert result.next_offset == high and result.error is None  # not stuck on the marker at 4
 
@@ -45,7 +47,7 @@ def test_a_piece_is_read_past_transaction_markers(broker, topic):
 def test_a_piece_that_does_not_arrive_is_a_read_timeout(broker, topic):
     broker.produce(topic, [b"x"], partition=0)
     high = high_watermark(broker.bootstrap, topic)
-    raw, [result] = read_pieces(KafkaSettings.create(broker.bootstrap), "test", topic,
+    raw, [result] = read_pieces(KafkaSettings.create(broker.bootstrap), topic,
                                 [Piece(0, high, high + 5)], fetch_timeout=1.0)
     assert len(raw) == 0 and result.next_offset == high
     assert isinstance(result.error, ReadTimeout) and result.error.retryable
@@ -64,3 +66,22 @@ def test_an_error_in_a_spark_task_reaches_the_driver_as_itself(spark, error):
         run_in_tasks(spark, work, 2)
     assert str(raised.value) == str(error) and raised.value.retryable == error.retryable
     assert run_in_tasks(spark, lambda i: i * 10, 3) == [0, 10, 20]
+
+
+def test_one_read_serves_several_topics_the_same_topic_twice_and_ranges_apart(broker):
+    from appliance.kafka.reader import read_topics
+
+    a, b = f"ra_{uuid.uuid4().hex[:8]}", f"rb_{uuid.uuid4().hex[:8]}"
+    broker.produce(a, [f"a{i}".encode() for i in range(10)], partition=0)
+    broker.produce(b, [f"b{i}".encode() for i in range(6)], partition=1)
+    kafka = KafkaSettings.create(broker.bootstrap)
+    done = read_topics(kafka, [
+        (a, [Piece(0, 0, 3), Piece(0, 5, 8)]),  # two ranges of one partition, a gap between them
+        (b, [Piece(1, 2, 6)]),
+        (a, [Piece(0, 8, 10)]),  # a second stream of the same topic, in the same task
+    ], fetch_timeout=10.0)
+    (raw_a, res_a), (raw_b, res_b), (raw_a2, res_a2) = done
+    assert raw_a.values == [b"a0", b"a1", b"a2", b"a5", b"a6", b"a7"] and raw_a.offsets == [0, 1, 2, 5, 6, 7]
+    assert [(r.start, r.next_offset, r.error) for r in res_a] == [(0, 3, None), (5, 8, None)]
+    assert raw_b.values == [b"b2", b"b3", b"b4", b"b5"] and raw_b.partitions == [1] * 4
+    assert raw_a2.values == [b"a8", b"a9"] and res_a2[0].next_offset == 10

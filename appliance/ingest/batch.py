@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from appliance.core.errors import FloeError
 from appliance.ingest.planning import pack_tasks
-from appliance.kafka.reader import Piece, PieceResult, read_pieces
+from appliance.kafka.reader import Piece, PieceResult, read_topics
+from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
 from appliance.model.decode import decode_batch
 from appliance.model.mapping import Mapping
@@ -76,9 +77,37 @@ class BatchResult:
         return sum(getattr(r, name) for r in self.tasks)
 
 
-def run_task(spec: BatchSpec, pieces: list[Piece], ingested_at: dt.datetime) -> TaskResult:
+def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.datetime) -> list[TaskResult | FloeError]:
+    """One task's work: every item's pieces read together (one consumer and one assignment per
+    cluster), then each stream's messages decoded and written. An error is its item's alone."""
+    reads: list[tuple[RawBatch, list[PieceResult]] | FloeError | None] = [None] * len(items)
+    clusters: dict[KafkaSettings, list[int]] = {}
+    for i, (spec, _) in enumerate(items):
+        clusters.setdefault(spec.kafka, []).append(i)
     t0 = time.perf_counter()
-    raw, results = read_pieces(spec.kafka, spec.group, spec.topic, pieces, spec.fetch_timeout)
+    for kafka, indexes in clusters.items():
+        timeout = min(items[i][0].fetch_timeout for i in indexes)
+        try:
+            done = read_topics(kafka, [(items[i][0].topic, items[i][1]) for i in indexes], timeout)
+        except FloeError as exc:
+            done = [exc] * len(indexes)
+        for i, read in zip(indexes, done):
+            reads[i] = read
+    read_seconds = (time.perf_counter() - t0) / max(1, len(items))
+    out: list[TaskResult | FloeError] = []
+    for (spec, _), read in zip(items, reads):
+        if isinstance(read, FloeError):
+            out.append(read)
+            continue
+        try:
+            out.append(_write(spec, *read, ingested_at, read_seconds))
+        except FloeError as exc:
+            out.append(exc)
+    return out
+
+
+def _write(spec: BatchSpec, raw: RawBatch, results: list[PieceResult], ingested_at: dt.datetime,
+           read_seconds: float) -> TaskResult:
     t1 = time.perf_counter()
     decoded = decode_batch(raw, spec.mapping, spec.max_message_bytes, ingested_at)
     dead = _above_floor(decoded.dead_letter, spec.dead_letter_floor)
@@ -92,7 +121,7 @@ def run_task(spec: BatchSpec, pieces: list[Piece], ingested_at: dt.datetime) -> 
         messages=len(raw),
         bytes=sum(len(v) for v in raw.values if v),
     )
-    result.read_seconds, result.decode_seconds = t1 - t0, t2 - t1
+    result.read_seconds, result.decode_seconds = read_seconds, t2 - t1
     result.write_seconds = time.perf_counter() - t2
     return result
 
@@ -131,13 +160,8 @@ def run_batches(spark, batches: list[tuple[BatchSpec, list[list[Piece]]]], paral
     ingested_at = dt.datetime.now(dt.timezone.utc)
 
     def work(task: int) -> list[tuple[int, TaskResult | FloeError]]:
-        out = []
-        for b, pieces in groups[task]:
-            try:
-                out.append((b, run_task(specs[b], pieces, ingested_at)))
-            except FloeError as exc:
-                out.append((b, exc))
-        return out
+        group = groups[task]
+        return list(zip([b for b, _ in group], run_items([(specs[b], pieces) for b, pieces in group], ingested_at)))
 
     per_batch: list[list] = [[] for _ in batches]
     for task_results in run_in_tasks(spark, work, len(groups)):

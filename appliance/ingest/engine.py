@@ -8,6 +8,7 @@ worker; a paused, deleted or redefined stream's worker stops after its current b
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from typing import Callable
@@ -70,6 +71,10 @@ class Engine:
         everything its topic held when the engine started, then return."""
         with EngineLock(self.settings):
             self.start_spark()
+            if self._owns_spark:
+                # What start-up made (Spark's gateway, PyIceberg, pydantic: most of the heap)
+                # lives as long as the engine: out of every later full collection.
+                gc.freeze()
             self.state.add_event(EventKind.ENGINE_STARTED,
                                  f"engine started (pid {os.getpid()}, spark {self.settings.spark_master})")
             if until_caught_up:

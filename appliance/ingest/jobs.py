@@ -1,11 +1,12 @@
 """One Spark job for every stream that is due at the same moment.
 
 A Spark job has a fixed cost (scheduling in the JVM, a round trip to a Python worker)
-that is most of a small batch's cost. Stream workers wake on a shared grid of
-`poll_interval`s (`next_tick`), so the streams that are due plan their batches at
-about the same time; `BatchJobs` holds each submitted batch until every worker still
-planning has submitted (or `WINDOW` has passed) and runs them all as one job. Each
-worker then commits its own stream, as before: only the Spark job is shared.
+that is most of a small batch's cost. Stream workers wake on shared grids
+(`next_wake`: busy streams on the grid of commit intervals, idle ones on that of poll
+intervals), so the streams that are due plan their batches at about the same time;
+`BatchJobs` holds each submitted batch until every worker still planning has submitted
+(or `WINDOW` has passed) and runs them all as one job. Each worker then commits its own
+stream, as before: only the Spark job is shared.
 """
 
 from __future__ import annotations
@@ -28,6 +29,23 @@ def next_tick(after: float, grid: float) -> float:
     if grid <= 0:
         return after
     return -(-after // grid) * grid
+
+
+def next_wake(tick: float, now: float, read: bool, commit_interval: float, poll_interval: float) -> float:
+    """When a worker whose step started at `tick` steps again.
+
+    A step that read something waits out the commit interval, and wakes on the grid of
+    commit intervals that every stream shares: busy streams stay in step with each other,
+    whatever their history, so they share one Spark job a tick instead of drifting into
+    several. A step that overran its interval, or read nothing, takes the next poll tick.
+    """
+    eps = 1e-3
+    if read:
+        due = tick + commit_interval
+        if now <= due:
+            return next_tick(due - eps, commit_interval)
+        return next_tick(now - eps, poll_interval)
+    return next_tick(max(tick + poll_interval, now) - eps, poll_interval)
 
 
 @dataclass

@@ -68,6 +68,8 @@ class StreamRunner:
         self.marks: dict[int, Watermarks] = {}  # the watermarks the last step saw
         self._reported: set[Expired] = set()
         self._partitions: tuple[float, list[int]] | None = None  # (looked up at, partitions)
+        self._cores: tuple[float, int] | None = None  # (asked at, Spark's default parallelism)
+        self._targets: dict[tuple, tuple[tuple, TableTarget]] = {}
 
     @property
     def kafka(self) -> KafkaClient:
@@ -122,7 +124,7 @@ class StreamRunner:
         self._report_expired(plan.expired)
         if not plan.pieces:
             return BatchOutcome(0, 0, 0, 0, False)
-        tasks = plan_tasks(plan.pieces, parallelism(self.spark))
+        tasks = plan_tasks(plan.pieces, self._parallelism())
         result = self.jobs.run(self._spec(), tasks) if self.jobs else run_batch(self.spark, self._spec(), tasks)
         failpoint("before_commit")
         offsets, read_errors = advance(plan.start, result.pieces)
@@ -136,11 +138,26 @@ class StreamRunner:
         self._record(outcome, result, snapshots, offsets, started_at, time.monotonic() - started)
         return outcome
 
+    def _parallelism(self) -> int:
+        # A question to the JVM; asked again now and then, as a cluster's executors come and go.
+        if self._cores is None or time.monotonic() - self._cores[0] > PARTITIONS_TTL:
+            self._cores = (time.monotonic(), parallelism(self.spark))
+        return self._cores[1]
+
+    def _target(self, table) -> TableTarget:
+        """What tasks need to write `table`'s files: the same while its schema, spec and properties are."""
+        meta = table.metadata
+        key = (meta.location, meta.current_schema_id, meta.default_spec_id, tuple(sorted(meta.properties.items())))
+        found = self._targets.get(table.name())
+        if found is None or found[0] != key:
+            found = self._targets[table.name()] = (key, TableTarget.of(table))
+        return found[1]
+
     def _spec(self) -> BatchSpec:
         stream, engine = self.stream, self.settings.engine
         return BatchSpec(
             stream_id=stream.id, topic=stream.topic, kafka=stream.kafka, group=stream.group, mapping=stream.mapping,
-            target=TableTarget.of(self.tables.target), dead_letter=TableTarget.of(self.tables.dead_letter),
+            target=self._target(self.tables.target), dead_letter=self._target(self.tables.dead_letter),
             dead_letter_floor=self.committed.dead_letter_floor,
             max_message_bytes=engine.max_message_bytes, fetch_timeout=engine.fetch_timeout,
         )

@@ -16,7 +16,7 @@ from appliance.config.settings import Settings
 from appliance.core.clock import now
 from appliance.core.errors import FloeError, KafkaUnavailable
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
-from appliance.ingest.jobs import BatchJobs, next_tick
+from appliance.ingest.jobs import BatchJobs, next_wake
 from appliance.ingest.runner import BatchOutcome, StreamRunner
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
@@ -69,7 +69,7 @@ class StreamWorker(threading.Thread):
 
     def run(self) -> None:
         settings = self.engine.settings
-        state = StateStore(settings.state_db)
+        state = StateStore(settings.state_db, durable=False)
         runner = StreamRunner(settings, self.engine.spark, self.engine.catalog, state, self.stream, self.engine.jobs)
         try:
             self._loop(runner, state)
@@ -97,11 +97,8 @@ class StreamWorker(threading.Thread):
             self._succeeded(outcome, state)
             if goal is not None and runner.caught_up(goal):
                 return
-            # Every worker wakes on the same grid of poll intervals, so that the streams due
-            # together share a Spark job; a batch that read something waits out the commit
-            # interval from the tick it started on.
-            wait = engine.commit_interval if outcome.messages else engine.poll_interval
-            tick = next_tick(max(tick + wait, time.monotonic()) - 1e-3, engine.poll_interval)
+            tick = next_wake(tick, time.monotonic(), bool(outcome.messages), engine.commit_interval,
+                             engine.poll_interval)
             if self._wait(tick - time.monotonic()):
                 return
 

@@ -48,69 +48,155 @@ class PieceResult:
     error: FloeError | None = None
 
 
-def _consumer(settings: KafkaSettings, group: str) -> Consumer:
-    key = (settings, group)
-    consumer = _CONSUMERS.get(key)
+READER_GROUP = "floe.reader"  # a label for the broker's logs: offsets are assigned, never committed
+
+
+def _consumer(settings: KafkaSettings) -> Consumer:
+    consumer = _CONSUMERS.get(settings)
     if consumer is None:
         consumer = Consumer(settings.consumer_config(
-            group, logger=KAFKA_LOG,
+            READER_GROUP, logger=KAFKA_LOG,
             **{"fetch.wait.max.ms": 50, "queued.max.messages.kbytes": 32768, "max.partition.fetch.bytes": 4194304},
         ))
-        _CONSUMERS[key] = consumer
+        _CONSUMERS[settings] = consumer
     return consumer
 
 
-def read_pieces(
-    settings: KafkaSettings, group: str, topic: str, pieces: list[Piece], fetch_timeout: float
-) -> tuple[RawBatch, list[PieceResult]]:
+@dataclass
+class _Range:
+    """One piece being read: where it stands, and where its messages go."""
+
+    piece: Piece
+    result: PieceResult
+    raw: RawBatch
+    progress_at: float
+
+
+def read_pieces(settings: KafkaSettings, topic: str, pieces: list[Piece], fetch_timeout: float
+                ) -> tuple[RawBatch, list[PieceResult]]:
     """Every message of `pieces`, or as much as the broker gave within `fetch_timeout`."""
-    raw = RawBatch()
-    consumer = _consumer(settings, group)
-    results = [_read_piece(consumer, settings, topic, piece, fetch_timeout, raw) for piece in pieces]
-    consumer.unassign()  # stop prefetching for partitions this worker may not get next time
-    return raw, results
+    return read_topics(settings, [(topic, pieces)], fetch_timeout)[0]
 
 
-def _read_piece(consumer: Consumer, settings: KafkaSettings, topic: str, piece: Piece, fetch_timeout: float,
-                raw: RawBatch) -> PieceResult:
-    result = PieceResult(piece.partition, piece.start, piece.start)
-    if piece.size <= 0:
-        return result
-    parts, offs, stamps, keys, values, headers = (
-        raw.partitions, raw.offsets, raw.timestamps, raw.keys, raw.values, raw.headers
-    )
-    tp = TopicPartition(topic, piece.partition, piece.start)
-    consumer.assign([tp])
-    last_progress = time.monotonic()
-    end, next_offset = piece.end, piece.start
-    while next_offset < end and result.error is None:
-        batch = consumer.consume(min(10000, end - next_offset), timeout=0.5)
+def read_topics(settings: KafkaSettings, reads: list[tuple[str, list[Piece]]], fetch_timeout: float
+                ) -> list[tuple[RawBatch, list[PieceResult]]]:
+    """The messages of each (topic, pieces) of one cluster, read with one consumer and one assignment.
+
+    Several streams' small batches in one task cost one fetch round trip, not one per
+    partition and stream. Two reads of the same topic (two streams of one topic) are read
+    one after the other.
+    """
+    out: list[tuple[RawBatch, list[PieceResult]] | None] = [None] * len(reads)
+    pending = list(range(len(reads)))
+    while pending:
+        topics: set[str] = set()
+        now = [i for i in pending if not (reads[i][0] in topics or topics.add(reads[i][0]))]
+        pending = [i for i in pending if i not in now]
+        for i, done in zip(now, _read_round(settings, [reads[i] for i in now], fetch_timeout)):
+            out[i] = done
+    return out
+
+
+def _read_round(settings: KafkaSettings, reads: list[tuple[str, list[Piece]]], fetch_timeout: float
+                ) -> list[tuple[RawBatch, list[PieceResult]]]:
+    consumer = _consumer(settings)
+    started = time.monotonic()
+    queues: dict[tuple[str, int], list[_Range]] = {}
+    out: list[tuple[RawBatch, list[PieceResult]]] = []
+    for topic, pieces in reads:
+        raw, results = RawBatch(), []
+        for piece in pieces:
+            result = PieceResult(piece.partition, piece.start, piece.start)
+            results.append(result)
+            if piece.size > 0:
+                queues.setdefault((topic, piece.partition), []).append(_Range(piece, result, raw, started))
+        out.append((raw, results))
+    for queue in queues.values():
+        queue.sort(key=lambda r: r.piece.start)
+    try:
+        if queues:
+            consumer.assign([TopicPartition(t, p, q[0].piece.start) for (t, p), q in queues.items()])
+            _consume(consumer, settings, queues, fetch_timeout)
+    finally:
+        consumer.unassign()  # stop prefetching for partitions this worker may not get next time
+    return out
+
+
+def _consume(consumer: Consumer, settings: KafkaSettings, queues: dict[tuple[str, int], list[_Range]],
+             fetch_timeout: float) -> None:
+    while queues:
+        batch = consumer.consume(min(10000, sum(q[0].piece.end - q[0].result.next_offset for q in queues.values())),
+                                 timeout=0.5)
+        now = time.monotonic()
         if not batch:
-            # Transaction markers and compacted-away records leave gaps: the
-            # position, not the last offset seen, says how far the log was read.
-            if consumer.position([tp])[0].offset >= end:
-                next_offset = end
-            elif time.monotonic() - last_progress > fetch_timeout:
-                result.error = ReadTimeout(
-                    f"partition {piece.partition}: no message at offset {next_offset} within {fetch_timeout:.0f}s")
+            _check_positions(consumer, queues, fetch_timeout, now)
             continue
         for msg in batch:
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
-                    result.error = kafka_error(err, settings, f"partition {piece.partition}")
+                    _fail(consumer, queues, kafka_error(err, settings, f"partition {msg.partition()}"),
+                          (msg.topic(), msg.partition()))
                 continue
+            key = (msg.topic(), msg.partition())
+            queue = queues.get(key)
+            if not queue:
+                continue  # a partition already read to its end, still prefetched
+            current = queue[0]
             offset = msg.offset()
-            if offset < next_offset or offset >= end:
-                continue  # prefetched beyond the piece, or a stale record after a reassign
-            parts.append(piece.partition)
-            offs.append(offset)
+            if offset < current.result.next_offset or offset >= current.piece.end:
+                continue  # prefetched beyond the piece, or a stale record after a seek
+            raw = current.raw
+            raw.partitions.append(key[1])
+            raw.offsets.append(offset)
             ts_type, ts = msg.timestamp()
-            stamps.append(ts if ts_type else None)
-            keys.append(msg.key())
-            values.append(msg.value())
-            headers.append(msg.headers())
-            next_offset = offset + 1
-        last_progress = time.monotonic()
-    result.next_offset = next_offset
-    return result
+            raw.timestamps.append(ts if ts_type else None)
+            raw.keys.append(msg.key())
+            raw.values.append(msg.value())
+            raw.headers.append(msg.headers())
+            current.result.next_offset = offset + 1
+            current.progress_at = now
+            if offset + 1 >= current.piece.end:
+                _next_range(consumer, queues, key)
+
+
+def _check_positions(consumer: Consumer, queues: dict[tuple[str, int], list[_Range]], fetch_timeout: float,
+                     now: float) -> None:
+    """Ranges that nothing more arrives for: read to their end past a gap, or timed out."""
+    keys = list(queues)
+    positions = consumer.position([TopicPartition(t, p) for t, p in keys])
+    for key, position in zip(keys, positions):
+        current = queues[key][0]
+        # Transaction markers and compacted-away records leave gaps: the position, not
+        # the last offset seen, says how far the log was read.
+        if position.offset >= current.piece.end:
+            current.result.next_offset = current.piece.end
+            _next_range(consumer, queues, key)
+        elif now - current.progress_at > fetch_timeout:
+            current.result.error = ReadTimeout(f"partition {key[1]}: no message at offset "
+                                               f"{current.result.next_offset} within {fetch_timeout:.0f}s")
+            _drop(consumer, queues, key)
+
+
+def _next_range(consumer: Consumer, queues: dict[tuple[str, int], list[_Range]], key: tuple[str, int]) -> None:
+    queue = queues[key]
+    queue.pop(0)
+    if not queue:
+        _drop(consumer, queues, key)
+        return
+    queue[0].progress_at = time.monotonic()
+    consumer.seek(TopicPartition(key[0], key[1], queue[0].piece.start))
+
+
+def _drop(consumer: Consumer, queues: dict[tuple[str, int], list[_Range]], key: tuple[str, int]) -> None:
+    """Stop reading a partition: later ranges of it are not read (they would leave a gap)."""
+    del queues[key]
+    consumer.incremental_unassign([TopicPartition(key[0], key[1])])
+
+
+def _fail(consumer: Consumer, queues: dict[tuple[str, int], list[_Range]], error: FloeError,
+          key: tuple[str | None, int]) -> None:
+    """A read error: the partition's range stops there; an error of no partition stops them all."""
+    for k in [key] if key in queues else list(queues):
+        queues[k][0].result.error = error
+        _drop(consumer, queues, k)

@@ -33,7 +33,8 @@ def _millis_to_ts(millis: list[int | None]) -> pa.Array:
 
 
 def _headers_array(headers: list[Any]) -> pa.Array:
-    rows = [[{"key": k, "value": v} for k, v in hs] if hs else None for hs in headers]
+    # A message without headers has an empty list, as it always had in Floe's tables.
+    rows = [[{"key": k, "value": v} for k, v in hs] if hs else [] for hs in headers]
     return pa.array(rows, HEADERS_TYPE)
 
 

@@ -42,7 +42,10 @@ from appliance.state.schema import migrate, use_wal
 
 
 class StateStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, durable: bool = True) -> None:
+        """`durable=False`: commits need not reach the disk before returning (SQLite's
+        `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and
+        event writes, which the next batch rewrites anyway; the offsets live in Iceberg."""
         path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not path.exists()
         conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
@@ -51,6 +54,8 @@ class StateStore:
         self.db = sqlite_utils.Database(conn)
         self.db.execute("PRAGMA busy_timeout=30000")
         use_wal(conn)
+        if not durable:
+            self.db.execute("PRAGMA synchronous=NORMAL")
         # One writer migrates at a time: the engine, the UI's workers and a CLI call may all
         # open a fresh database at once. BEGIN IMMEDIATE waits on the busy timeout, where a
         # check-then-create in autocommit would fail with "database is locked".
@@ -108,19 +113,28 @@ class StateStore:
     # ---- runtime status, batches, events ----
 
     def status(self, name: str) -> StreamStatus:
-        rows = list(self._rows("stream_status", "name = ?", [name]))
-        return StreamStatus.of(rows[0]) if rows else StreamStatus(name)
+        cursor = self.db.conn.execute("select * from stream_status where name = ?", [name])
+        row = cursor.fetchone()
+        return StreamStatus.of(dict(zip([c[0] for c in cursor.description], row))) if row else StreamStatus(name)
 
     def statuses(self) -> dict[str, StreamStatus]:
         return {r["name"]: StreamStatus.of(r) for r in self.db["stream_status"].rows}
 
+    # The two writes every batch makes, as plain statements: through sqlite-utils, which looks
+    # up the table's columns on each call, they cost more than the rest of the bookkeeping.
+
     def update_status(self, name: str, **fields: Any) -> None:
-        self.db["stream_status"].upsert({"name": name, **fields, "updated_at": now()}, pk="name", alter=False)
+        row = {"name": name, **fields, "updated_at": now()}
+        columns = ", ".join(row)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in row if c != "name")
+        self.db.conn.execute(f"insert into stream_status ({columns}) values ({', '.join('?' * len(row))}) "
+                             f"on conflict(name) do update set {updates}", list(row.values()))
 
     def record_batch(self, batch: BatchRecord) -> None:
         row = asdict(batch)
         row.pop("id")
-        self.db["batches"].insert(row)
+        self.db.conn.execute(f"insert into batches ({', '.join(row)}) values ({', '.join('?' * len(row))})",
+                             list(row.values()))
 
     def recent_batches(self, stream: str, limit: int = 20) -> list[BatchRecord]:
         """The stream's newest batches, newest first."""

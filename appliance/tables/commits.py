@@ -21,6 +21,7 @@ from pyiceberg.typedef import EMPTY_DICT
 from appliance.config.settings import Settings
 from appliance.core.errors import CommitConflict, OffsetsConflict, RewriteConflict
 from appliance.core.locks import FileLock
+from appliance.tables.appends import append_files
 from appliance.tables.datafiles import delete_files
 from appliance.tables.snapshots import (
     committed_offsets,
@@ -70,11 +71,7 @@ def commit_files(
                     f"table {'.'.join(table.name())} holds offsets {found} for this stream, expected {expected}"
                 )
         try:
-            tx = transaction(table)
-            with tx.update_snapshot(snapshot_properties=props).merge_append() as append:
-                for data_file in files:
-                    append.append_data_file(data_file)
-            table = tx.commit_transaction()
+            table = append_files(table, files, props)
             return table, table.current_snapshot().snapshot_id
         except CommitFailedException as exc:
             log.info("commit to %s lost a race (%s), retrying", table.name(), exc)

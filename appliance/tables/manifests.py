@@ -1,0 +1,289 @@
+"""Manifests and manifest lists of a stream's appends, encoded with fastavro; those this process
+wrote are kept, so the next commit need not read them back.
+
+A stream commits every second, and each commit writes a manifest for its new files and a
+manifest list naming every live manifest. PyIceberg 0.12 does both with its pure-Python
+Avro encoder, converts the Iceberg schemas to Avro ones for every file, compresses every
+entry as a block of its own, and reads the parent's manifest list back from storage:
+about 7 ms of CPU per commit, most of what a trickling stream costs. Here the schemas are
+converted once, records are encoded by fastavro's C encoder into one block, and the
+manifest lists and entries this process wrote stay in memory (files never change once
+written), so a commit reads nothing it wrote itself.
+
+The files are the ones the Iceberg spec (format v2) describes, with the header keys PyIceberg
+writes; tests/test_manifests.py reads them back with PyIceberg and DuckDB, entry by entry
+against PyIceberg's own writer (Java Iceberg 1.10 read them too, checked by hand).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    MANIFEST_LIST_FILE_SCHEMAS,
+    DataFile,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    construct_partition_summaries,
+    data_file_with_partition,
+    manifest_entry_schema_with_data_file,
+    read_manifest_list,
+)
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.utils.schema_conversion import AvroSchemaConversion
+
+MAGIC = b"Obj\x01"
+FORMAT_VERSION = 2
+
+
+def _long(n: int) -> bytes:
+    """Avro's zig-zag varint."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _avro_bytes(b: bytes) -> bytes:
+    return _long(len(b)) + b
+
+
+def _deflate(data: bytes) -> bytes:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -15)  # Avro's deflate: raw, no zlib wrapper
+    return compressor.compress(data) + compressor.flush()
+
+
+class AvroFileFormat:
+    """One Avro object-container layout: the Avro schema of an Iceberg schema, converted once."""
+
+    def __init__(self, schema: Schema, name: str) -> None:
+        avro = AvroSchemaConversion().iceberg_to_avro(schema, schema_name=name)
+        self.schema_json = json.dumps(avro)
+        self.parsed = fastavro.parse_schema(json.loads(self.schema_json))
+        self.fields = [f["name"] for f in avro["fields"]]
+
+    def record(self, record: dict[str, Any]) -> bytes:
+        """One record's Avro encoding: a data block is these, one after the other."""
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, self.parsed, record)
+        return body.getvalue()
+
+    def encode(self, records: list[dict[str, Any]], metadata: dict[str, str]) -> bytes:
+        body = io.BytesIO()
+        write = fastavro.schemaless_writer
+        for record in records:
+            write(body, self.parsed, record)
+        return self.file([body.getvalue()], len(records), metadata)
+
+    def file(self, encoded: list[bytes], count: int, metadata: dict[str, str]) -> bytes:
+        """An object container file of `count` records already encoded, in one block."""
+        meta = {**metadata, "avro.schema": self.schema_json, "avro.codec": "deflate"}
+        sync = os.urandom(16)
+        block = _deflate(b"".join(encoded))
+        header = b"".join([MAGIC, _long(len(meta)),
+                           *(_avro_bytes(k.encode()) + _avro_bytes(v.encode()) for k, v in meta.items()),
+                           _long(0), sync])
+        return b"".join([header, _long(count), _long(len(block)), block, sync])
+
+
+def _pairs(mapping: dict | None) -> list[dict[str, Any]] | None:
+    return None if mapping is None else [{"key": k, "value": v} for k, v in mapping.items()]
+
+
+def _data_file(f: DataFile, partition_names: list[str]) -> dict[str, Any]:
+    partition = f.partition
+    return {
+        "content": int(f.content), "file_path": f.file_path, "file_format": f.file_format.value,
+        "partition": {name: partition[i] for i, name in enumerate(partition_names)},
+        "record_count": f.record_count, "file_size_in_bytes": f.file_size_in_bytes,
+        "column_sizes": _pairs(f.column_sizes), "value_counts": _pairs(f.value_counts),
+        "null_value_counts": _pairs(f.null_value_counts), "nan_value_counts": _pairs(f.nan_value_counts),
+        "lower_bounds": _pairs(f.lower_bounds), "upper_bounds": _pairs(f.upper_bounds),
+        "key_metadata": f.key_metadata, "split_offsets": f.split_offsets, "equality_ids": f.equality_ids,
+        "sort_order_id": f.sort_order_id,
+    }
+
+
+def _manifest_file(m: ManifestFile) -> dict[str, Any]:
+    return {
+        "manifest_path": m.manifest_path, "manifest_length": m.manifest_length,
+        "partition_spec_id": m.partition_spec_id, "content": int(m.content), "sequence_number": m.sequence_number,
+        "min_sequence_number": m.min_sequence_number, "added_snapshot_id": m.added_snapshot_id,
+        "added_files_count": m.added_files_count, "existing_files_count": m.existing_files_count,
+        "deleted_files_count": m.deleted_files_count, "added_rows_count": m.added_rows_count,
+        "existing_rows_count": m.existing_rows_count, "deleted_rows_count": m.deleted_rows_count,
+        "partitions": [{"contains_null": p.contains_null, "contains_nan": p.contains_nan,
+                        "lower_bound": p.lower_bound, "upper_bound": p.upper_bound} for p in m.partitions or []],
+        "key_metadata": m.key_metadata,
+    }
+
+
+@dataclass(frozen=True)
+class _EntryFormat:
+    avro: AvroFileFormat
+    partition_names: list[str]
+    spec_json: str
+    schema_json: str
+
+
+class Manifests:
+    """Writes manifests and manifest lists, and remembers the newest ones it wrote or read.
+
+    Thread-safe: every stream's worker commits through the same one.
+    """
+
+    KEPT_LISTS = 64
+    KEPT_MANIFESTS = 1024
+    KEPT_RECORDS = 100_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._formats: dict[tuple, _EntryFormat] = {}
+        self._list_format = AvroFileFormat(MANIFEST_LIST_FILE_SCHEMAS[FORMAT_VERSION], "manifest_file")
+        self._lists: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[ManifestEntry, ...]] = OrderedDict()
+        self._records: dict[tuple, bytes] = {}
+
+    # ---- what a snapshot holds -------------------------------------------------------------
+
+    def manifests(self, io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
+        """The manifests a manifest list names."""
+        found = self._get(self._lists, manifest_list)
+        if found is None:
+            found = tuple(read_manifest_list(io.new_input(manifest_list)))
+            self._put(self._lists, manifest_list, found, self.KEPT_LISTS)
+        return found
+
+    def entries(self, io: FileIO, manifest: ManifestFile) -> tuple[ManifestEntry, ...]:
+        """A manifest's entries, deleted ones included, with inherited sequence numbers filled in."""
+        found = self._get(self._entries, manifest.manifest_path)
+        if found is None:
+            found = tuple(manifest.fetch_manifest_entry(io, discard_deleted=False))
+            self._put(self._entries, manifest.manifest_path, found, self.KEPT_MANIFESTS)
+        return found
+
+    # ---- writing -----------------------------------------------------------------------------
+
+    def write_manifest(self, io: FileIO, path: str, metadata: TableMetadata, spec: PartitionSpec,
+                       entries: list[ManifestEntry], snapshot_id: int, sequence_number: int) -> ManifestFile:
+        """A data manifest of `entries`. ADDED entries of `snapshot_id` are written with their
+        sequence numbers left to inheritance; they are kept here with `sequence_number` filled in."""
+        fmt = self._entry_format(metadata, spec)
+        counts = {s: [0, 0] for s in ManifestEntryStatus}
+        encoded, kept, seqs = [], [], []
+        for entry in entries:
+            status, data_file = entry.status, entry.data_file
+            counts[status][0] += 1
+            counts[status][1] += data_file.record_count
+            inherit = status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot_id
+            seq = sequence_number if inherit else entry.sequence_number
+            file_seq = sequence_number if inherit else entry.file_sequence_number
+            if status != ManifestEntryStatus.DELETED:
+                seqs.append(seq)
+            encoded.append(self._encoded(fmt, data_file, int(status), entry.snapshot_id, None if inherit else seq,
+                                         None if inherit else file_seq))
+            data_file.spec_id = spec.spec_id
+            kept.append(ManifestEntry.from_args(status=status, snapshot_id=entry.snapshot_id, sequence_number=seq,
+                                                file_sequence_number=file_seq, data_file=data_file))
+        data = fmt.avro.file(encoded, len(entries), {
+            "schema": fmt.schema_json, "partition-spec": fmt.spec_json, "partition-spec-id": str(spec.spec_id),
+            "format-version": "2", "content": "data"})
+        _write(io, path, data)
+        self._put(self._entries, path, tuple(kept), self.KEPT_MANIFESTS)
+        return ManifestFile.from_args(
+            manifest_path=path, manifest_length=len(data), partition_spec_id=spec.spec_id,
+            content=ManifestContent.DATA, sequence_number=sequence_number,
+            min_sequence_number=min(seqs, default=sequence_number), added_snapshot_id=snapshot_id,
+            added_files_count=counts[ManifestEntryStatus.ADDED][0],
+            existing_files_count=counts[ManifestEntryStatus.EXISTING][0],
+            deleted_files_count=counts[ManifestEntryStatus.DELETED][0],
+            added_rows_count=counts[ManifestEntryStatus.ADDED][1],
+            existing_rows_count=counts[ManifestEntryStatus.EXISTING][1],
+            deleted_rows_count=counts[ManifestEntryStatus.DELETED][1],
+            partitions=construct_partition_summaries(spec, metadata.schema(), [e.data_file.partition for e in entries]),
+            key_metadata=None,
+        )
+
+    def _encoded(self, fmt: _EntryFormat, data_file: DataFile, status: int, snapshot_id: int | None,
+                 seq: int | None, file_seq: int | None) -> bytes:
+        """An entry's Avro record. A merge writes every live file's entry again, unchanged but
+        for the first time: those are kept, so merging a table's manifests is a copy of bytes."""
+        key = (id(fmt), data_file.file_path, status, snapshot_id, seq, file_seq)
+        with self._lock:
+            found = self._records.get(key)
+        if found is None:
+            found = fmt.avro.record({"status": status, "snapshot_id": snapshot_id, "sequence_number": seq,
+                                     "file_sequence_number": file_seq,
+                                     "data_file": _data_file(data_file, fmt.partition_names)})
+            if seq is not None:  # an ADDED entry of this commit is written once; others are merged again
+                with self._lock:
+                    if len(self._records) >= self.KEPT_RECORDS:
+                        self._records.clear()
+                    self._records[key] = found
+        return found
+
+    def write_list(self, io: FileIO, path: str, manifests: list[ManifestFile], snapshot_id: int,
+                   parent_id: int | None, sequence_number: int) -> None:
+        meta = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": str(parent_id) if parent_id else "null",
+                "sequence-number": str(sequence_number), "format-version": "2"}
+        _write(io, path, self._list_format.encode([_manifest_file(m) for m in manifests], meta))
+        self._put(self._lists, path, tuple(manifests), self.KEPT_LISTS)
+
+    def _entry_format(self, metadata: TableMetadata, spec: PartitionSpec) -> _EntryFormat:
+        schema = metadata.schema()
+        key = (str(metadata.table_uuid), metadata.current_schema_id, spec.spec_id)
+        with self._lock:
+            found = self._formats.get(key)
+        if found is None:
+            partition_type = spec.partition_type(schema)
+            data_file_type = data_file_with_partition(partition_type, FORMAT_VERSION)
+            entry_schema = manifest_entry_schema_with_data_file(FORMAT_VERSION, data_file_type)
+            avro = AvroFileFormat(entry_schema, "manifest_entry")
+            data_file = next(f for f in json.loads(avro.schema_json)["fields"] if f["name"] == "data_file")["type"]
+            partition = next(f for f in data_file["fields"] if f["name"] == "partition")["type"]
+            found = _EntryFormat(avro, [f["name"] for f in partition["fields"]],
+                                 _spec_json(spec), schema.model_dump_json())
+            with self._lock:
+                self._formats[key] = found
+        return found
+
+    # ---- the kept files ----------------------------------------------------------------------
+
+    def _get(self, kept: OrderedDict, key: str):
+        with self._lock:
+            found = kept.get(key)
+            if found is not None:
+                kept.move_to_end(key)
+            return found
+
+    def _put(self, kept: OrderedDict, key: str, value: Any, limit: int) -> None:
+        with self._lock:
+            kept[key] = value
+            kept.move_to_end(key)
+            while len(kept) > limit:
+                kept.popitem(last=False)
+
+
+def _spec_json(spec: PartitionSpec) -> str:
+    return "[" + ",".join(f.model_dump_json() for f in spec.fields) + "]"
+
+
+def _write(io: FileIO, path: str, data: bytes) -> None:
+    with io.new_output(path).create(overwrite=False) as out:
+        out.write(data)

@@ -1,0 +1,128 @@
+"""A stream's appends written by Floe's own manifest writer read back the same as PyIceberg's own
+merge-append would have written them: by PyIceberg, by DuckDB, entry by entry and in totals."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.manifest import ManifestEntryStatus
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import LongType, NestedField, StringType
+
+from appliance.config.settings import ensure_home, load_settings
+from appliance.query.connection import run_query
+from appliance.tables.appends import append_files
+from appliance.tables.catalog import Catalog, FloeSqlCatalog, table_properties
+from appliance.tables.commits import commit_files
+from appliance.tables.datafiles import TableTarget, write_data_files
+from appliance.tables.manifests import Manifests
+from appliance.tables.transactions import transaction
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
+
+
+def rows(start: int, n: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()),
+                     "name": pa.array([f"n{i}" for i in range(start, start + n)])})
+
+
+def pyiceberg_append(table, files, properties):
+    tx = transaction(table)
+    with tx.update_snapshot(snapshot_properties=properties).merge_append() as append:
+        for f in files:
+            append.append_data_file(f)
+    return tx.commit_transaction()
+
+
+@pytest.fixture
+def twins(floe_home):
+    """Two tables with the same properties: one appended by Floe's writer, one by PyIceberg's."""
+    settings = load_settings()
+    ensure_home(settings)
+    catalog = Catalog(settings)
+    catalog.iceberg.create_namespace("n")
+    props = {"format-version": "2", **table_properties(settings), "commit.manifest.min-count-to-merge": "4"}
+    return settings, catalog, [catalog.iceberg.create_table(f"n.{name}", SCHEMA, properties=props)
+                               for name in ("ours", "theirs")]
+
+
+def entry_view(table):
+    """Every entry of the current snapshot, as what a reader can tell of it."""
+    out = []
+    for manifest in table.current_snapshot().manifests(table.io):
+        for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            f = e.data_file
+            out.append((e.status, e.sequence_number, e.file_sequence_number, f.record_count, f.file_format,
+                        f.value_counts, f.null_value_counts, f.lower_bounds, f.upper_bounds,
+                        e.snapshot_id is not None))
+    return sorted(out, key=repr)
+
+
+def test_appends_and_merges_read_back_as_pyiceberg_writes_them(twins):
+    settings, catalog, (ours, theirs) = twins
+    for i in range(11):  # merges at 4 manifests: several times over
+        data = rows(i * 10, 10)
+        ours = append_files(ours, write_data_files(TableTarget.of(ours), data), {"floe.i": str(i)})
+        theirs = pyiceberg_append(theirs, write_data_files(TableTarget.of(theirs), data), {"floe.i": str(i)})
+    assert entry_view(ours) == entry_view(theirs)
+    manifests = ours.current_snapshot().manifests(ours.io)
+    assert len(manifests) < 4  # merged, not one per append
+    assert len(manifests) == len(theirs.current_snapshot().manifests(theirs.io))
+    statuses = {e.status for m in manifests for e in m.fetch_manifest_entry(ours.io)}
+    assert statuses == {ManifestEntryStatus.ADDED, ManifestEntryStatus.EXISTING}
+    ignore = {"added-files-size", "total-files-size"}  # the files' own sizes differ by their paths
+    for a, b in zip(ours.snapshots(), theirs.snapshots()):
+        assert {k: v for k, v in a.summary.additional_properties.items() if k not in ignore} == \
+               {k: v for k, v in b.summary.additional_properties.items() if k not in ignore}
+        assert a.summary.operation == b.summary.operation and a.sequence_number == b.sequence_number
+    # Read from storage by a catalog that wrote nothing, by PyIceberg and by DuckDB.
+    fresh = FloeSqlCatalog("floe", **settings.catalog_properties()).load_table("n.ours")
+    assert sorted(fresh.scan().to_arrow().column("id").to_pylist()) == list(range(110))
+    assert run_query(settings, "select count(*) as n, count(distinct id) as d, sum(id) as s from n.ours"
+                     ).to_pylist() == [{"n": 110, "d": 110, "s": sum(range(110))}]
+
+
+def test_a_manifest_list_this_process_did_not_write_is_read_from_storage(twins):
+    settings, catalog, (table, _) = twins
+    table = pyiceberg_append(table, write_data_files(TableTarget.of(table), rows(0, 5)), {})
+    table = append_files(table, write_data_files(TableTarget.of(table), rows(5, 5)), {}, manifests=Manifests())
+    table = append_files(table, write_data_files(TableTarget.of(table), rows(10, 5)), {}, manifests=Manifests())
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(15))
+
+
+def test_a_stale_table_loses_the_race_and_commit_files_retries_on_fresh_metadata(twins):
+    settings, catalog, (table, _) = twins
+    table, _ = commit_files(table, write_data_files(TableTarget.of(table), rows(0, 3)), "s", "t", None, {0: 3})
+    stale = table
+    other = catalog.table("n.ours")
+    append_files(other, write_data_files(TableTarget.of(other), rows(100, 2)), {"by": "maintenance"})
+    with pytest.raises(CommitFailedException):
+        append_files(stale, write_data_files(TableTarget.of(stale), rows(3, 3)), {})
+    table, _ = commit_files(stale, write_data_files(TableTarget.of(stale), rows(3, 3)), "s", "t", {0: 3}, {0: 6})
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 3, 4, 5, 100, 101]
+
+
+def test_data_files_carry_the_statistics_pyiceberg_would_write(twins):
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    settings, catalog, (table, _) = twins
+    data = pa.table({"id": pa.array([None, *range(1, 50)], pa.int64()),
+                     "name": pa.array([None if i % 7 == 0 else f"n{i}" for i in range(50)])})
+    [ours] = write_data_files(TableTarget.of(table), data)
+    [theirs] = _dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io)
+    for field in ("record_count", "column_sizes", "value_counts", "null_value_counts", "nan_value_counts",
+                  "lower_bounds", "upper_bounds", "split_offsets", "file_format", "content"):
+        assert getattr(ours, field) == getattr(theirs, field), field
+
+
+def test_a_partitioned_table_is_appended_by_pyiceberg_itself(twins):
+    settings, catalog, _ = twins
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="name"))
+    table = catalog.iceberg.create_table("n.parts", SCHEMA, partition_spec=spec, properties={"format-version": "2"})
+    for i in range(3):
+        table = append_files(table, write_data_files(TableTarget.of(table), rows(i * 4, 4)), {"i": str(i)})
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(12))
+    assert len(table.inspect.files()) == 12  # one file per name
