@@ -34,17 +34,32 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0, interval: f
     raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
 
 
-class BrokerProcess:
+class FloeProcess:
+    """A `floe` command serving something in its own process; its first line says where."""
+
+    def __init__(self, command: str) -> None:
+        self.proc = subprocess.Popen(
+            FLOE + [command], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
+        )
+        self.address = self.proc.stdout.readline().strip()
+        if not self.address:
+            raise RuntimeError(f"floe {command} printed no address")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.proc.stdout.close()
+
+
+class BrokerProcess(FloeProcess):
     """`floe broker` in its own process: other processes reach it over TCP like any broker."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            FLOE + ["broker"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
-        )
-        line = self.proc.stdout.readline().strip()
-        if not line:
-            raise RuntimeError("floe broker printed no bootstrap address")
-        self.bootstrap = line
+        super().__init__("broker")
+        self.bootstrap = self.address
 
     def producer(self) -> Producer:
         return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "log_level": 0})
@@ -59,13 +74,25 @@ class BrokerProcess:
                 producer.poll(0)
         assert producer.flush(30) == 0, "messages left unsent"
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.proc.stdout.close()
+
+class RegistryProcess(FloeProcess):
+    """`floe registry` in its own process: a schema registry reached over HTTP like any other."""
+
+    def __init__(self) -> None:
+        super().__init__("registry")
+        self.url = self.address
+
+    def client(self):
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        return SchemaRegistryClient({"url": self.url})
+
+
+@pytest.fixture(scope="session")
+def registry():
+    r = RegistryProcess()
+    yield r
+    r.stop()
 
 
 @pytest.fixture(scope="session")

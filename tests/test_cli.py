@@ -83,6 +83,56 @@ def test_secrets_are_never_printed(broker, topic):
     assert '"sasl.password": "***"' in shown.stdout
 
 
+def test_registry_secrets_are_never_printed(broker, registry, topic):
+    from proto_helpers import avro_serializer
+
+    serialize = avro_serializer(registry, {"type": "record", "name": "S", "fields": [{"name": "n", "type": "long"}]},
+                                topic)
+    broker.produce(topic, [serialize({"n": 1})])
+    created = floe("stream", "create", "reg", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
+                   "ingest.reg", "--format", "avro", "--schema-registry", registry.url,
+                   "--schema-registry-option", "bearer.auth.credentials.source=STATIC_TOKEN",
+                   "--schema-registry-option", "bearer.auth.token=tok-hunter2", "--schema-registry-option",
+                   "bearer.auth.logical.cluster=lsrc-1", "--schema-registry-option", "bearer.auth.identity.pool.id=p")
+    assert created.returncode == 0, created.stderr
+    shown = floe("stream", "show", "reg")
+    for out in (created.stdout, created.stderr, shown.stdout, shown.stderr, floe("stream", "list").stdout):
+        assert "hunter2" not in out
+    assert '"bearer.auth.token": "***"' in shown.stdout and f"subject            {topic}-value" in shown.stdout
+    assert f"schema_registry    {registry.url}" in shown.stdout
+
+
+def test_stream_update_and_table_alter_from_the_command_line(broker, topic):
+    broker.produce(topic, pizza_values(5))
+    assert floe("stream", "create", "alt", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.alt").returncode == 0
+    updated = floe("stream", "update", "alt", "--schema-evolution", "off")
+    assert updated.returncode == 0 and "schema evolution off" in updated.stderr
+    assert "schema_evolution   off" in floe("stream", "show", "alt").stdout
+    one_line_error(floe("stream", "update", "alt"), "nothing to update")
+    one_line_error(floe("stream", "update", "nope", "--schema-evolution", "auto"), "no stream named 'nope'")
+
+    added = floe("table", "alter", "ingest.alt", "add-column", "tip", "decimal(8,2)", "--source", "payment.tip")
+    assert added.returncode == 0 and "added column tip (decimal(8,2)) filled from field payment.tip" in added.stderr
+    assert floe("table", "alter", "ingest.alt", "rename-column", "tip", "gratuity").returncode == 0
+    assert floe("table", "alter", "ingest.alt", "drop-column", "gratuity").returncode == 0
+    for args, fragment in (
+        (["ingest.alt", "add-column", "x"], "add-column needs a type"),
+        (["ingest.alt", "add-column", "x", "money"], "unknown type 'money'"),
+        (["ingest.alt", "add-column", "status", "string"], "already has a column 'status'"),
+        (["ingest.alt", "drop-column", "_kafka_offset"], "is Floe's own"),
+        (["ingest.alt", "drop-column", "nope"], "has no column 'nope'"),
+        (["ingest.alt", "rename-column", "status", "Bad Name"], "lower snake_case"),
+        (["ingest.nope", "drop-column", "status"], "no table named ingest.nope"),
+        (["ingest.alt", "retype-column", "status"], "retype-column"),
+    ):
+        one_line_error(floe("table", "alter", *args), fragment)
+    schema = floe("query", "select column_name from information_schema.columns where table_name = 'alt'",
+                  "--format", "json")
+    names = [json.loads(line)["column_name"] for line in schema.stdout.splitlines()]
+    assert "gratuity" not in names and "tip" not in names and "status" in names
+
+
 def test_unknown_stream_is_one_line(broker):
     for command in (["show"], ["pause"], ["resume"], ["delete"]):
         one_line_error(floe("stream", *command, "nope"), "no stream named 'nope'")
@@ -113,6 +163,17 @@ def test_missing_topic_is_one_line(broker, fast_timeouts):
         (["--table", "ingest.t", "--kafka-option", "no.such.property=1"], "no.such.property"),
         (["--table", "ingest.t", "--starting-offsets", "middle"], "middle"),
         (["--table", "ingest.t", "--mapping", "/nonexistent.toml"], "cannot read"),
+        (["--table", "ingest.t", "--format", "avro"], "format avro needs a schema registry (--schema-registry URL)"),
+        (["--table", "ingest.t", "--format", "protobuf", "--schema-registry", "registry:8081"],
+         "must be http(s)://HOST[:PORT][/PATH]"),
+        (["--table", "ingest.t", "--format", "avro", "--schema-registry", "http://127.0.0.1:1",
+          "--schema-registry-option", "colour=blue"], "schema registry option 'colour' is not one Floe passes on"),
+        (["--table", "ingest.t", "--format", "avro", "--schema-registry", "http://127.0.0.1:1",
+          "--schema-registry-option", "timeout=soon"], "timeout must be a number"),
+        (["--table", "ingest.t", "--format", "avro", "--schema-registry", "http://127.0.0.1:1",
+          "--schema-registry-option", "timeout=1", "--schema-registry-option", "max.retries=0"],
+         "schema registry http://127.0.0.1:1 unreachable"),
+        (["--table", "ingest.t", "--schema-evolution", "sometimes"], "sometimes"),
     ],
 )
 def test_bad_arguments_are_one_line_and_change_nothing(broker, topic, args, fragment):

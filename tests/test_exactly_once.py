@@ -130,3 +130,90 @@ def test_every_offset_lands_once_through_repeated_kill_9(broker, topic, floe_hom
     assert len(target) == counts["t"] and len(dead_keys) == counts["d"], "a (partition, offset) landed twice"
     assert target | dead_keys == set(publisher.landed) and not target & dead_keys
     assert dead_keys == {k for k, bad in publisher.landed.items() if bad}, "every malformed message dead-lettered"
+
+
+def _shifting(fmt: str, registry, topic: str):
+    """Message i carries field f{i // 250}: JSON gains a key every 250 messages, Avro a registry
+    version (each keeping the fields before it, as nullable)."""
+    if fmt == "json":
+        return lambda i: orjson.dumps({"id": i, f"f{i // 250}": i})
+    from proto_helpers import avro_serializer
+
+    serializers = {}
+
+    def encode(i):
+        k = i // 250
+        if k not in serializers:
+            fields = [{"name": "id", "type": "long"}] + [{"name": f"f{j}", "type": ["null", "long"], "default": None}
+                                                         for j in range(k + 1)]
+            serializers[k] = avro_serializer(registry, {"type": "record", "name": "Shift", "fields": fields}, topic)
+        return serializers[k]({"id": i, f"f{k}": i})
+
+    return encode
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["json", "avro"])
+def test_every_offset_lands_once_through_kill_9_while_the_schema_keeps_changing(broker, topic, floe_home, fmt,
+                                                                                request):
+    """New fields arrive all along (one every 250 messages), so kills land before, between and after
+    schema updates and the data commits that use them."""
+    seed = int(os.environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[engine]\nmax_batch_messages = 400\ncommit_interval = "100ms"\n'
+                                         'retry_backoff = "1s"\n')
+    registry = request.getfixturevalue("registry") if fmt == "avro" else None
+    encode = _shifting(fmt, registry, topic)
+    sent = {"n": 0}
+    producer = broker.producer()
+
+    def publish(n, stop=None):
+        for _ in range(n):
+            if stop is not None and stop.is_set():
+                break
+            i = sent["n"]
+            sent["n"] += 1
+            producer.produce(topic, value=encode(i), partition=i % 4)
+            producer.poll(0)
+            if stop is not None and i % 50 == 0:
+                stop.wait(0.01)
+        assert producer.flush(30) == 0
+
+    publish(300)
+    registry_args = ["--format", "avro", "--schema-registry", registry.url] if registry else []
+    created = floe("stream", "create", "shift", "--bootstrap", broker.bootstrap, "--topic", topic,
+                   "--table", "ingest.shift", *registry_args)
+    assert created.returncode == 0, created.stderr
+    for _ in range(4):
+        engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        stop = threading.Event()
+        trickle = threading.Thread(target=publish, args=(800, stop))
+        trickle.start()
+        try:
+            engine.wait(timeout=rng.uniform(4, 16))
+            pytest.fail("engine exited by itself")
+        except subprocess.TimeoutExpired:
+            engine.send_signal(signal.SIGKILL)
+            engine.wait()
+        stop.set()
+        trickle.join()
+        try:
+            os.killpg(engine.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    final = floe("run", "--until-caught-up", timeout=600)
+    assert final.returncode == 0, final.stderr
+
+    n = sent["n"]
+    fields = (n - 1) // 250 + 1
+    wide = ", ".join(f"f{k}" for k in range(fields))
+    got = query_json(f"select id, {wide} from ingest.shift")
+    assert len(got) == n and len({r["id"] for r in got}) == n, "every message once"
+    for r in got:  # each row holds its own field's value and nothing in the others
+        k = r["id"] // 250
+        assert r[f"f{k}"] == r["id"] and all(r[f"f{j}"] is None for j in range(fields) if j != k), r
+    [dead] = query_json("select count(*) as d from ingest.shift_dlq")
+    assert dead["d"] == 0

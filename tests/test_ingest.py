@@ -54,7 +54,7 @@ def test_run_until_caught_up_lands_every_offset_once(broker, topic, small_messag
     assert counts == {"rows": 3000, "dead": len(MALFORMED), "distinct_rows": 3000}
     dead = query_json("select error_stage, error_message, octet_length(raw_value) as n from ingest.orders_dlq")
     stages = sorted(d["error_stage"] for d in dead)
-    assert stages == ["convert", "convert", "decode", "decode", "decode", "decode", "validate", "validate"]
+    assert stages == ["convert", "decode", "decode", "decode", "decode", "schema", "validate", "validate"]
     assert any(d["n"] > 100_000 for d in dead)  # raw bytes kept, even for an oversized message
 
     columns = {r["column_name"]: r["column_type"] for r in query_json("describe ingest.orders")}

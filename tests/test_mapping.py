@@ -1,8 +1,11 @@
+import re
+
 import pytest
 
 from appliance.core.errors import MappingError
 from appliance.model.inference import infer_mapping, sample_objects, widen
-from appliance.model.mapping import Column, Mapping
+from appliance.model.mapping import Column, Mapping, column_problems
+from appliance.model.types import UnknownType, parse_type
 from appliance.model.names import snake_case
 
 
@@ -93,10 +96,45 @@ def test_malformed_mapping_files_are_named_errors(text, message, tmp_path):
     assert "\n" not in str(info.value)
 
 
-def test_column_types_map_to_iceberg_and_arrow():
-    col = Column("t", "timestamptz", ("t",))
-    assert str(col.iceberg_type) == "timestamptz"
-    assert str(col.arrow_type) == "timestamp[us, tz=UTC]"
+@pytest.mark.parametrize("text, name, iceberg, arrow", [
+    ("timestamptz", "timestamptz", "timestamptz", "timestamp[us, tz=UTC]"),
+    ("Decimal( 10 , 2 )", "decimal(10,2)", "decimal(10, 2)", "decimal128(10, 2)"),
+    ("binary", "binary", "binary", "binary"),
+    ("uuid", "uuid", "uuid", "extension<arrow.uuid>"),
+    ("time", "time", "time", "time64[us]"),
+    ("list<long>", "list<long>", "list<long>", "list<element: int64>"),
+    ("map<string, list<decimal(5,1)>>", "map<string,list<decimal(5,1)>>", "map<string, list<decimal(5, 1)>>",
+     "map<string, list<element: decimal128(5, 1)>>"),
+])
+def test_column_types_map_to_iceberg_and_arrow(text, name, iceberg, arrow):
+    ids = iter(range(100, 200))
+    assert parse_type(text).name == name
+    col = Column("t", name, ("t",))
+    assert str(col.iceberg_type(lambda: next(ids))) == iceberg
+    assert str(col.arrow_type) == arrow
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("decimal(39,2)", "precision must be 1..38"),
+    ("decimal(5,6)", "scale at most the precision"),
+    ("map<list<long>,long>", "keys must be a simple type"),
+    ("map<string>", "needs a key and a value type"),
+    ("list<strng>", "unknown type 'strng'"),
+    ("varchar", "unknown type 'varchar'"),
+])
+def test_a_type_that_is_not_one_is_refused_with_the_reason(text, problem):
+    with pytest.raises(UnknownType, match=re.escape(problem)):
+        parse_type(text)
+    assert column_problems([("c", text, ("c",))])
+
+
+def test_a_mapping_file_keeps_its_ignored_fields_and_canonical_types(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text('ignore = ["customer.email"]\n[[columns]]\nname = "amount"\ntype = "DECIMAL(10, 2)"\n'
+                    'source = "amount"\n')
+    mapping = Mapping.from_file(path)
+    assert mapping.columns[0].type == "decimal(10,2)" and mapping.ignored == (("customer", "email"),)
+    assert Mapping.from_toml(mapping.to_toml()) == mapping
 
 
 def test_rare_misfits_do_not_turn_a_typed_column_into_text():

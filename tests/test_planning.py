@@ -129,10 +129,12 @@ def test_lag_and_caught_up_count_expired_offsets_as_read():
 
 def test_committed_offsets_of_the_two_tables():
     fresh = Committed(None, None)
-    assert fresh.read_from({0: 3, 1: 0}) == {0: 3, 1: 0} and fresh.dead_letter_floor == {}
+    assert fresh.read_from({0: 3, 1: 0}) == {0: 3, 1: 0} and fresh.replayed({0: 3, 1: 0}) == {}
     # a crash between the two commits: the dead-letter table is ahead, the target says where to read
     interrupted = Committed({0: 10}, {0: 20})
-    assert interrupted.read_from({0: 0, 1: 0}) == {0: 10, 1: 0} and interrupted.dead_letter_floor == {0: 20}
+    assert interrupted.read_from({0: 0, 1: 0}) == {0: 10, 1: 0}
+    assert interrupted.replayed({0: 0, 1: 0}) == {0: (10, 20)}
+    assert Committed(None, {0: 20, 1: 4}).replayed({0: 5, 1: 4}) == {0: (5, 20)}  # the first batch interrupted
     assert interrupted.after({0: 30}, dead_letters_committed=False) == Committed({0: 30}, {0: 20})
     assert interrupted.after({0: 30}, dead_letters_committed=True) == Committed({0: 30}, {0: 30})
 

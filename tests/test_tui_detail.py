@@ -147,3 +147,26 @@ def test_history_series_buckets_rate_and_carries_lag():
     assert rate == [0.0, 0.0, 0.0, 10.0, 0.0, 4.0]
     assert lag == [900.0, 900.0, 900.0, 40.0, 40.0, 40.0]
     assert history_series(batches, now, buckets=6, width=5.0, lag_now=3)[1][-1] == 3.0
+
+
+async def test_detail_shows_the_format_registry_subject_and_schema_versions(broker, registry, topic, spark):
+    from appliance.ingest.engine import Engine
+    from proto_helpers import avro_serializer
+
+    settings = load_settings()
+    v1 = {"type": "record", "name": "Tick", "fields": [{"name": "n", "type": "long"}]}
+    v2 = {**v1, "fields": [{"name": "n", "type": "long"}, {"name": "m", "type": ["null", "long"], "default": None}]}
+    broker.produce(topic, [avro_serializer(registry, v1, topic)({"n": 1})], partition=0)
+    create_stream(settings, "ticks", bootstrap=broker.bootstrap, topic=topic, table="ingest.ticks", format="avro",
+                  schema_registry=registry.url, registry_options={"basic.auth.user.info": "me:hidden"})
+    broker.produce(topic, [avro_serializer(registry, v2, topic)({"n": 2, "m": 3})], partition=0)
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(StreamDetailScreen("ticks"))
+        screen = await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen) and app.screen, 10, "detail")
+        source = await until(pilot, lambda: screen.query("#detail-source").first(), 10, "the source line")
+        await until(pilot, lambda: "versions seen v1, v2" in shown(source), 20, "schema versions")
+        text = shown(source)
+        assert "format avro" in text and f"subject {topic}-value" in text and registry.url in text
+        assert "schema evolution auto" in text and "hidden" not in text

@@ -78,3 +78,28 @@ async def test_tables_pane_without_tables_says_so(floe_home):
         await pilot.press("2")
         await until(pilot, lambda: "No tables yet" in str(app.query_one("#tables-empty").render()), 30, "empty note")
         assert leaves(app) == []
+
+
+async def test_schema_versions_say_what_changed_and_when(broker, topic, spark):
+    import orjson
+
+    from appliance.control.tables import alter_table
+
+    settings = load_settings()
+    broker.produce(topic, [orjson.dumps({"id": i, "note": "n"}) for i in range(5)])
+    create_stream(settings, "v", bootstrap=broker.bootstrap, topic=topic, table="ingest.v")
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    broker.produce(topic, [orjson.dumps({"id": 9, "note": "n", "coupon": "c"})])
+    Engine(settings, spark=spark).run(until_caught_up=True)  # a new field: a column added, then its data
+    alter_table(settings, "ingest.v", "rename-column", "note", "remark")  # no commit since
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: "ingest.v\n" in summary(app), 30, "ingest.v detail")
+        versions = app.query_one("#table-schema-versions")
+        await until(pilot, lambda: versions.row_count == 3, 10, "three schema versions")
+        shown = [(str(versions.get_cell(r, "version")), str(versions.get_cell(r, "time")),
+                  str(versions.get_cell(r, "changes"))) for r in versions.rows]
+    assert shown[0] == ("2 (current)", "no commit since", "renamed note to remark")
+    assert shown[1][0] == "1" and shown[1][2] == "added coupon (string)" and shown[1][1][:2] == "20"
+    assert shown[2][0] == "0" and shown[2][2].startswith("created with")

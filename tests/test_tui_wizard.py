@@ -276,3 +276,46 @@ async def test_security_settings_become_kafka_options_and_the_password_stays_hid
     for path in floe_home.rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+async def test_wizard_maps_an_avro_topic_from_the_registry_schema(broker, registry, topic):
+    from proto_helpers import avro_serializer
+
+    schema = {"type": "record", "name": "Payment", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+        {"name": "card", "type": {"type": "record", "name": "Card", "fields": [{"name": "brand", "type": "string"}]}}]}
+    import decimal
+
+    serialize = avro_serializer(registry, schema, topic)
+    broker.produce(topic, [serialize({"id": i, "amount": decimal.Decimal("1.50"), "card": {"brand": "visa"}})
+                           for i in range(3)])
+    settings = load_settings()
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = await open_wizard(app, pilot)
+        screen.query_one("#format").value = "avro"
+        await until(pilot, lambda: not screen.query_one("#registry").disabled, 5, "registry enabled")
+        screen.query_one("#registry-credentials").value = "floe:s3cret"
+        await pilot.press("ctrl+n")  # refused: no registry URL yet
+        await until(pilot, lambda: "needs a schema registry URL" in shown(screen, "registry-error"), 5, "error")
+        screen.query_one("#registry").value = registry.url
+        screen.query_one("#bootstrap").focus()
+        await load_and_pick_topic(pilot, screen, broker.bootstrap, topic)
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: screen.step == 1, 5, "target step")
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: screen.step == 2, 5, "mapping step")
+        mapping = screen.query_one("#mapping-table")
+        await until(pilot, lambda: mapping.row_count == 3, 60, "the schema's columns")
+        rows = [tuple(str(c) for c in mapping.get_row_at(i)) for i in range(3)]
+        assert rows == [("id", "long", "id"), ("amount", "decimal(10,2)", "amount"),
+                        ("card_brand", "string", "card.brand")]
+        status = str(screen.query_one("#mapping-status").render())
+        assert f"from the registry's schema id" in status and f"subject {topic}-value" in status
+        name = screen.query_one("#stream").value
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, NewStreamScreen), 60, "wizard closed")
+    info = stream_info(settings, name)
+    assert info.format == "avro" and info.subject == f"{topic}-value" and info.schema_registry == registry.url
+    assert info.registry_options == {"basic.auth.user.info": "***"}

@@ -55,6 +55,25 @@ def broker(topic: str | None, rate: float) -> None:
     embedded.close()
 
 
+@cli.command()
+@click.option("--port", default=0, show_default=True, help="Port on 127.0.0.1 (0: any free one).")
+def registry(port: int) -> None:
+    """Start an embedded schema registry (Confluent's REST API, in memory) on loopback; print its URL."""
+    from appliance.kafka.registry_server import EmbeddedRegistry
+
+    try:
+        embedded = EmbeddedRegistry(port=port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+    click.echo(embedded.url)
+    sys.stdout.flush()
+    err(f"embedded schema registry at {embedded.url} (in memory; Ctrl-C to stop)")
+    stop = threading.Event()
+    install_stop(stop)
+    stop.wait()
+    embedded.close()
+
+
 def _ui():
     """The terminal UI, when one is installed: found by entry point, so the engine never imports it."""
     from importlib.metadata import entry_points

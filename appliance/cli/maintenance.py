@@ -138,3 +138,25 @@ def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None
         err("no maintenance runs yet")
     for run in runs:
         click.echo(f"{run.started_at[:19]}  {run.trigger:8} {format_run(run)}")
+
+
+@table.command("alter")
+@click.argument("name")
+@click.argument("operation", type=click.Choice(["add-column", "drop-column", "rename-column"]))
+@click.argument("column")
+@click.argument("value", required=False)
+@click.option("--source", default=None, metavar="FIELD.PATH",
+              help="add-column: the message field that fills it (default: the field of its name).")
+def table_alter(name: str, operation: str, column: str, value: str | None, source: str | None) -> None:
+    """Change TABLE's schema: `add-column COLUMN TYPE`, `drop-column COLUMN`, `rename-column COLUMN NEW`.
+
+    Streams writing the table follow from their next batch, without a restart.
+    """
+    from appliance.control.tables import alter_table
+
+    if operation in ("add-column", "rename-column") and not value:
+        what = "a type, e.g. `add-column discount double`" if operation == "add-column" else "the new name"
+        raise click.UsageError(f"{operation} needs {what}")
+    if operation == "drop-column" and value:
+        raise click.UsageError("drop-column takes only the column's name")
+    err(alter_table(settings(), name, operation, column, value, source))

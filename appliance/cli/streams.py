@@ -18,26 +18,40 @@ def stream() -> None:
 @click.argument("name")
 @click.option("--bootstrap", required=True, help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT].")
 @click.option("--topic", required=True, help="Topic to ingest.")
-@click.option("--format", "fmt", default="json", show_default=True, help="Message format.")
+@click.option("--format", "fmt", default="json", show_default=True, help="Message format: json, avro or protobuf.")
+@click.option("--schema-registry", default=None, metavar="URL",
+              help="Schema registry (Confluent's API: Confluent, Redpanda, Karapace); needed for avro and protobuf.")
+@click.option("--schema-registry-option", "registry_options", multiple=True, metavar="KEY=VALUE",
+              help="SchemaRegistryClient property, e.g. basic.auth.user.info=KEY:SECRET (repeatable).")
+@click.option("--subject", default=None, help="Registry subject to map from when the topic is empty "
+              "(default TOPIC-value).")
+@click.option("--schema-evolution", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
+              help="auto: new fields become columns and types widen, live; off: new fields are ignored.")
 @click.option("--table", required=True, help="Target table, NAMESPACE.TABLE.")
 @click.option("--mapping", default="auto", show_default=True, help="'auto' to infer from a sample, or a TOML file.")
 @click.option("--starting-offsets", type=click.Choice(["earliest", "latest"]), default="earliest", show_default=True)
 @click.option("--dead-letter-table", default=None, help="Dead-letter table (default: TABLE_dlq).")
 @click.option("--kafka-option", "kafka_options", multiple=True, metavar="KEY=VALUE",
               help="librdkafka property, e.g. security.protocol=SASL_SSL (repeatable).")
-def stream_create(name: str, bootstrap: str, topic: str, fmt: str, table: str, mapping: str,
-                  starting_offsets: str, dead_letter_table: str | None, kafka_options: tuple[str, ...]) -> None:
+def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_registry: str | None,
+                  registry_options: tuple[str, ...], subject: str | None, schema_evolution: str, table: str,
+                  mapping: str, starting_offsets: str, dead_letter_table: str | None,
+                  kafka_options: tuple[str, ...]) -> None:
     """Create stream NAME reading TOPIC into TABLE. Prints the mapping as TOML on stdout."""
     from appliance.control.streams import create_stream
-    from appliance.kafka.settings import parse_kafka_options
+    from appliance.kafka.settings import parse_kafka_options, parse_registry_options
 
     created = create_stream(
         settings(), name, bootstrap=bootstrap, topic=topic, table=table, format=fmt, mapping=mapping,
         starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
-        kafka_options=parse_kafka_options(kafka_options),
+        kafka_options=parse_kafka_options(kafka_options), schema_registry=schema_registry,
+        registry_options=parse_registry_options(registry_options), subject=subject,
+        schema_evolution=schema_evolution,
     )
     s = created.stream
-    how = f"inferred from {created.sampled} messages" if created.inferred else "from the mapping file"
+    how = ("from the mapping file" if not created.inferred else
+           f"from the registry's schema (subject {s.subject})" if s.registry and s.format != "json" else
+           f"inferred from {created.sampled} messages")
     click.echo(s.mapping_toml(), nl=False)
     err(f"created stream {s.name}: {s.topic} -> {s.table} (dead letters: {s.dead_letter_table}); "
         f"{len(s.mapping.columns)} columns {how}; mapping saved to {created.mapping_file}")
@@ -76,6 +90,10 @@ def stream_show(name: str, fmt: str) -> None:
         return
     mapping = info.pop("mapping")
     batches = info.pop("recent_batches")
+    seen = info.pop("schemas_seen")
+    if info["format"] == "json" and not info["schema_registry"]:
+        for key in ("schema_registry", "registry_options", "subject"):
+            info.pop(key)
     for key, value in info.items():
         click.echo(f"{key:18} {json.dumps(value) if isinstance(value, (dict, list)) else value}")
     if batches:
@@ -83,8 +101,28 @@ def stream_show(name: str, fmt: str) -> None:
         for b in batches:
             click.echo(f"  {b['committed_at']}  {b['messages']} messages, {b['rows']} rows, "
                        f"{b['dead_letter_rows']} dead letters, {b['duration_ms']} ms, snapshot {b['target_snapshot_id']}")
+    if seen:
+        click.echo("writer schemas seen:")
+        for v in seen:
+            where = f"{v['subject']} version {v['version']}" if v["subject"] else "subject unknown"
+            click.echo(f"  id {v['schema']}  {where}  {v['messages']} messages  first {v['first_seen_at']}  "
+                       f"last {v['last_seen_at']}")
     click.echo("mapping:")
     click.echo(mapping, nl=False)
+
+
+@stream.command("update")
+@click.argument("name")
+@click.option("--schema-evolution", type=click.Choice(["auto", "off"]), default=None,
+              help="auto: new fields become columns and types widen, live; off: new fields are ignored.")
+def stream_update(name: str, schema_evolution: str | None) -> None:
+    """Change a stream's settings; a running engine applies them from the next batch."""
+    from appliance.control.streams import update_stream
+
+    if schema_evolution is None:
+        raise click.UsageError("nothing to update: give --schema-evolution")
+    s = update_stream(settings(), name, schema_evolution=schema_evolution)
+    err(f"updated stream {name}: schema evolution {s.schema_evolution}")
 
 
 @stream.command("pause")

@@ -14,11 +14,16 @@ from appliance.core.errors import (
     KafkaAccessDenied,
     KafkaConfigError,
     MappingError,
+    RegistryAccessDenied,
+    RegistryConfigError,
+    RegistryUnavailable,
+    SchemaError,
+    SchemaNotFound,
     StreamExists,
     TableConflict,
     TopicNotFound,
 )
-from appliance.kafka.settings import KafkaSettings
+from appliance.kafka.settings import KafkaSettings, RegistrySettings
 
 
 class Field(StrEnum):
@@ -35,11 +40,15 @@ class Field(StrEnum):
     STREAM = "stream"
     STARTING_OFFSETS = "offsets"
     FORMAT = "format"
+    REGISTRY = "registry"
+    REGISTRY_CREDENTIALS = "registry-credentials"
+    SUBJECT = "subject"
+    SCHEMA_EVOLUTION = "evolution"
     MAPPING = "mapping"
 
 
 SOURCE_FIELDS = (Field.BOOTSTRAP, Field.PROTOCOL, Field.MECHANISM, Field.USERNAME, Field.PASSWORD, Field.CA,
-                 Field.TOPIC)
+                 Field.FORMAT, Field.REGISTRY, Field.REGISTRY_CREDENTIALS, Field.TOPIC)
 TARGET_FIELDS = (Field.NAMESPACE, Field.TABLE, Field.DEAD_LETTER_TABLE, Field.STREAM, Field.STARTING_OFFSETS)
 
 Problems = dict[Field, str]
@@ -54,17 +63,22 @@ def field_of(exc: BaseException) -> Field:
         return Field.CA
     for kind, where in ((TopicNotFound, Field.TOPIC), (KafkaAccessDenied, Field.USERNAME),
                         (KafkaConfigError, Field.PROTOCOL), (StreamExists, Field.STREAM),
-                        (TableConflict, Field.TABLE), (MappingError, Field.MAPPING)):
+                        (TableConflict, Field.TABLE), (MappingError, Field.MAPPING),
+                        (RegistryConfigError, Field.REGISTRY), (RegistryUnavailable, Field.REGISTRY),
+                        (RegistryAccessDenied, Field.REGISTRY), (SchemaNotFound, Field.SUBJECT),
+                        (SchemaError, Field.SUBJECT)):
         if isinstance(exc, kind):
             return where
     return Field.BOOTSTRAP
 
 
-def failure(exc: BaseException, kafka: KafkaSettings | None = None) -> tuple[str, Field]:
+def failure(exc: BaseException, kafka: KafkaSettings | None = None,
+            registry: RegistrySettings | None = None) -> tuple[str, Field]:
     """(one line, secrets scrubbed; the field it belongs next to) for any error of a request."""
     text = str(exc) if isinstance(exc, FloeError) else f"{type(exc).__name__}: {exc}"
-    if kafka is not None:
-        text = kafka.scrub(text)
+    for settings in (kafka, registry):
+        if settings is not None:
+            text = settings.scrub(text)
     return " ".join(text.split()), field_of(exc)
 
 

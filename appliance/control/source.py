@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.control.fields import Field, Problems
-from appliance.core.errors import KafkaConfigError, MappingError
+from appliance.core.errors import KafkaConfigError, MappingError, RegistryConfigError
 from appliance.kafka.client import KafkaClient, SampledMessage
-from appliance.kafka.settings import KafkaSettings, security_options
+from appliance.kafka.settings import KafkaSettings, RegistrySettings, security_options
 from appliance.model.inference import infer_mapping, sample_objects
 from appliance.model.mapping import Mapping
+from appliance.model.stream import REGISTRY_FORMATS
 
 SAMPLE_GROUP = "floe-wizard"  # consumer group id for metadata and samples; never joined
 
@@ -29,6 +30,16 @@ class SourceForm:
     username: str = ""
     password: str = field(default="", repr=False)
     ca_location: str = ""
+    format: str = "json"
+    registry_url: str = ""
+    registry_credentials: str = field(default="", repr=False)  # USER:PASSWORD for basic auth
+
+    def registry(self) -> RegistrySettings | None:
+        """The schema registry settings, for formats that need one; raises RegistryConfigError."""
+        if self.format not in REGISTRY_FORMATS:
+            return None
+        options = {"basic.auth.user.info": self.registry_credentials} if self.registry_credentials else {}
+        return RegistrySettings.create(self.registry_url, options)
 
     def options(self) -> dict[str, str]:
         """The librdkafka options, with the keys `--kafka-option` takes."""
@@ -54,6 +65,14 @@ def check_source(form: SourceForm, topic: str | None = None, need_topic: bool = 
         problems[Field.BOOTSTRAP] = str(exc)
     if need_topic and not topic:
         problems[Field.TOPIC] = "a topic is required"
+    if form.format in REGISTRY_FORMATS:
+        try:
+            form.registry()
+        except RegistryConfigError as exc:
+            problems[Field.REGISTRY] = str(exc) if form.registry_url else f"format {form.format} needs a schema " \
+                "registry URL"
+        if form.registry_credentials and ":" not in form.registry_credentials:
+            problems[Field.REGISTRY_CREDENTIALS] = "credentials are USER:PASSWORD"
     return (None if problems else kafka), problems
 
 
@@ -72,6 +91,24 @@ def preview(kafka: KafkaSettings, topic: str, count: int, timeout: float) -> lis
 class Inferred:
     mapping: Mapping
     sampled: int  # messages the mapping was inferred from
+    subject: str = ""  # for a registry format: the subject the schema is registered under
+    described: str = ""  # where the columns came from, for the user
+
+
+def columns_for(kafka: KafkaSettings, topic: str, fmt: str, registry: RegistrySettings | None, count: int,
+                timeout: float) -> Inferred:
+    """The columns a new stream of this format gets: inferred from JSON messages, or the registry's schema."""
+    if fmt not in REGISTRY_FORMATS:
+        inferred = infer_from_topic(kafka, topic, count, timeout)
+        return Inferred(inferred.mapping, inferred.sampled, described=f"inferred from {inferred.sampled} messages")
+    from appliance.control.schemas import registry_mapping
+
+    with KafkaClient(kafka, group=SAMPLE_GROUP, timeout=timeout) as client:
+        sampled = client.sample(topic, count, timeout)
+    found = registry_mapping(fmt, registry, topic, None, sampled)
+    version = f" version {found.version}" if found.version else ""
+    return Inferred(found.mapping, len(sampled), found.subject,
+                    f"from the registry's schema id {found.schema_id} (subject {found.subject}{version})")
 
 
 def infer_from_topic(kafka: KafkaSettings, topic: str, count: int, timeout: float,

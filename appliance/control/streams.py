@@ -11,18 +11,20 @@ from pathlib import Path
 
 from appliance.config.settings import Settings, ensure_home
 from appliance.control.fields import Field, Problems, raise_problems
+from appliance.control.schemas import default_subject, registry_mapping
 from appliance.control.source import infer_from_sample
 from appliance.core.clock import now
 from appliance.core.errors import (
     InvalidName,
     KafkaConfigError,
     MappingError,
+    RegistryConfigError,
     StreamExists,
     TableConflict,
 )
 from appliance.core.vocabulary import EventKind
 from appliance.kafka.client import KafkaClient
-from appliance.kafka.settings import KafkaSettings
+from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
 from appliance.model.names import (
     check_identifier,
@@ -30,9 +32,10 @@ from appliance.model.names import (
     check_table_name,
     snake_case,
 )
-from appliance.model.stream import FORMATS, STARTING_OFFSETS, StreamDef
+from appliance.model.stream import FORMATS, REGISTRY_FORMATS, SCHEMA_EVOLUTION, STARTING_OFFSETS, StreamDef
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
+from appliance.tables.evolution import ensure_bindings
 from appliance.tables.schemas import dead_letter_iceberg_schema, target_iceberg_schema
 
 STREAM_NAME_MAX = 63
@@ -102,6 +105,9 @@ class StreamRequest:
     mapping: Mapping | None = None
     starting_offsets: str = "earliest"
     format: str = "json"
+    registry: RegistrySettings | None = None
+    subject: str = ""  # the registry subject to map from, when the topic is empty (default TOPIC-value)
+    schema_evolution: str = "auto"
 
 
 @dataclass
@@ -113,7 +119,8 @@ class CreatedStream:
 
 
 def check_request(name: str, topic: str, table: str, dead_letter_table: str, format: str = "json",
-                  starting_offsets: str = "earliest") -> Problems:
+                  starting_offsets: str = "earliest", registry: RegistrySettings | None = None,
+                  schema_evolution: str = "auto") -> Problems:
     """What is wrong with a stream request itself, by field, before any broker or table is asked."""
     problems: Problems = {}
     for where, check in ((Field.STREAM, lambda: check_stream_name(name)),
@@ -127,6 +134,10 @@ def check_request(name: str, topic: str, table: str, dead_letter_table: str, for
         problems[Field.DEAD_LETTER_TABLE] = "the dead-letter table must differ from the target table"
     if format not in FORMATS:
         problems[Field.FORMAT] = f"format {format!r} is not supported; use one of: {', '.join(FORMATS)}"
+    if format in REGISTRY_FORMATS and registry is None:
+        problems.setdefault(Field.REGISTRY, f"format {format} needs a schema registry (--schema-registry URL)")
+    if schema_evolution not in SCHEMA_EVOLUTION:
+        problems[Field.SCHEMA_EVOLUTION] = f"schema evolution {schema_evolution!r} must be auto or off"
     if starting_offsets not in STARTING_OFFSETS:
         problems[Field.STARTING_OFFSETS] = f"starting offsets {starting_offsets!r} must be earliest or latest"
     if not topic:
@@ -136,17 +147,25 @@ def check_request(name: str, topic: str, table: str, dead_letter_table: str, for
 
 def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, table: str, format: str = "json",
                   mapping: str | Path | Mapping = "auto", starting_offsets: str = "earliest",
-                  dead_letter_table: str | None = None, kafka_options: dict[str, str] | None = None
-                  ) -> CreatedStream:
-    """Create stream `name`. `mapping` is "auto" (inferred from a sample of the topic), the path
-    of a TOML mapping file, or a `Mapping` already built (the UI's edited one)."""
+                  dead_letter_table: str | None = None, kafka_options: dict[str, str] | None = None,
+                  schema_registry: str | None = None, registry_options: dict[str, str] | None = None,
+                  subject: str | None = None, schema_evolution: str = "auto") -> CreatedStream:
+    """Create stream `name`. `mapping` is "auto" (inferred from a sample of the topic, or for Avro and
+    Protobuf read from the registry's schema), the path of a TOML mapping file, or a `Mapping`
+    already built (the UI's edited one)."""
     dead_letter_table = dead_letter_table or f"{table}{settings.dead_letter_suffix}"
-    problems = check_request(name, topic, table, dead_letter_table, format, starting_offsets)
-    kafka = None
+    kafka, registry, problems = None, None, {}
     try:
         kafka = KafkaSettings.create(bootstrap, kafka_options)
     except KafkaConfigError as exc:
         problems[Field.BOOTSTRAP if "bootstrap" in str(exc) else Field.PROTOCOL] = str(exc)
+    if schema_registry or registry_options:
+        try:
+            registry = RegistrySettings.create(schema_registry or "", registry_options)
+        except RegistryConfigError as exc:
+            problems[Field.REGISTRY] = str(exc)
+    problems = {**check_request(name, topic, table, dead_letter_table, format, starting_offsets, registry,
+                                schema_evolution), **problems}
     raise_problems(problems)
     if isinstance(mapping, Mapping):
         given: Mapping | None = mapping
@@ -156,12 +175,14 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
         raise MappingError(f"mapping must be 'auto', a mapping file or a Mapping, not {type(mapping).__name__}")
     return create(settings, StreamRequest(name=name, kafka=kafka, topic=topic, table=table, mapping=given,
                                           starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
-                                          format=format))
+                                          format=format, registry=registry, subject=subject or "",
+                                          schema_evolution=schema_evolution))
 
 
 def create(settings: Settings, request: StreamRequest) -> CreatedStream:
     raise_problems(check_request(request.name, request.topic, request.table, request.dead_letter_table,
-                                 request.format, request.starting_offsets))
+                                 request.format, request.starting_offsets, request.registry,
+                                 request.schema_evolution))
     ensure_home(settings)
     with StateStore(settings.state_db) as state:
         _check_free(state, request)
@@ -189,18 +210,25 @@ def _resolve(settings: Settings, request: StreamRequest) -> tuple[StreamDef, int
     """The stream's definition: where each partition starts, and its mapping (given or inferred)."""
     with KafkaClient(request.kafka, group=f"floe.{request.name}", timeout=settings.sample_timeout) as client:
         marks = client.watermarks(request.topic, client.partitions(request.topic))
-        mapping, sampled = request.mapping, 0
+        mapping, sampled, subject = request.mapping, 0, request.subject
         if mapping is None:
-            inferred = infer_from_sample(
-                request.topic, client.sample(request.topic, settings.sample_messages, settings.sample_timeout))
-            mapping, sampled = inferred.mapping, inferred.sampled
+            sample = client.sample(request.topic, settings.sample_messages, settings.sample_timeout)
+            if request.format in REGISTRY_FORMATS:  # the writer schema's columns, no guessing
+                found = registry_mapping(request.format, request.registry, request.topic, request.subject, sample)
+                mapping, sampled, subject = found.mapping, len(sample), found.subject
+            else:
+                inferred = infer_from_sample(request.topic, sample)
+                mapping, sampled = inferred.mapping, inferred.sampled
+        if request.format in REGISTRY_FORMATS and not subject:
+            subject = default_subject(request.topic)
     earliest = request.starting_offsets == "earliest"
     return StreamDef(
         name=request.name, id=StateStore.new_id(), topic=request.topic, kafka=request.kafka, format=request.format,
         table=request.table, dead_letter_table=request.dead_letter_table, mapping=mapping,
         starting_offsets=request.starting_offsets,
         start_positions={p: (w.low if earliest else w.high) for p, w in marks.items()},
-        paused=False, created_at=now(),
+        paused=False, created_at=now(), registry=request.registry, subject=subject,
+        schema_evolution=request.schema_evolution,
     ), sampled
 
 
@@ -216,6 +244,7 @@ def _create_tables(settings: Settings, state: StateStore, stream: StreamDef) -> 
         for name, schema in schemas:
             if catalog.ensure_table(name, schema)[1]:
                 created.append(name)
+        ensure_bindings(settings, catalog.table(stream.table), stream.mapping)
         state.add_stream(stream)
     except BaseException:
         for name in created:  # leave nothing behind from a failed create
@@ -235,6 +264,18 @@ def set_paused(settings: Settings, name: str, paused: bool) -> None:
         state.set_paused(name, paused)
         state.add_event(EventKind.STREAM_PAUSED if paused else EventKind.STREAM_RESUMED,
                         "paused" if paused else "resumed", name)
+
+
+def update_stream(settings: Settings, name: str, schema_evolution: str | None = None) -> StreamDef:
+    """Change what can change in a running stream; the engine applies it from the next batch."""
+    if schema_evolution is not None and schema_evolution not in SCHEMA_EVOLUTION:
+        raise_problems({Field.SCHEMA_EVOLUTION: f"schema evolution {schema_evolution!r} must be auto or off"})
+    with StateStore(settings.state_db) as state:
+        stream = state.stream(name)
+        if schema_evolution is not None and schema_evolution != stream.schema_evolution:
+            state.update_stream(name, schema_evolution=schema_evolution)
+            state.add_event(EventKind.STREAM_UPDATED, f"schema evolution {schema_evolution}", name)
+        return state.stream(name)
 
 
 def delete_stream(settings: Settings, name: str, drop_tables: bool = False) -> StreamDef:

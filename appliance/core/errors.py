@@ -96,6 +96,31 @@ class ReadTimeout(KafkaUnavailable):
     """A partition's messages did not arrive within the fetch timeout."""
 
 
+# ---- schema registry ------------------------------------------------------------------
+
+
+class RegistryConfigError(FloeError):
+    """A schema registry URL or option is malformed or unknown."""
+
+
+class RegistryUnavailable(FloeError):
+    """The schema registry did not answer, or answered with a server error: the batch waits."""
+
+    retryable = True
+
+
+class RegistryAccessDenied(FloeError):
+    """The schema registry refused the credentials."""
+
+
+class SchemaNotFound(FloeError):
+    """The schema registry has no schema of that id or subject."""
+
+
+class SchemaError(FloeError):
+    """A registered schema Floe cannot read or map (the message says which part)."""
+
+
 # ---- tables and storage ----------------------------------------------------------
 
 

@@ -5,7 +5,8 @@ pass a point badly, on purpose.
   Random kills rarely land in the narrow windows between two commits; these make every
   window testable on purpose.
 - `name=SECONDS` stalls there that long, as a hung disk or a huge input would, so a test
-  can act (stop the engine, say) while the work is surely in flight.
+  can act (stop the engine, say) while the work is surely in flight. A line on stderr,
+  `failpoint NAME: stalling`, says when: a test waits for it rather than guessing.
 
 Unset, a failpoint costs one dict lookup. Spark's Python workers inherit the variable,
 so points inside Spark tasks work too.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 
@@ -37,4 +39,5 @@ def failpoint(name: str) -> None:
     if stall is None:
         os.kill(os.getpid(), signal.SIGKILL)
     else:
+        print(f"failpoint {name}: stalling {stall:g}s", file=sys.stderr, flush=True)
         time.sleep(stall)

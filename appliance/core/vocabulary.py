@@ -100,6 +100,11 @@ class EventKind(StrEnum):
     STREAM_FAILED = "stream_failed"
     BROKER_UNREACHABLE = "broker_unreachable"
     STREAM_RECOVERED = "stream_recovered"
+    REGISTRY_UNREACHABLE = "registry_unreachable"
+    SCHEMA_EVOLVED = "schema_evolved"
+    SCHEMA_CHANGED = "schema_changed"  # an incompatible change, or a new field left out
+    TABLE_ALTERED = "table_altered"
+    STREAM_UPDATED = "stream_updated"
     DATA_EXPIRED = "data_expired"
     PARTIAL_BATCH = "partial_batch"
     DEAD_LETTER_BURST = "dead_letter_burst"  # derived from the batches, never stored

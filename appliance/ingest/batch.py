@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -19,7 +20,7 @@ from appliance.ingest.planning import pack_tasks
 from appliance.kafka.reader import Piece, PieceResult, read_topics
 from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
-from appliance.model.decode import decode_batch
+from appliance.model.decode import Evolution, decode_batch
 from appliance.model.mapping import Mapping
 from appliance.spark.tasks import run_in_tasks
 from appliance.tables.datafiles import TableTarget, write_data_files
@@ -34,16 +35,22 @@ class BatchSpec:
     mapping: Mapping
     target: TableTarget
     dead_letter: TableTarget
-    # Offsets below which a partition's dead-letter rows are already committed (a
-    # crash between the dead-letter and the target commit leaves them there).
-    dead_letter_floor: dict[int, int]
+    # Offsets (per partition) that landed as dead letters in an attempt interrupted between its two
+    # commits: written again to neither table, wherever they would go now.
+    landed: dict[int, frozenset[int]]
     max_message_bytes: int
     fetch_timeout: float
+    fmt: Any = None  # how messages are parsed (`model.formats`); None: JSON
+    evolve: bool = False  # new fields and wider values ask for a schema change instead of landing
 
 
 @dataclass
 class TaskResult:
     pieces: list[PieceResult]
+    read: list[Piece] = field(default_factory=list)  # the pieces it was given: a rerun reads them again
+    evolution: Evolution = field(default_factory=Evolution)  # set: nothing written, the table must change first
+    changes: set = field(default_factory=set)  # schema changes met (see `Decoded.changes`)
+    schemas: dict[str, int] = field(default_factory=dict)  # writer schemas seen -> messages
     target_files: list = field(default_factory=list)
     dead_letter_files: list = field(default_factory=list)
     rows: int = 0
@@ -76,6 +83,29 @@ class BatchResult:
     def total(self, name: str) -> float:
         return sum(getattr(r, name) for r in self.tasks)
 
+    @property
+    def evolution(self) -> Evolution:
+        out = Evolution()
+        for r in self.tasks:
+            out = out.merged(r.evolution)
+        return out
+
+    @property
+    def changes(self) -> set:
+        return {c for r in self.tasks for c in r.changes}
+
+    @property
+    def schemas(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.tasks:
+            for k, n in r.schemas.items():
+                out[k] = out.get(k, 0) + n
+        return out
+
+    def replaced(self, redone: BatchResult) -> BatchResult:
+        """This result with the tasks that asked for a schema change replaced by their rerun."""
+        return BatchResult([r for r in self.tasks if not r.evolution] + redone.tasks)
+
 
 def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.datetime) -> list[TaskResult | FloeError]:
     """One task's work: every item's pieces read together (one consumer and one assignment per
@@ -95,28 +125,31 @@ def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.dateti
             reads[i] = read
     read_seconds = (time.perf_counter() - t0) / max(1, len(items))
     out: list[TaskResult | FloeError] = []
-    for (spec, _), read in zip(items, reads):
+    for (spec, pieces), read in zip(items, reads):
         if isinstance(read, FloeError):
             out.append(read)
             continue
         try:
-            out.append(_write(spec, *read, ingested_at, read_seconds))
+            out.append(_write(spec, pieces, *read, ingested_at, read_seconds))
         except FloeError as exc:
             out.append(exc)
     return out
 
 
-def _write(spec: BatchSpec, raw: RawBatch, results: list[PieceResult], ingested_at: dt.datetime,
-           read_seconds: float) -> TaskResult:
+def _write(spec: BatchSpec, pieces: list[Piece], raw: RawBatch, results: list[PieceResult],
+           ingested_at: dt.datetime, read_seconds: float) -> TaskResult:
     t1 = time.perf_counter()
-    decoded = decode_batch(raw, spec.mapping, spec.max_message_bytes, ingested_at)
-    dead = _above_floor(decoded.dead_letter, spec.dead_letter_floor)
+    decoded = decode_batch(raw, spec.mapping, spec.max_message_bytes, ingested_at, spec.fmt, spec.evolve)
+    if decoded.evolution:  # written once the table has the columns these messages need
+        return TaskResult(pieces=results, read=pieces, evolution=decoded.evolution, changes=decoded.changes,
+                          schemas=decoded.schemas, messages=len(raw), read_seconds=read_seconds)
+    target, dead = _not_landed(decoded.target, spec.landed), _not_landed(decoded.dead_letter, spec.landed)
     t2 = time.perf_counter()
     result = TaskResult(
-        pieces=results,
-        target_files=write_data_files(spec.target, decoded.target),
+        pieces=results, read=pieces, changes=decoded.changes, schemas=decoded.schemas,
+        target_files=write_data_files(spec.target, target),
         dead_letter_files=write_data_files(spec.dead_letter, dead),
-        rows=decoded.target.num_rows,
+        rows=target.num_rows,
         dead_letter_rows=dead.num_rows,
         messages=len(raw),
         bytes=sum(len(v) for v in raw.values if v),
@@ -126,13 +159,14 @@ def _write(spec: BatchSpec, raw: RawBatch, results: list[PieceResult], ingested_
     return result
 
 
-def _above_floor(dead: pa.Table, floor: dict[int, int]) -> pa.Table:
-    """Dead-letter rows an earlier, interrupted attempt did not commit already."""
-    if not floor or not dead.num_rows:
-        return dead
-    parts = dead.column("_kafka_partition").to_pylist()
-    offs = dead.column("_kafka_offset").to_pylist()
-    return dead.filter(pa.array([o >= floor.get(p, 0) for p, o in zip(parts, offs)]))
+def _not_landed(rows: pa.Table, landed: dict[int, frozenset[int]]) -> pa.Table:
+    """The rows whose message an earlier, interrupted attempt did not already land as a dead letter."""
+    if not landed or not rows.num_rows:
+        return rows
+    parts = rows.column("_kafka_partition").to_pylist()
+    offs = rows.column("_kafka_offset").to_pylist()
+    none: frozenset[int] = frozenset()
+    return rows.filter(pa.array([o not in landed.get(p, none) for p, o in zip(parts, offs)]))
 
 
 def run_batch(spark, spec: BatchSpec, tasks: list[list[Piece]]) -> BatchResult:

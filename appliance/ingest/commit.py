@@ -1,21 +1,25 @@
 """Committing a batch: dead-letter files first, then target files, each snapshot with the batch's end offsets.
 
 A crash before either commit re-reads the whole batch; a crash between them leaves the
-dead-letter half committed, and the replay skips dead-letter rows below the dead-letter
-table's own offsets (`Committed.dead_letter_floor`). Files written but never committed
-are orphans, never visible.
+dead-letter half committed. The replay then leaves out, from both tables, the messages that
+landed as dead letters (`landed_dead_letters`), read back from the dead-letter table itself:
+not "whatever goes to the dead-letter table again", because where a message goes can change
+in between (another client changes the table's schema, the registry learns a schema, schema
+evolution is switched). Files written but never committed are orphans, never visible.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThan, Or
 from pyiceberg.table import Table
 
 from appliance.config.settings import Settings
 from appliance.core.failpoints import failpoint
 from appliance.ingest.batch import BatchResult
 from appliance.ingest.planning import Committed
+from appliance.model.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.stream import StreamDef
 from appliance.tables.commits import commit_files, commit_lock
 
@@ -53,3 +57,20 @@ def commit_batch(settings: Settings, stream: StreamDef, tables: StreamTables, co
         )
     failpoint("after_target_commit")
     return committed.after(offsets, dead_letters_committed=bool(dead_files)), Snapshots(target_snapshot, dead_snapshot)
+
+
+def landed_dead_letters(table: Table, ranges: dict[int, tuple[int, int]], since: str) -> dict[int, frozenset[int]]:
+    """The offsets in `ranges` (per partition, [from, to)) that the dead-letter table holds, from rows
+    ingested `since` (the stream's creation: a reused table may hold an earlier stream's rows)."""
+    if not ranges:
+        return {}
+    clauses: list[BooleanExpression] = [
+        And(EqualTo(KAFKA_PARTITION.name, p), GreaterThanOrEqual(KAFKA_OFFSET.name, lo), LessThan(KAFKA_OFFSET.name, hi))
+        for p, (lo, hi) in ranges.items()]
+    where = clauses[0] if len(clauses) == 1 else Or(*clauses)
+    rows = table.scan(row_filter=And(where, GreaterThanOrEqual(INGESTED_AT.name, since)),
+                      selected_fields=(KAFKA_PARTITION.name, KAFKA_OFFSET.name)).to_arrow()
+    landed: dict[int, set[int]] = {}
+    for p, o in zip(rows.column(0).to_pylist(), rows.column(1).to_pylist()):
+        landed.setdefault(p, set()).add(o)
+    return {p: frozenset(offsets) for p, offsets in landed.items()}

@@ -135,7 +135,10 @@ class Engine:
         streams = {s.name: s for s in self.state.streams()}
         for name, worker in list(self.workers.items()):
             current = streams.get(name)
-            if current is None or current.paused or current.id != worker.stream.id:
+            # A redefined stream (another id, another schema evolution setting) gets a new worker;
+            # its mapping follows the table by itself.
+            if current is None or current.paused or current.id != worker.stream.id \
+                    or current.schema_evolution != worker.stream.schema_evolution:
                 worker.stop_event.set()
             if worker.done:
                 del self.workers[name]

@@ -21,8 +21,8 @@ class Committed:
     """The offsets a stream's two tables hold; None where a table holds none of this stream's yet.
 
     The target table's offsets say where reading resumes. The dead-letter table's may be
-    ahead (a crash between the two commits of a batch): they say which dead-letter rows
-    of the replayed batch are already committed and must not be written again.
+    ahead (a crash between the two commits of a batch): the messages of that range that
+    landed as dead letters must not land again, in either table (`replayed`).
     """
 
     target: dict[int, int] | None
@@ -32,9 +32,12 @@ class Committed:
         """Where each partition is read from: committed offsets, else where the stream began."""
         return {**start_positions, **(self.target or {})}
 
-    @property
-    def dead_letter_floor(self) -> dict[int, int]:
-        return dict(self.dead_letter or {})
+    def replayed(self, start_positions: dict[int, int]) -> dict[int, tuple[int, int]]:
+        """Per partition, the offsets [from, to) whose dead letters are committed and whose target
+        rows are not: what a batch interrupted between its two commits leaves to replay."""
+        start = self.read_from(start_positions)
+        return {p: (start.get(p, 0), end) for p, end in sorted((self.dead_letter or {}).items())
+                if end > start.get(p, 0)}
 
     def after(self, offsets: dict[int, int], dead_letters_committed: bool) -> Committed:
         """What the tables hold once a batch ending at `offsets` is committed."""

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 from appliance.config.settings import Settings
 from appliance.core.clock import now
+from appliance.core.errors import SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.ingest.batch import BatchResult, BatchSpec, run_batch
-from appliance.ingest.commit import Snapshots, StreamTables, commit_batch
+from appliance.ingest.commit import Snapshots, StreamTables, commit_batch, landed_dead_letters
 from appliance.ingest.jobs import BatchJobs
+from appliance.ingest.schemas import StreamSchema
 from appliance.ingest.planning import (
     Committed,
     Expired,
@@ -40,6 +42,7 @@ from appliance.tables.snapshots import committed_offsets, offsets_json
 log = logging.getLogger(__name__)
 
 PARTITIONS_TTL = 30.0  # seconds
+MAX_EVOLUTIONS = 3  # schema updates one batch may ask for before it is given up and read again
 
 
 @dataclass(frozen=True)
@@ -65,11 +68,14 @@ class StreamRunner:
         self._kafka: KafkaClient | None = None
         self.tables: StreamTables | None = None
         self.committed: Committed | None = None  # None: read it from the tables before the next batch
+        self.landed: dict[int, frozenset[int]] = {}  # dead letters of an interrupted batch (`landed_dead_letters`)
         self.marks: dict[int, Watermarks] = {}  # the watermarks the last step saw
         self._reported: set[Expired] = set()
         self._partitions: tuple[float, list[int]] | None = None  # (looked up at, partitions)
         self._cores: tuple[float, int] | None = None  # (asked at, Spark's default parallelism)
         self._targets: dict[tuple, tuple[tuple, TableTarget]] = {}
+        self.schema = StreamSchema(settings, state, stream)
+        self._format = stream.message_format()
 
     @property
     def kafka(self) -> KafkaClient:
@@ -94,11 +100,13 @@ class StreamRunner:
         return self.committed.read_from(self.stream.start_positions)
 
     def _load(self) -> None:
-        target = self.catalog.table(self.stream.table)
+        target = self.schema.prepared(self.catalog.table(self.stream.table))
         dead_letter = self.catalog.table(self.stream.dead_letter_table)
         self.tables = StreamTables(target, dead_letter)
         self.committed = Committed(committed_offsets(target, self.stream.id),
                                    committed_offsets(dead_letter, self.stream.id))
+        self.landed = landed_dead_letters(dead_letter, self.committed.replayed(self.stream.start_positions),
+                                          self.stream.created_at)
 
     def watermarks(self) -> dict[int, Watermarks]:
         # The topic's partitions are looked up again every PARTITIONS_TTL, not every poll:
@@ -124,19 +132,38 @@ class StreamRunner:
         self._report_expired(plan.expired)
         if not plan.pieces:
             return BatchOutcome(0, 0, 0, 0, False)
-        tasks = plan_tasks(plan.pieces, self._parallelism())
-        result = self.jobs.run(self._spec(), tasks) if self.jobs else run_batch(self.spark, self._spec(), tasks)
+        # Another client may have changed the table's schema: this batch follows it.
+        self.tables.target = self.catalog.current(self.tables.target)
+        result = self._run(plan_tasks(plan.pieces, self._parallelism()))
+        for _ in range(MAX_EVOLUTIONS):
+            if not result.evolution:
+                break
+            # The messages need the table to change first: the schema update commits before
+            # the data, and only the tasks that asked for it run again.
+            self.tables.target = self.schema.evolve(self.tables.target, result.evolution)
+            failpoint("after_schema_commit")
+            result = result.replaced(self._run([r.read for r in result.tasks if r.evolution]))
+        if result.evolution:
+            raise SchemaError(f"stream {self.stream.name}: the batch still asks for schema changes after "
+                              f"{MAX_EVOLUTIONS} of them; it will be read again")
         failpoint("before_commit")
         offsets, read_errors = advance(plan.start, result.pieces)
         self.committed, snapshots = commit_batch(self.settings, self.stream, self.tables, self.committed, offsets,
                                                  result)
+        self.landed = {p: kept for p, kept in ((p, frozenset(o for o in landed if o >= offsets.get(p, 0)))
+                                                for p, landed in self.landed.items()) if kept}
         if read_errors:
             self.state.add_event(EventKind.PARTIAL_BATCH, "committed what was read; " + "; ".join(map(str, read_errors)),
                                  self.stream.name, EventLevel.WARNING)
+        self.schema.report(result.changes, result.schemas)
         outcome = BatchOutcome(int(result.total("messages")), int(result.total("rows")),
                                int(result.total("dead_letter_rows")), self.lag(), True)
         self._record(outcome, result, snapshots, offsets, started_at, time.monotonic() - started)
         return outcome
+
+    def _run(self, tasks: list[list]) -> BatchResult:
+        spec = self._spec()
+        return self.jobs.run(spec, tasks) if self.jobs else run_batch(self.spark, spec, tasks)
 
     def _parallelism(self) -> int:
         # A question to the JVM; asked again now and then, as a cluster's executors come and go.
@@ -156,10 +183,12 @@ class StreamRunner:
     def _spec(self) -> BatchSpec:
         stream, engine = self.stream, self.settings.engine
         return BatchSpec(
-            stream_id=stream.id, topic=stream.topic, kafka=stream.kafka, group=stream.group, mapping=stream.mapping,
+            stream_id=stream.id, topic=stream.topic, kafka=stream.kafka, group=stream.group,
+            mapping=self.schema.mapping(self.tables.target),
             target=self._target(self.tables.target), dead_letter=self._target(self.tables.dead_letter),
-            dead_letter_floor=self.committed.dead_letter_floor,
+            landed=self.landed,
             max_message_bytes=engine.max_message_bytes, fetch_timeout=engine.fetch_timeout,
+            fmt=self._format, evolve=stream.evolves,
         )
 
     def _report_expired(self, expired: list[Expired]) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from appliance.config.settings import Settings
 from appliance.core.clock import now
-from appliance.core.errors import FloeError, KafkaUnavailable
+from appliance.core.errors import FloeError, KafkaUnavailable, RegistryUnavailable
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
 from appliance.ingest.jobs import BatchJobs, next_wake
 from appliance.ingest.runner import BatchOutcome, StreamRunner
@@ -111,7 +111,9 @@ class StreamWorker(threading.Thread):
         first = self.engine.settings.engine.retry_backoff
         failing = self.failing or Failing(message, 0, first)
         if self.failing is None or message != self.failing.message:
-            kind = EventKind.BROKER_UNREACHABLE if isinstance(exc, KafkaUnavailable) else EventKind.STREAM_FAILED
+            kind = (EventKind.BROKER_UNREACHABLE if isinstance(exc, KafkaUnavailable)
+                    else EventKind.REGISTRY_UNREACHABLE if isinstance(exc, RegistryUnavailable)
+                    else EventKind.STREAM_FAILED)
             state.add_event(kind, message, name, EventLevel.ERROR)
         self.failing = Failing(message, failing.attempts + 1, failing.backoff)
         state.update_status(name, phase=StreamPhase.FAILED, last_error=message, last_error_at=now())

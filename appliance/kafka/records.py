@@ -16,3 +16,8 @@ class RawBatch:
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def take(self, indexes: list[int]) -> RawBatch:
+        """The messages at `indexes`, in that order."""
+        return RawBatch(*([column[i] for i in indexes] for column in (
+            self.partitions, self.offsets, self.timestamps, self.keys, self.values, self.headers)))

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.core.errors import KafkaConfigError
+from appliance.core.errors import KafkaConfigError, RegistryConfigError
 
-SECRET_KEY = re.compile(r"(password|secret|token|credentials|private\.key|key\.pem)", re.IGNORECASE)
+SECRET_KEY = re.compile(r"(password|secret|token|credentials|private\.key|key\.pem|user\.info)", re.IGNORECASE)
 MASK = "***"
 
 # librdkafka properties Floe sets itself; a user-supplied value would break exactly-once.
@@ -39,6 +39,14 @@ def parse_kafka_options(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
             raise KafkaConfigError(f"kafka option {pair.split('=')[0]!r} must be KEY=VALUE")
         options[key.strip()] = value.strip()
     return options
+
+
+def parse_registry_options(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """`KEY=VALUE` texts, as `--schema-registry-option` takes them, into a dict."""
+    try:
+        return parse_kafka_options(pairs)
+    except KafkaConfigError as exc:
+        raise RegistryConfigError(str(exc).replace("kafka option", "schema registry option")) from None
 
 
 def security_options(protocol: str, mechanism: str = "", username: str = "", password: str = "",
@@ -113,3 +121,72 @@ class KafkaSettings:
         conf.update(dict(self.options))
         conf.update(extra)
         return conf
+
+
+# ---- schema registry -----------------------------------------------------------------------
+
+# confluent-kafka's SchemaRegistryClient keys a stream may set (`--schema-registry-option`).
+REGISTRY_OPTIONS = (
+    "basic.auth.credentials.source", "basic.auth.user.info",
+    "bearer.auth.credentials.source", "bearer.auth.token", "bearer.auth.logical.cluster",
+    "bearer.auth.identity.pool.id", "bearer.auth.issuer.endpoint.url", "bearer.auth.client.id",
+    "bearer.auth.client.secret", "bearer.auth.scope",
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+    "timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms",
+)
+REGISTRY_NUMBERS = ("timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms")
+_URL = re.compile(r"^https?://[^\s/?#]+(:\d{1,5})?(/[^\s]*)?$")
+_USERINFO = re.compile(r"(https?://)([^@/,]+)@")
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """How to reach a schema registry (Confluent's REST API: Confluent, Redpanda, Karapace)."""
+
+    url: str
+    options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @classmethod
+    def create(cls, url: str, options: dict[str, str] | None = None) -> RegistrySettings:
+        url = (url or "").strip().rstrip("/")
+        if not all(_URL.match(u.strip()) for u in url.split(",")) or not url:
+            raise RegistryConfigError(f"schema registry URL {mask_url(url)!r} must be http(s)://HOST[:PORT][/PATH]")
+        options = dict(options or {})
+        for key, value in options.items():
+            if key not in REGISTRY_OPTIONS:
+                raise RegistryConfigError(f"schema registry option {key!r} is not one Floe passes on "
+                                          f"(use one of {', '.join(REGISTRY_OPTIONS)})")
+            if key in REGISTRY_NUMBERS and not re.fullmatch(r"\d+(\.\d+)?", str(value).strip()):
+                raise RegistryConfigError(f"schema registry option {key} must be a number, not {value!r}")
+        return cls(url, tuple(sorted(options.items())))
+
+    @property
+    def display_url(self) -> str:
+        return mask_url(self.url)
+
+    def masked_options(self) -> dict[str, str]:
+        return {k: (MASK if is_secret(k) else v) for k, v in self.options}
+
+    def __repr__(self) -> str:
+        return f"RegistrySettings(url={self.display_url!r}, options={self.masked_options()!r})"
+
+    def scrub(self, text: str) -> str:
+        """`text` with every secret value (and any password in the URL) replaced."""
+        secrets = [v for k, v in self.options if is_secret(k) and v]
+        secrets += [m.group(2).split(":", 1)[1] for m in _USERINFO.finditer(self.url) if ":" in m.group(2)]
+        for value in secrets:
+            text = text.replace(value, MASK)
+        return text
+
+    def client_config(self) -> dict[str, Any]:
+        """SchemaRegistryClient's configuration (numbers as numbers: the client checks their types)."""
+        conf: dict[str, Any] = {"url": self.url}
+        for key, value in self.options:
+            conf[key] = (float(value) if "." in value else int(value)) if key in REGISTRY_NUMBERS else value
+        return conf
+
+
+def mask_url(url: str) -> str:
+    """A URL with the password of its `user:password@` part masked."""
+    return _USERINFO.sub(lambda m: m.group(1) + m.group(2).split(":")[0] + (":" + MASK if ":" in m.group(2) else "")
+                         + "@", url)

@@ -1,19 +1,24 @@
 """Decoding Kafka messages into typed rows, and routing the ones that do not fit.
 
-`decode_batch` is the hot path: it runs inside Spark tasks on the messages a task
-read, and splits them into target rows and dead-letter rows, losing none.
+`decode_batch` is the hot path: it runs inside Spark tasks on the messages a task read,
+and splits them into target rows and dead-letter rows, losing none. With schema
+evolution on, a batch whose messages need the table to change first (new fields, a
+wider type) says so (`Decoded.evolution`) and is written only once the table has changed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
-from typing import Any
+import gc
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from appliance.core.errors import FloeError
 from appliance.kafka.records import RawBatch
 from appliance.model.columns import (
     DEAD_LETTER_SCHEMA,
@@ -21,10 +26,13 @@ from appliance.model.columns import (
     INGESTED_AT,
     UTC_MICROS,
 )
-from appliance.model.convert import convert_column
-from appliance.model.mapping import Mapping
+from appliance.model.convert import Problem, convert_values
+from appliance.model.formats import Conflict, JsonFormat
+from appliance.model.mapping import Column, Mapping
+from appliance.model.types import parse_type, widens
 
 UTC = dt.timezone.utc
+log = logging.getLogger(__name__)
 
 
 def _millis_to_ts(millis: list[int | None]) -> pa.Array:
@@ -38,98 +46,157 @@ def _headers_array(headers: list[Any]) -> pa.Array:
     return pa.array(rows, HEADERS_TYPE)
 
 
-def extract_columns(objects: list[dict[str, Any]], paths: list[tuple[str, ...]]) -> list[list[Any]]:
-    """Values at each path, one list per path aligned with `objects`.
+@dataclass(frozen=True)
+class Evolution:
+    """What the table must become before a batch can be written: columns to add, columns to widen."""
 
-    Shared parents are looked up once: `customer.id` and `customer.name` walk
-    `customer` a single time. Comprehensions, not per-value function calls: this
-    is the innermost loop of ingestion.
-    """
-    levels: dict[tuple[str, ...], list[Any]] = {(): objects}
+    add: tuple[Column, ...] = ()
+    widen: tuple[tuple[str, str], ...] = ()  # (column, wider type)
 
-    def at(path: tuple[str, ...]) -> list[Any]:
-        found = levels.get(path)
-        if found is None:
-            parent, key = at(path[:-1]), path[-1]
-            if len(path) == 1:
-                found = [o.get(key) for o in parent]  # top level: every object is a dict
-            else:
-                found = [p.get(key) if p.__class__ is dict else None for p in parent]
-            levels[path] = found
-        return found
+    def __bool__(self) -> bool:
+        return bool(self.add or self.widen)
 
-    return [at(path) for path in paths]
-
-
-def _kind_of(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return "null"
+    def merged(self, other: Evolution) -> Evolution:
+        add = {c.source: c for c in (*self.add, *other.add)}
+        widen = dict(self.widen)
+        for column, wider in other.widen:  # tasks may ask different widths of one column: the widest
+            if column not in widen or widens(parse_type(widen[column]), parse_type(wider)):
+                widen[column] = wider
+        return Evolution(tuple(add.values()), tuple(sorted(widen.items())))
 
 
 @dataclass
 class Decoded:
     target: pa.Table
     dead_letter: pa.Table
+    evolution: Evolution = field(default_factory=Evolution)
+    # Schema changes met: ("incompatible", column, its type, what came) or ("ignored", column, type, source)
+    changes: set[tuple[str, str, str, str]] = field(default_factory=set)
+    schemas: dict[str, int] = field(default_factory=dict)  # writer schemas seen -> messages
 
 
-def decode_batch(
-    raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime | None = None
-) -> Decoded:
-    """Split raw messages into typed target rows and dead-letter rows, losing none."""
-    ingested_at = ingested_at or dt.datetime.now(UTC)
-    good, objects, bad = _parse(raw.values, max_message_bytes)
-    errors: dict[int, str] = {}
-    columns = extract_columns(objects, [c.source for c in mapping.columns])
-    arrays = [convert_column(c, values, errors) for c, values in zip(mapping.columns, columns)]
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Decoding makes a batch's worth of objects (parsed messages, their values), none in a cycle;
+    the garbage collector's passes over them while they pile up are wasted work, about half the
+    time of a decode. It runs again once the batch's objects are mostly freed."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def decode_batch(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime | None = None,
+                 fmt: Any = None, evolve: bool = False) -> Decoded:
+    """Split raw messages into typed target rows and dead-letter rows, losing none.
+
+    `evolve`: new fields and wider values become `Decoded.evolution` (then the rows are not
+    to be written); otherwise new fields are ignored and wider values are schema problems.
+    """
+    at = ingested_at or dt.datetime.now(UTC)
+
+    def attempt(part: RawBatch) -> Decoded:
+        return _decode(part, mapping, max_message_bytes, at, fmt, evolve)
+
+    with _collector_paused():
+        try:
+            return attempt(raw)
+        except FloeError:
+            raise  # about the world (a registry that does not answer): the batch waits and is retried
+        except Exception:  # a message Floe fails on: it alone is dead-lettered, never the stream stopped
+            log.exception("decoding a batch failed; looking for the messages that make it fail")
+            return _isolated(raw, attempt, at)
+
+
+def _culprits(raw: RawBatch, indexes: list[int], attempt: Callable[[RawBatch], Decoded]
+              ) -> list[tuple[int, Exception]]:
+    """The messages among `indexes` that make decoding fail, found by halving."""
+    try:
+        attempt(raw.take(indexes))
+        return []
+    except FloeError:
+        raise
+    except Exception as exc:
+        if len(indexes) == 1:
+            return [(indexes[0], exc)]
+        half = len(indexes) // 2
+        return _culprits(raw, indexes[:half], attempt) + _culprits(raw, indexes[half:], attempt)
+
+
+def _isolated(raw: RawBatch, attempt: Callable[[RawBatch], Decoded], ingested_at: dt.datetime) -> Decoded:
+    """The batch decoded without the messages that make decoding fail, those as dead letters."""
+    culprits = _culprits(raw, list(range(len(raw))), attempt)
+    failed = {i for i, _ in culprits}
+    rest = [i for i in range(len(raw)) if i not in failed]
+    decoded = attempt(raw.take(rest))  # fails again when no single message is the cause: the batch is retried
+    reasons = [(i, "decode", f"Floe failed to decode this message ({type(exc).__name__}: {exc}); please report it")
+               for i, exc in culprits]
+    decoded.dead_letter = pa.concat_tables([decoded.dead_letter, _dead_letters(raw, reasons, ingested_at)])
+    return decoded
+
+
+def _decode(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime, fmt: Any,
+            evolve: bool) -> Decoded:
+    parsed = (fmt or JsonFormat()).parse(raw.values, max_message_bytes, mapping)
+    good, bad = parsed.good, list(parsed.bad)
+    errors: dict[int, Problem] = {}
+    wider = dict(parsed.wider) if evolve else None
+    columns = list(mapping.columns)
+    values = _settled(columns, parsed.values(columns), parsed.conflicts, errors, evolve)
+    arrays = [convert_values(c, v, len(good), errors, wider, parsed.widen_by_value or c.name in parsed.wider)
+              for c, v in zip(columns, values)]
+    changes = {("incompatible", *change) for change in parsed.changes.values()}
+    if not evolve:  # a field that became a record or a union: with evolution, its parts are new columns
+        changes |= {("incompatible", c.column, c.ours, c.theirs) for c in parsed.conflicts if c.nested}
+    changes |= {("incompatible", *p.change) for p in errors.values() if p.change}
+    if not evolve:
+        changes |= {("ignored", c.name, c.type, ".".join(c.source)) for c in parsed.proposed}
+        changes |= {("incompatible", name, mapping_type(mapping, name), t.name) for name, t in parsed.wider.items()}
+    evolution = Evolution(tuple(parsed.proposed), tuple(sorted((k, v.name) for k, v in wider.items()))) \
+        if evolve else Evolution()
     if errors:
         keep = pa.array([i not in errors for i in range(len(good))])
         arrays = [pc.filter(a, keep) for a in arrays]
         for j in sorted(errors):
-            bad.append((good[j], "convert", errors[j]))
+            bad.append((good[j], errors[j].stage, errors[j].message))
         good = [g for j, g in enumerate(good) if j not in errors]
     target = pa.Table.from_arrays(
         arrays + _meta_arrays(raw, good) + [pa.array([ingested_at] * len(good), INGESTED_AT.arrow_type)],
         schema=mapping.arrow_schema(),
     )
-    return Decoded(target, _dead_letters(raw, sorted(bad), ingested_at))
+    return Decoded(target, _dead_letters(raw, sorted(bad), ingested_at), evolution, changes, parsed.schemas)
 
 
-def _parse(values: list[bytes | None], max_message_bytes: int) -> tuple[list[int], list[dict], list[tuple]]:
-    """Indexes and objects of the messages that are JSON objects; (index, stage, reason) of the others."""
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
-    good: list[int] = []
-    objects: list[dict[str, Any]] = []
-    bad: list[tuple[int, str, str]] = []
-    for i, value in enumerate(values):
-        if not value:
-            bad.append((i, "validate", "empty message (no value)"))
+def _settled(columns: list[Column], values: list[Any], conflicts: list[Conflict], errors: dict[int, Problem],
+             evolve: bool) -> list[Any]:
+    """Each column's values, without those its writer schema gave another type: those rows go to the
+    dead-letter table (stage `schema`), except where a field became a record or a union and schema
+    evolution puts its parts in columns of their own."""
+    where = {c.name: k for k, c in enumerate(columns)}
+    values = list(values)
+    for conflict in conflicts:
+        k = where.get(conflict.column)
+        if k is None or values[k] is None:
             continue
-        if len(value) > max_message_bytes:
-            bad.append((i, "validate", f"message of {len(value)} bytes exceeds max_message_bytes ({max_message_bytes})"))
-            continue
-        try:
-            obj = loads(value)
-        except decode_error as exc:
-            text = str(exc)
-            if "utf-8" in text.lower() or "surrogate" in text.lower():
-                bad.append((i, "decode", f"invalid UTF-8: {text}"))
-            else:
-                bad.append((i, "decode", f"invalid JSON: {text}"))
-            continue
-        if type(obj) is not dict:
-            bad.append((i, "decode", f"JSON value is {_kind_of(obj)}, not an object"))
-            continue
-        good.append(i)
-        objects.append(obj)
-    return good, objects, bad
+        column = values[k].to_pylist() if isinstance(values[k], (pa.Array, pa.ChunkedArray)) else list(values[k])
+        field_path = ".".join(columns[k].source)
+        for position in conflict.positions:
+            if column[position] is None:
+                continue
+            column[position] = None
+            if not (conflict.nested and evolve):
+                errors.setdefault(position, Problem(
+                    "schema", f"field {field_path}: {conflict.writer} has {conflict.theirs} where column "
+                              f"{conflict.column!r} is {conflict.ours}", (conflict.column, conflict.ours, conflict.theirs)))
+        values[k] = column
+    return values
+
+
+def mapping_type(mapping: Mapping, name: str) -> str:
+    return next((c.type for c in mapping.columns if c.name == name), "")
 
 
 def _dead_letters(raw: RawBatch, bad: list[tuple[int, str, str]], ingested_at: dt.datetime) -> pa.Table:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import tomllib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pyarrow as pa
 import tomli_w
@@ -20,7 +20,7 @@ from pyiceberg.types import IcebergType
 from appliance.core.errors import InvalidName, MappingError
 from appliance.model.columns import INGESTED_AT, KAFKA_COLUMNS, RESERVED_COLUMNS
 from appliance.model.names import check_identifier
-from appliance.model.types import TYPES
+from appliance.model.types import TYPE_HELP, ColumnType, UnknownType, parse_type
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,16 @@ class Column:
     source: tuple[str, ...]
 
     @property
-    def arrow_type(self) -> pa.DataType:
-        return TYPES[self.type][1]
+    def ctype(self) -> ColumnType:
+        return parse_type(self.type)
 
     @property
-    def iceberg_type(self) -> IcebergType:
-        return TYPES[self.type][0]
+    def arrow_type(self) -> pa.DataType:
+        return self.ctype.arrow
+
+    def iceberg_type(self, next_id: Callable[[], int]) -> IcebergType:
+        """The Iceberg type; a list's or a map's own fields take their ids from `next_id`."""
+        return self.ctype.iceberg(next_id)
 
 
 def column_problems(columns: Iterable[tuple[str, str, tuple[str, ...]]]) -> dict[int, str]:
@@ -53,23 +57,49 @@ def column_problems(columns: Iterable[tuple[str, str, tuple[str, ...]]]) -> dict
             problems[i] = f"column {name!r} is reserved for Kafka metadata; rename it"
         elif counts[name] > 1:
             problems[i] = f"column {name!r} appears more than once"
-        elif type_ not in TYPES:
-            problems[i] = f"column {name!r}: unknown type {type_!r} (use one of {', '.join(TYPES)})"
+        elif not _known_type(type_):
+            problems[i] = f"column {name!r}: unknown type {type_!r} (use one of {TYPE_HELP})"
         elif not source or not all(isinstance(p, str) and p for p in source):
             problems[i] = f"column {name!r}: source must name a field, e.g. \"customer.id\""
     return problems
 
 
+def _known_type(text: object) -> bool:
+    if not isinstance(text, str):
+        return False
+    try:
+        parse_type(text)
+    except UnknownType:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Mapping:
+    """Columns in table order, and the source fields the stream leaves alone (`ignored`: a column
+    of theirs was dropped from the table, so schema evolution must not bring it back)."""
+
     columns: tuple[Column, ...]
+    ignored: tuple[tuple[str, ...], ...] = ()
+    checked: bool = field(default=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not self.checked:  # read off a table: its schema is the truth, whoever named its columns
+            return
         if not self.columns:
             raise MappingError("a mapping needs at least one column")
         problems = column_problems((c.name, c.type, c.source) for c in self.columns)
         if problems:
             raise MappingError(problems[min(problems)])
+
+    @classmethod
+    def of_table(cls, columns: Iterable[Column], ignored: Iterable[tuple[str, ...]] = ()) -> Mapping:
+        """A mapping as a table's schema and bindings make it: column names as the table has them."""
+        return cls(tuple(columns), tuple(ignored), checked=False)
+
+    def sources(self) -> set[tuple[str, ...]]:
+        """Every source path the mapping reads or leaves alone on purpose."""
+        return {c.source for c in self.columns} | set(self.ignored)
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of the target rows: the mapped columns, then Floe's own."""
@@ -77,13 +107,15 @@ class Mapping:
                          + [c.field for c in KAFKA_COLUMNS] + [INGESTED_AT.field])
 
     def to_toml(self, header: str = "") -> str:
-        doc = {
+        doc: dict = {
             "columns": [
                 {"name": c.name, "type": c.type, "source": _source_text(c.source)} for c in self.columns
             ]
         }
+        if self.ignored:
+            doc["ignore"] = [_source_text(p) for p in self.ignored]
         lines = [f"# {line}" for line in header.splitlines()] if header else []
-        lines.append(f"# types: {', '.join(TYPES)}; source is a dotted path into the JSON object")
+        lines.append(f"# types: {TYPE_HELP}; source is a dotted path into the message")
         return "\n".join(lines) + "\n" + tomli_w.dumps(doc)
 
     @classmethod
@@ -96,8 +128,11 @@ class Mapping:
         if not isinstance(raw, list) or not raw:
             raise MappingError(f"{origin}: needs one or more [[columns]] tables with name, type and source")
         columns = [_column_entry(entry, i, origin) for i, entry in enumerate(raw, 1)]
+        ignore = doc.get("ignore", [])
+        if not isinstance(ignore, list) or not all(isinstance(p, (str, list)) and p for p in ignore):
+            raise MappingError(f"{origin}: ignore must be a list of source paths")
         try:
-            return cls(tuple(columns))
+            return cls(tuple(columns), tuple(_parse_source(p) if isinstance(p, str) else tuple(p) for p in ignore))
         except MappingError as exc:
             raise MappingError(f"{origin}: {exc}") from None
 
@@ -126,7 +161,7 @@ def _column_entry(entry: object, i: int, origin: str) -> Column:
         path = tuple(source)
     else:
         raise MappingError(f"{origin}: column {name!r}: source must be a string or a list of strings")
-    return Column(name, type_, path)
+    return Column(name, parse_type(type_).name if _known_type(type_) else type_, path)
 
 
 def _source_text(path: tuple[str, ...]) -> str | list[str]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from appliance.kafka.settings import KafkaSettings
+from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
 
-FORMATS = ("json",)
+FORMATS = ("json", "avro", "protobuf")
+REGISTRY_FORMATS = ("avro", "protobuf")  # formats that need a schema registry
 STARTING_OFFSETS = ("earliest", "latest")
+SCHEMA_EVOLUTION = ("auto", "off")
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,23 @@ class StreamDef:
     start_positions: dict[int, int]  # resolved at creation: where a fresh stream begins
     paused: bool
     created_at: str
+    registry: RegistrySettings | None = None
+    subject: str = ""  # the registry subject the mapping was made from (Avro, Protobuf)
+    schema_evolution: str = "auto"
+
+    @property
+    def evolves(self) -> bool:
+        return self.schema_evolution == "auto"
+
+    def message_format(self):
+        """How this stream's messages are parsed: a `model.formats` format."""
+        if self.format == "json":
+            from appliance.model.formats import JsonFormat
+
+            return JsonFormat()
+        from appliance.model.registered import AvroFormat, ProtobufFormat
+
+        return (AvroFormat if self.format == "avro" else ProtobufFormat)(self.registry)
 
     @property
     def group(self) -> str:

@@ -8,26 +8,15 @@ statement on a fresh connection (the CLI); `query.session` keeps one open (the U
 
 from __future__ import annotations
 
-from importlib import import_module
-from pathlib import Path
-
 import duckdb
 import pyarrow as pa
 
 from appliance.config.settings import Settings
 from appliance.core.errors import QueryError
+from appliance.core.extensions import extension_path
 from appliance.tables.catalog import open_catalog, warehouse_io
 
 EXTENSIONS = ("avro", "iceberg", "httpfs")  # avro before iceberg: iceberg reads Avro manifests
-
-
-def _extension_path(name: str) -> Path:
-    package = import_module(f"duckdb_extension_{name}")
-    base = Path(package.__file__).parent / "extensions"
-    found = sorted(base.glob(f"*/{name}.duckdb_extension"))
-    if not found:
-        raise QueryError(f"duckdb extension {name} is not installed (pip install duckdb-extension-{name})")
-    return found[-1]
 
 
 def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
@@ -43,7 +32,7 @@ def open_connection(settings: Settings) -> duckdb.DuckDBPyConnection:
     for name in EXTENSIONS:
         if name == "httpfs" and not settings.warehouse.startswith("s3"):
             continue
-        con.execute(f"LOAD '{_extension_path(name)}'")
+        con.execute(f"LOAD '{extension_path(name)}'")
     if settings.warehouse.startswith("s3"):
         s3 = settings.s3
         endpoint = s3.endpoint.split("://", 1)[-1]

@@ -51,8 +51,11 @@ def format_json(table: pa.Table) -> str:
     def default(value: Any) -> Any:
         if isinstance(value, bytes):
             return value.decode("utf-8", "backslashreplace")
-        if isinstance(value, decimal.Decimal):  # DuckDB sums integers into HUGEINT
-            return int(value) if value == value.to_integral_value() else float(value)
+        if isinstance(value, decimal.Decimal):
+            # DuckDB sums integers into HUGEINT: those are integers; other decimals keep every
+            # digit as text, where a JSON number would round them to a double.
+            return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 \
+                else str(value)
         return str(value)
 
     return "\n".join(json.dumps(row, default=default) for row in table.to_pylist()) + ("\n" if table.num_rows else "")

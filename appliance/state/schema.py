@@ -16,6 +16,7 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             "format": str, "target_table": str, "dead_letter_table": str, "mapping": str,
             "starting_offsets": str, "start_positions": str, "paused": int,
             "created_at": str, "updated_at": str,
+            "schema_registry": str, "registry_options": str, "subject": str, "schema_evolution": str,
         },
         "name", [],
     ),
@@ -51,6 +52,14 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
         },
         "id", [["table_name", "task", "id"]],
     ),
+    # The writer schemas each stream has met (registry formats), for the stream's detail.
+    "stream_schemas": (
+        {"stream": str, "schema": str, "subject": str, "version": int, "messages": int,
+         "first_seen_at": str, "last_seen_at": str},
+        ("stream", "schema"), [],
+    ),
+    # Schema changes a stream has reported (one event each, not one per message).
+    "schema_changes": ({"stream": str, "change": str, "at": str}, ("stream", "change"), []),
     "maintenance_requests": (
         {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],
     ),

@@ -27,7 +27,7 @@ from appliance.core.vocabulary import (
     MaintenanceTask,
     RunOutcome,
 )
-from appliance.kafka.settings import KafkaSettings
+from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.records import (
@@ -100,11 +100,43 @@ class StateStore:
         self.stream(name)
         self.db["streams"].update(name, {"paused": int(paused), "updated_at": now()})
 
+    def update_stream(self, name: str, **fields: Any) -> None:
+        """Change a stream's definition in place (`mapping` as a Mapping; other fields as stored)."""
+        self.stream(name)
+        if "mapping" in fields:
+            fields["mapping"] = fields["mapping"].to_toml()
+        self.db["streams"].update(name, {**fields, "updated_at": now()})
+
+    # ---- what a stream met: writer schemas, schema changes ----
+
+    def saw_schemas(self, stream: str, counts: dict[str, int], versions: dict[str, tuple[str, int]]) -> None:
+        """Count messages per writer schema; `versions`: subject and version of the schemas new here."""
+        at = now()
+        with self.db.conn:
+            for schema, n in counts.items():
+                subject, version = versions.get(schema, ("", None))
+                self.db.conn.execute(
+                    "insert into stream_schemas (stream, schema, subject, version, messages, first_seen_at, "
+                    "last_seen_at) values (?, ?, ?, ?, ?, ?, ?) on conflict(stream, schema) do update set "
+                    "messages = messages + excluded.messages, last_seen_at = excluded.last_seen_at",
+                    [stream, schema, subject, version, n, at, at])
+
+    def seen_schemas(self, stream: str) -> list[dict[str, Any]]:
+        return list(self._rows("stream_schemas", "stream = ?", [stream], order_by="first_seen_at"))
+
+    def note_change(self, stream: str, change: str) -> bool:
+        """Remember a schema change; True the first time it is noted for the stream."""
+        cursor = self.db.conn.execute("insert or ignore into schema_changes (stream, change, at) values (?, ?, ?)",
+                                      [stream, change, now()])
+        return cursor.rowcount == 1
+
     def remove_stream(self, name: str) -> None:
         self.stream(name)
         with self.db.conn:
             self.db["streams"].delete(name)
             self.db["stream_status"].delete_where("name = ?", [name])
+            self.db["stream_schemas"].delete_where("stream = ?", [name])
+            self.db["schema_changes"].delete_where("stream = ?", [name])
 
     @staticmethod
     def new_id() -> str:
@@ -269,6 +301,10 @@ def _stream_row(stream: StreamDef) -> dict[str, Any]:
         "paused": int(stream.paused),
         "created_at": stream.created_at,
         "updated_at": now(),
+        "schema_registry": stream.registry.url if stream.registry else None,
+        "registry_options": json.dumps(dict(stream.registry.options)) if stream.registry else None,
+        "subject": stream.subject,
+        "schema_evolution": stream.schema_evolution,
     }
 
 
@@ -286,4 +322,9 @@ def _stream(row: dict[str, Any]) -> StreamDef:
         start_positions={int(k): v for k, v in json.loads(row["start_positions"]).items()},
         paused=bool(row["paused"]),
         created_at=row["created_at"],
+        registry=RegistrySettings(row["schema_registry"], tuple(sorted(json.loads(row["registry_options"] or "{}")
+                                                                       .items())))
+        if row.get("schema_registry") else None,
+        subject=row.get("subject") or "",
+        schema_evolution=row.get("schema_evolution") or "auto",
     )

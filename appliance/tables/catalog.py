@@ -137,6 +137,14 @@ class FloeSqlCatalog(SqlCatalog):
         self._remember(staged.metadata_location, staged.metadata)
         return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
 
+    def location(self, identifier: tuple[str, ...]) -> str | None:
+        """Where the table's current metadata is: one indexed query, to tell whether a cached
+        table is still current."""
+        if not self._sqlite:
+            return self.load_table(identifier).metadata_location
+        found = self._sql(_CURRENT, (self.name, ".".join(identifier[:-1]), identifier[-1]), rows=True)
+        return found[0][0] if found else None
+
     def _sql(self, statement: str, args: tuple, rows: bool = False):
         """One statement on this catalog's own connection, in a transaction of its own: its rows,
         or how many rows it changed."""
@@ -174,6 +182,12 @@ class Catalog:
 
     def table(self, name: str) -> Table:
         return self.iceberg.load_table(name)
+
+    def current(self, table: Table) -> Table:
+        """`table` itself while nobody has committed to it since; otherwise as it is now."""
+        if self.iceberg.location(table.name()) == table.metadata_location:
+            return table
+        return self.iceberg.load_table(table.name())
 
     def exists(self, name: str) -> bool:
         return self.iceberg.table_exists(name)

@@ -153,6 +153,17 @@ def write_data_files(target: TableTarget, table: pa.Table) -> list[DataFile]:
         return _write_unpartitioned(_writer(target, table.schema), table)
 
 
+def _to_file(w: _Writer, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch as the file's schema has it: the same cast every time, when the batch holds every
+    column of the table (in any order); PyIceberg's projection when not (it fills in nulls)."""
+    names = w.file_arrow.names
+    if batch.schema.names != names:
+        if not set(names) <= set(batch.schema.names):
+            return _project(w.file_schema, w.task_schema, [batch])
+        batch = batch.select(names)
+    return batch.cast(w.file_arrow)
+
+
 def _write_unpartitioned(w: _Writer, table: pa.Table) -> list[DataFile]:
     import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import bin_pack_arrow_table, data_file_statistics_from_parquet_metadata
@@ -164,7 +175,7 @@ def _write_unpartitioned(w: _Writer, table: pa.Table) -> list[DataFile]:
     for n, batches in enumerate(bin_pack_arrow_table(table, w.target_size)):
         # PyIceberg projects every batch through a schema visitor; for one Arrow schema that is
         # always the same cast, worked out once (`_Writer.file_arrow`).
-        data = pa.Table.from_batches([batch.cast(w.file_arrow) for batch in batches], schema=w.file_arrow)
+        data = pa.Table.from_batches([_to_file(w, batch) for batch in batches], schema=w.file_arrow)
         path = w.location.new_data_location(data_file_name=f"00000-{n}-{write_uuid}.parquet")
         output = w.io.new_output(path)
         with output.create(overwrite=True) as stream:

@@ -45,23 +45,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
-MAGIC = b"Obj\x01"
+from appliance.model.avrofile import avro_long, container_header
+
 FORMAT_VERSION = 2
-
-
-def _long(n: int) -> bytes:
-    """Avro's zig-zag varint."""
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _avro_bytes(b: bytes) -> bytes:
-    return _long(len(b)) + b
 
 
 def _deflate(data: bytes) -> bytes:
@@ -96,10 +82,7 @@ class AvroFileFormat:
         meta = {**metadata, "avro.schema": self.schema_json, "avro.codec": "deflate"}
         sync = os.urandom(16)
         block = _deflate(b"".join(encoded))
-        header = b"".join([MAGIC, _long(len(meta)),
-                           *(_avro_bytes(k.encode()) + _avro_bytes(v.encode()) for k, v in meta.items()),
-                           _long(0), sync])
-        return b"".join([header, _long(count), _long(len(block)), block, sync])
+        return b"".join([container_header(meta, sync), avro_long(count), avro_long(len(block)), block, sync])
 
 
 def _pairs(mapping: dict | None) -> list[dict[str, Any]] | None:

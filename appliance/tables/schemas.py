@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from pyiceberg.schema import Schema
 from pyiceberg.types import BinaryType, ListType, NestedField, StringType, StructType
 
@@ -23,8 +25,11 @@ def _field(field_id: int, column: MetaColumn) -> NestedField:
 
 
 def target_iceberg_schema(mapping: Mapping) -> Schema:
-    fields = [NestedField(i, c.name, c.iceberg_type, required=False) for i, c in enumerate(mapping.columns, 1)]
-    n = len(fields) + 1
+    """The mapped columns (ids 1..n), then Floe's own; the fields inside lists and maps after them all."""
+    n = len(mapping.columns) + 1
+    nested = itertools.count(n + len(KAFKA_COLUMNS) + 1)
+    fields = [NestedField(i, c.name, c.iceberg_type(lambda: next(nested)), required=False)
+              for i, c in enumerate(mapping.columns, 1)]
     fields += [_field(n + i, c) for i, c in enumerate(KAFKA_COLUMNS)]
     fields.append(_field(n + len(KAFKA_COLUMNS), INGESTED_AT))
     return Schema(*fields)

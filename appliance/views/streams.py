@@ -138,6 +138,38 @@ class StreamDetail:
     rate_series: list[float]  # messages/s, oldest first, one value per `series_width` seconds
     lag_series: list[float]
     series_width: float
+    source: SourceView | None = None
+
+
+@dataclass(frozen=True)
+class SchemaSeen:
+    """A writer schema a stream has met: its id (and message indexes), subject and version."""
+
+    schema: str
+    subject: str
+    version: int | None
+    messages: int
+    first_seen_at: str
+    last_seen_at: str
+
+
+@dataclass(frozen=True)
+class SourceView:
+    """How a stream's messages are read: format, registry (password masked), subject, evolution."""
+
+    format: str
+    registry: str
+    registry_options: dict[str, str]  # secrets masked
+    subject: str
+    schema_evolution: str
+    schemas: tuple[SchemaSeen, ...]
+
+
+def source_view(state: StateStore, s: StreamDef) -> SourceView:
+    seen = tuple(SchemaSeen(r["schema"], r["subject"] or "", r["version"], r["messages"] or 0, r["first_seen_at"],
+                            r["last_seen_at"]) for r in state.seen_schemas(s.name))
+    return SourceView(s.format, s.registry.display_url if s.registry else "",
+                      s.registry.masked_options() if s.registry else {}, s.subject, s.schema_evolution, seen)
 
 
 def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int = 60,
@@ -149,6 +181,7 @@ def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int
         view = _stream_view(state, s, state.status(name), now)
         # Enough batches to cover the window (one a second at most per stream by default) and the table.
         history = state.recent_batches(name, limit=max(batches, int(buckets * width * 2)))
+        source = source_view(state, s)
     history.reverse()
     rate, lag = history_series(history, now, buckets, width, lag_now=None if s.paused else view.lag)
     return StreamDetail(
@@ -159,6 +192,7 @@ def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int
         rate_series=rate,
         lag_series=lag,
         series_width=width,
+        source=source,
     )
 
 
@@ -173,6 +207,11 @@ class StreamInfo:
     bootstrap: str
     kafka_options: dict[str, str]  # secrets masked
     format: str
+    schema_registry: str  # its URL, any password masked
+    registry_options: dict[str, str]  # secrets masked
+    subject: str
+    schema_evolution: str
+    schemas_seen: list[SchemaSeen]
     table: str
     dead_letter_table: str
     starting_offsets: str
@@ -196,13 +235,16 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         s = state.stream(name)
         status = state.status(name)
         batches = state.recent_batches(name, 5)
+        source = source_view(state, s)
     try:
         offsets: dict[int, int] | str | None = committed_offsets(Catalog(settings).table(s.table), s.id)
     except Exception as exc:  # the table may have been dropped by hand
         offsets = f"unavailable: {exc}"
     return StreamInfo(
         name=s.name, id=s.id, phase=phase_of(s, status), topic=s.topic, bootstrap=s.kafka.bootstrap,
-        kafka_options=s.kafka.masked_options(), format=s.format, table=s.table,
+        kafka_options=s.kafka.masked_options(), format=s.format, schema_registry=source.registry,
+        registry_options=source.registry_options, subject=source.subject, schema_evolution=s.schema_evolution,
+        schemas_seen=list(source.schemas), table=s.table,
         dead_letter_table=s.dead_letter_table, starting_offsets=s.starting_offsets, committed_offsets=offsets,
         rows_total=status.rows_total, dead_letter_total=status.dead_letter_total, lag=status.lag,
         last_commit_at=status.last_commit_at, last_error=status.last_error, recent_batches=batches,

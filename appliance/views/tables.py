@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from appliance.config.settings import Settings
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.snapshots import SnapshotInfo, snapshot_infos, totals
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    """One schema the table has had: what changed from the one before, and when it was first
+    committed with (None: no commit since the change)."""
+
+    schema_id: int
+    changes: tuple[str, ...]
+    first_used: dt.datetime | None
+    current: bool
 
 
 @dataclass
@@ -20,6 +32,35 @@ class TableView:
     snapshots: list[SnapshotInfo]
     schema: list[tuple[str, str]]
     location: str
+    schema_versions: list[SchemaVersion] = field(default_factory=list)  # newest first
+
+
+def schema_versions(table) -> list[SchemaVersion]:
+    """Every schema of the table, each told as its changes by field id: added, dropped, renamed, retyped."""
+    meta = table.metadata
+    first: dict[int, int] = {}
+    for snap in sorted(meta.snapshots, key=lambda x: x.timestamp_ms):
+        if snap.schema_id is not None:
+            first.setdefault(snap.schema_id, snap.timestamp_ms)
+    out, before = [], {}
+    for schema in sorted(meta.schemas, key=lambda x: x.schema_id):
+        fields = {f.field_id: (f.name, str(f.field_type)) for f in schema.fields}
+        if not before:
+            changes = [f"created with {len(fields)} columns"]
+        else:
+            changes = [f"added {n} ({t})" for i, (n, t) in fields.items() if i not in before]
+            changes += [f"dropped {n}" for i, (n, _) in before.items() if i not in fields]
+            changes += [f"renamed {before[i][0]} to {n}" for i, (n, _) in fields.items()
+                        if i in before and before[i][0] != n]
+            changes += [f"{n}: {before[i][1]} to {t}" for i, (n, t) in fields.items()
+                        if i in before and before[i][1] != t]
+        used = first.get(schema.schema_id)
+        out.append(SchemaVersion(schema.schema_id, tuple(changes or ["no column change"]),
+                                 dt.datetime.fromtimestamp(used / 1000, dt.timezone.utc) if used else None,
+                                 schema.schema_id == meta.current_schema_id))
+        before = fields
+    out.reverse()
+    return out
 
 
 @dataclass(frozen=True)
@@ -66,4 +107,5 @@ def table_view(settings: Settings, name: str) -> TableView:
         snapshots=snapshot_infos(table),
         schema=[(f.name, str(f.field_type)) for f in table.schema().fields],
         location=table.location(),
+        schema_versions=schema_versions(table),
     )

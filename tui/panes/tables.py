@@ -81,6 +81,12 @@ class TablesPane(ReportsFailures, Horizontal):
                     schema.add_column("Column", key="column")
                     schema.add_column("Type", key="type")
                     yield schema
+                with TabPane("Schema versions", id="tab-schema-versions"):
+                    versions = DataTable(id="table-schema-versions", cursor_type="row", zebra_stripes=True)
+                    for key, label in (("version", "Schema"), ("time", "First committed (UTC)"),
+                                       ("changes", "What changed")):
+                        versions.add_column(label, key=key)
+                    yield versions
                 with TabPane("Maintenance", id="tab-maintenance"):
                     yield MaintenancePanel(id="table-maintenance")
 
@@ -211,6 +217,12 @@ class TablesPane(ReportsFailures, Horizontal):
         schema.clear()
         for column, kind in view.schema:
             schema.add_row(Text(column), Text(kind), key=column)
+        versions = self.query_one("#table-schema-versions", DataTable)
+        versions.clear()
+        for v in view.schema_versions:
+            label = Text(str(v.schema_id) + (" (current)" if v.current else ""), style="bold" if v.current else "")
+            used = v.first_used.strftime("%Y-%m-%d %H:%M:%S") if v.first_used else "no commit since"
+            versions.add_row(label, used, Text("; ".join(v.changes)), key=str(v.schema_id))
 
     @on(TableFailed)
     def table_failed(self, message: TableFailed) -> None:
@@ -225,3 +237,4 @@ class TablesPane(ReportsFailures, Horizontal):
         self.query_one("#table-summary", Static).update(text)
         self.query_one("#table-snapshots", DataTable).clear()
         self.query_one("#table-schema", DataTable).clear()
+        self.query_one("#table-schema-versions", DataTable).clear()

@@ -59,6 +59,22 @@ class DeadLettersLoaded(Message):
     error: str = ""
 
 
+def source_text(source) -> str:
+    """Format, registry, subject and the writer schema versions met; and the evolution setting."""
+    if source is None:
+        return ""
+    parts = [f"format [b]{escape(source.format)}[/b]"]
+    if source.registry:
+        parts.append(f"registry {escape(source.registry)}")
+    if source.subject:
+        parts.append(f"subject [b]{escape(source.subject)}[/b]")
+    if source.schemas:
+        seen = ", ".join(f"v{s.version}" if s.version is not None else f"id {s.schema}" for s in source.schemas)
+        parts.append(f"versions seen {escape(seen)}")
+    parts.append(f"schema evolution [b]{escape(source.schema_evolution)}[/b]")
+    return "   ".join(parts)
+
+
 class StreamDetailScreen(ReportsFailures, Screen):
     BINDINGS = [
         Binding("escape", "back", "Back"),
@@ -91,6 +107,7 @@ class StreamDetailScreen(ReportsFailures, Screen):
                 yield Button("Resume", id="resume", variant="success")
                 yield Button("Back", id="back")
         yield Static("", id="detail-stats")
+        yield Static("", id="detail-source")
         error = Static("", id="detail-error")
         error.display = False
         yield error
@@ -165,6 +182,7 @@ class StreamDetailScreen(ReportsFailures, Screen):
             f"   last minute: {number(v.rows_last_minute)} rows, {number(v.dead_letters_last_minute)} dead letters"
             f"   last commit {age(v.last_commit_age)}",
         )
+        self.texts.set("#detail-source", source_text(d.source))
         error = self.query_one("#detail-error", Static)
         error.display = bool(v.last_error)
         self.texts.set("#detail-error", f"last error: {escape(v.last_error)}")

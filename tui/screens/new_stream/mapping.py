@@ -18,10 +18,10 @@ from textual.widgets import Button, DataTable, Input, Label, Select
 from textual.worker import get_current_worker
 
 from appliance.control.fields import failure
-from appliance.control.source import infer_from_topic
+from appliance.control.source import SourceForm, columns_for
 from appliance.kafka.settings import KafkaSettings
 from appliance.model.mapping import Column, Mapping, column_problems
-from appliance.model.types import TYPES
+from appliance.model.types import SIMPLE
 from tui.screens.new_stream.messages import (
     ColumnsInferred,
     MappingInferred,
@@ -59,7 +59,9 @@ class MappingTable(DataTable):
 class MappingStep(ReportsFailures, VerticalScroll):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.key: tuple[str, str] | None = None  # (bootstrap, topic) of the mapping shown
+        self.key: tuple | None = None  # (bootstrap, topic, format, registry) of the mapping shown
+        self.subject = ""  # the registry subject of the schema the columns come from
+        self.described = ""  # where the columns came from
         self.inferring = False
         self.inferred: Mapping | None = None
         self.sampled = 0
@@ -77,7 +79,7 @@ class MappingStep(ReportsFailures, VerticalScroll):
         yield Label("", id="mapping-error", classes="field-error", markup=False)
         with Horizontal(id="mapping-editor", classes="row"):
             yield field("Column name", Input(id="col-name"), "col-name")
-            yield field("Type", Select([(t, t) for t in TYPES], allow_blank=False, id="col-type"), "col-type")
+            yield field("Type", Select([(t, t) for t in SIMPLE], allow_blank=False, id="col-type"), "col-type")
         with Horizontal(classes="actions"):
             yield Button("Drop column", id="col-drop", variant="warning")
             yield Button("Reset edits", id="mapping-reset")
@@ -92,12 +94,15 @@ class MappingStep(ReportsFailures, VerticalScroll):
 
     # ---- inference ----
 
-    def start_inference(self, kafka: KafkaSettings, topic: str, again: bool = False) -> None:
-        """Infer the mapping of the topic, unless it is the one shown (and maybe edited) already.
+    def start_inference(self, kafka: KafkaSettings, topic: str, form: SourceForm, again: bool = False) -> None:
+        """Infer the mapping of the topic (or read it off the registry's schema), unless it is the
+        one shown (and maybe edited) already.
 
-        New credentials alone keep the user's edits: only another cluster or topic starts over.
+        New credentials alone keep the user's edits: only another cluster, topic, format or
+        registry starts over.
         """
-        key = (kafka.bootstrap, topic)
+        registry = form.registry()
+        key = (kafka.bootstrap, topic, form.format, registry.url if registry else "")
         if key == self.key and (self.inferred is not None or self.inferring) and not again:
             return
         self.key = key
@@ -106,28 +111,31 @@ class MappingStep(ReportsFailures, VerticalScroll):
         self.fill({})
         self.set_create_error("")
         settings = self.app.settings
-        self.status(f"Sampling up to {settings.sample_messages} messages of {topic} to infer the columns…")
-        self.infer(kafka, topic, settings.sample_messages, settings.sample_timeout)
+        self.status(f"Sampling up to {settings.sample_messages} messages of {topic} for the columns…")
+        self.infer(key, kafka, topic, form.format, registry, settings.sample_messages, settings.sample_timeout)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="wizard-infer", description="wizard: infer mapping")
-    def infer(self, kafka: KafkaSettings, topic: str, count: int, timeout: float) -> None:
+    def infer(self, key: tuple, kafka: KafkaSettings, topic: str, fmt: str, registry, count: int,
+              timeout: float) -> None:
         try:
-            inferred = infer_from_topic(kafka, topic, count, timeout)
-            result = MappingInferred(kafka, topic, inferred.mapping, inferred.sampled)
+            found = columns_for(kafka, topic, fmt, registry, count, timeout)
+            result = MappingInferred(key, found.mapping, found.sampled, subject=found.subject,
+                                     described=found.described)
         except Exception as exc:
-            result = MappingInferred(kafka, topic, None, error=failure(exc, kafka)[0])
+            result = MappingInferred(key, None, error=failure(exc, kafka, registry)[0])
         if not get_current_worker().is_cancelled:
             self.post_message(result)
 
     @on(MappingInferred)
     def mapping_inferred(self, message: MappingInferred) -> None:
-        if self.key != (message.kafka.bootstrap, message.topic):
+        if self.key != message.key:
             return  # the source changed since this was asked for
         self.inferring = False
         if message.mapping is None:
             self.status(f"No mapping: {message.error}", error=True)
             return
         self.inferred, self.sampled = message.mapping, message.sampled
+        self.subject, self.described = message.subject, message.described
         self.reset()
         self.post_message(ColumnsInferred())
 
@@ -183,6 +191,8 @@ class MappingStep(ReportsFailures, VerticalScroll):
         with name.prevent(Input.Changed), kind.prevent(Select.Changed):
             name.value = col.name if col else ""
             if col:
+                # The simple types, and the column's own when it has parameters (a schema's decimal(10,2))
+                kind.set_options([(t, t) for t in dict.fromkeys([*SIMPLE, col.type, *self._schema_types()])])
                 kind.value = col.type
         for widget in (name, kind, self.query_one("#col-drop", Button)):
             widget.disabled = col is None
@@ -219,9 +229,12 @@ class MappingStep(ReportsFailures, VerticalScroll):
     def column_rename_done(self) -> None:
         self.query_one("#mapping-table").focus()
 
+    def _schema_types(self) -> list[str]:
+        return [c.type for c in self.inferred.columns] if self.inferred is not None else []
+
     @on(Select.Changed, "#col-type")
     def column_retyped(self, event: Select.Changed) -> None:
-        if self.editing in self.columns and event.value in TYPES:
+        if self.editing in self.columns and event.value is not Select.NULL:
             self.columns[self.editing].type = str(event.value)
             self.check()
 

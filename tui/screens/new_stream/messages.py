@@ -33,11 +33,12 @@ class SampleRead(Message):
 
 @dataclass
 class MappingInferred(Message):
-    kafka: KafkaSettings
-    topic: str
+    key: tuple  # (bootstrap, topic, format, registry URL) it was asked for
     mapping: Mapping | None
     sampled: int = 0
     error: str = ""
+    subject: str = ""
+    described: str = ""
 
 
 @dataclass

@@ -152,7 +152,7 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
                 self.source.focus_first(problems)
                 return
             topic = self.source.topic() or ""
-            self.columns.start_inference(kafka, topic)
+            self.columns.start_inference(kafka, topic, self.source.form())
             self.target.set_intro(f"Where the rows go: topic {topic} on {kafka.bootstrap} → an Iceberg table.")
             self.show_step(1)
             self.target.check()
@@ -180,7 +180,7 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
             return
         target, dlq = self.target.names()
         columns.status(f"Stream {self.target.stream_name()}: {self.source.topic()} → {target} "
-                       f"(dead letters: {dlq}). Columns inferred from {columns.sampled} messages; edit them below.")
+                       f"(dead letters: {dlq}). Columns {columns.described}; edit them below.")
 
     @on(ResampleRequested)
     def resample(self) -> None:
@@ -188,7 +188,7 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
         if kafka is None:
             self.columns.set_create_error("; ".join(problems.values()))
             return
-        self.columns.start_inference(kafka, self.source.topic() or "", again=True)
+        self.columns.start_inference(kafka, self.source.topic() or "", self.source.form(), again=True)
 
     @on(Input.Submitted, "#namespace, #table, #dlq, #stream")
     def target_submitted(self) -> None:
@@ -230,9 +230,11 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
             columns.set_create_error(str(exc))
             return None
         table, dead_letter_table = self.target.names()
+        form = self.source.form()
         return StreamRequest(name=self.target.stream_name(), kafka=kafka, topic=self.source.topic() or "",
                              table=table, dead_letter_table=dead_letter_table, mapping=mapping,
-                             starting_offsets=self.target.starting_offsets())
+                             starting_offsets=self.target.starting_offsets(), format=form.format,
+                             registry=form.registry(), subject=columns.subject)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="wizard-create", description="wizard: create stream")
     def create(self, settings: Settings, request: StreamRequest) -> None:

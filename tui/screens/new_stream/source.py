@@ -19,6 +19,7 @@ from textual.worker import get_current_worker
 from appliance.control.fields import SOURCE_FIELDS, Field, Problems, failure
 from appliance.control.source import SourceForm, check_source, list_topics, preview
 from appliance.kafka.settings import PROTOCOLS, SASL_MECHANISMS, KafkaSettings
+from appliance.model.stream import FORMATS, REGISTRY_FORMATS
 from tui.screens.new_stream.messages import SampleRead, TopicChosen, TopicsListed
 from tui.widgets.form import field, show_error
 from tui.workers import ReportsFailures
@@ -51,6 +52,13 @@ class SourceStep(ReportsFailures, VerticalScroll):
             yield field("SASL password", Input(password=True, id="password"), "password")
             yield field("CA file (PEM, for SSL)", Input(placeholder="/path/to/ca.pem", id="ca"), "ca")
         with Horizontal(classes="row"):
+            yield field("Message format", Select([(f, f) for f in FORMATS], value="json", allow_blank=False,
+                                                 id="format"), "format")
+            yield field("Schema registry URL (Avro, Protobuf)", Input(placeholder="http://registry:8081",
+                                                                      id="registry"), "registry")
+            yield field("Registry credentials", Input(password=True, placeholder="USER:PASSWORD",
+                                                      id="registry-credentials"), "registry-credentials")
+        with Horizontal(classes="row"):
             yield field("Topic", Select([], prompt="Load topics first", id="topic"), "topic")
             with Horizontal(classes="actions"):
                 yield Button("Load topics", id="load-topics")
@@ -64,6 +72,7 @@ class SourceStep(ReportsFailures, VerticalScroll):
 
     def on_mount(self) -> None:
         self.sync_security()
+        self.sync_format()
 
     # ---- the form ----
 
@@ -75,6 +84,9 @@ class SourceStep(ReportsFailures, VerticalScroll):
             username=self._value("username"),
             password=self.query_one("#password", Input).value,  # as typed: spaces may matter
             ca_location=self._value("ca"),
+            format=str(self.query_one("#format", Select).value),
+            registry_url=self._value("registry"),
+            registry_credentials=self.query_one("#registry-credentials", Input).value,
         )
 
     def _value(self, widget_id: str) -> str:
@@ -121,13 +133,20 @@ class SourceStep(ReportsFailures, VerticalScroll):
                 self.set_error(widget_id, "")
         self.set_error("protocol", "")
 
-    @on(Input.Changed, "#bootstrap, #username, #password, #ca")
+    @on(Select.Changed, "#format")
+    def sync_format(self) -> None:
+        registered = str(self.query_one("#format", Select).value) in REGISTRY_FORMATS
+        for widget_id in ("registry", "registry-credentials"):
+            self.query_one(f"#{widget_id}").disabled = not registered
+            self.set_error(widget_id, "")
+
+    @on(Input.Changed, "#bootstrap, #username, #password, #ca, #registry, #registry-credentials")
     def edited(self, event: Input.Changed) -> None:
         self.set_error(event.input.id or "", "")
 
     # ---- topics ----
 
-    @on(Input.Submitted, "#bootstrap, #username, #password, #ca")
+    @on(Input.Submitted, "#bootstrap, #username, #password, #ca, #registry, #registry-credentials")
     @on(Button.Pressed, "#load-topics")
     def load_topics_requested(self) -> None:
         kafka, problems = self.check(need_topic=False)

@@ -1,0 +1,49 @@
+"""Changing a table's schema by hand (`floe table alter`, the UI): what streams then follow.
+
+The table is the stream's source of truth: a column added here is filled from the next batch
+(from `--source`, or the message field of its name), a renamed one keeps its source, a
+dropped one's field is left out from then on and not brought back by schema evolution.
+"""
+
+from __future__ import annotations
+
+from appliance.config.settings import Settings
+from appliance.core.vocabulary import EventKind
+from appliance.model.names import check_identifier, check_table_name
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog, warehouse_io
+from appliance.tables.evolution import add_column, drop_column, ensure_bindings, rename_column
+
+OPERATIONS = ("add-column", "drop-column", "rename-column")
+
+
+def alter_table(settings: Settings, name: str, operation: str, column: str, value: str | None = None,
+                source: str | None = None) -> str:
+    """Apply one schema change; a line saying what was done. `value`: the new type or the new name."""
+    check_table_name(name)
+    catalog = Catalog(settings)
+    catalog.check_exists(name)
+    with StateStore(settings.state_db) as state:
+        writers = [s for s in state.streams() if s.table == name]
+    with warehouse_io(settings, f"alter table {name}"):
+        table = catalog.table(name)
+        for stream in writers:  # a table from before sources were recorded: record them first
+            table = ensure_bindings(settings, table, stream.mapping)
+        if operation == "add-column":
+            check_identifier(column, "column")
+            path = tuple(source.split(".")) if source else None
+            add_column(settings, table, column, value or "", path)
+            done = f"added column {column} ({value})" + (f" filled from field {source}" if source else "")
+        elif operation == "drop-column":
+            drop_column(settings, table, column)
+            done = f"dropped column {column}"
+        elif operation == "rename-column":
+            check_identifier(value or "", "column")
+            rename_column(settings, table, column, value or "")
+            done = f"renamed column {column} to {value}"
+        else:
+            raise ValueError(f"unknown operation {operation!r}")
+    with StateStore(settings.state_db) as state:
+        for stream in writers:
+            state.add_event(EventKind.TABLE_ALTERED, f"table {name}: {done}", stream.name)
+    return done

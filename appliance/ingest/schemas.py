@@ -1,0 +1,101 @@
+"""A stream's schema while it runs: the mapping read off its table, the table evolved when the
+messages need it, and every schema change told once.
+
+The table is the truth (`tables.evolution`): before each batch the mapping is the table's
+current schema with its recorded sources, so a column another Iceberg client added, renamed
+or dropped is honoured from the next batch. When a batch's messages carry new fields or
+need a wider type (schema evolution `auto`), the schema update is committed before the
+data that uses it; a kill between the two leaves columns that the re-read batch fills.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyiceberg.table import Table
+
+from appliance.config.settings import Settings
+from appliance.core.errors import FloeError
+from appliance.core.vocabulary import EventKind, EventLevel
+from appliance.model.decode import Evolution
+from appliance.model.mapping import Mapping
+from appliance.model.stream import StreamDef
+from appliance.state.store import StateStore
+from appliance.tables.evolution import SOURCES_KEY, ensure_bindings, evolve, mapping_of
+
+log = logging.getLogger(__name__)
+
+
+class StreamSchema:
+    def __init__(self, settings: Settings, state: StateStore, stream: StreamDef) -> None:
+        self.settings = settings
+        self.state = state
+        self.stream = stream
+        self._key: tuple | None = None
+        self._mapping: Mapping | None = None
+        self._shown = stream.mapping  # what the state database shows as the stream's mapping
+        # Writer schemas whose subject and version are known (looked up once, ever: kept in the state).
+        self._versions: set[str] = {r["schema"] for r in state.seen_schemas(stream.name) if r["subject"]}
+
+    def prepared(self, table: Table) -> Table:
+        """The target table with its columns' sources recorded (older tables lack them)."""
+        return ensure_bindings(self.settings, table, self.stream.mapping)
+
+    def mapping(self, table: Table) -> Mapping:
+        """The mapping as the table's current schema makes it; the state database follows it."""
+        meta = table.metadata
+        key = (meta.current_schema_id, meta.properties.get(SOURCES_KEY))
+        if key != self._key or self._mapping is None:
+            self._mapping = mapping_of(table, self.stream.mapping)
+            self._key = key
+            if self._mapping != self._shown and self._mapping.columns:
+                self.state.update_stream(self.stream.name, mapping=self._mapping)
+                self._shown = self._mapping
+        return self._mapping
+
+    def evolve(self, table: Table, evolution: Evolution) -> Table:
+        """Commit what `evolution` asks of the table; an event says what changed."""
+        table, done = evolve(self.settings, table, evolution, self.stream.mapping)
+        if done:
+            self.state.add_event(EventKind.SCHEMA_EVOLVED, f"table {self.stream.table}: " + "; ".join(done),
+                                 self.stream.name)
+        return table
+
+    def report(self, changes: set[tuple[str, str, str, str]], schemas: dict[str, int]) -> None:
+        """Each schema change once per stream (not once per message), and the writer schemas met."""
+        for change in sorted(changes):
+            if self.state.note_change(self.stream.name, "|".join(change)):
+                self.state.add_event(EventKind.SCHEMA_CHANGED, _describe(self.stream, change), self.stream.name,
+                                     EventLevel.WARNING)
+        if schemas:
+            self.state.saw_schemas(self.stream.name, schemas, self._versions_of(set(schemas) - self._versions))
+            self._versions |= set(schemas)
+
+    def _versions_of(self, new: set[str]) -> dict[str, tuple[str, int]]:
+        """Subject and version of writer schemas not seen before; a registry that does not say, nothing."""
+        if not new or self.stream.registry is None:
+            return {}
+        from appliance.kafka.registry import registry
+
+        out = {}
+        for key in new:
+            try:
+                found = registry(self.stream.registry).versions_of(int(key.split(":")[0]))
+            except (FloeError, ValueError) as exc:
+                log.info("stream %s: no subject for schema %s: %s", self.stream.name, key, exc)
+                continue
+            if found:
+                preferred = [v for v in found if v[0] == self.stream.subject] or found
+                out[key] = preferred[-1]
+        return out
+
+
+def _describe(stream: StreamDef, change: tuple[str, str, str, str]) -> str:
+    what, column, ctype, seen = change
+    if what == "ignored":
+        return (f"new field {seen} is not ingested: schema evolution is off for this stream (column {column} "
+                f"{ctype} would hold it); `floe stream update {stream.name} --schema-evolution auto` adds it")
+    return (f"column {column} is {ctype} but messages now carry {seen} there: those messages go to "
+            f"{stream.dead_letter_table} with error_stage 'schema'. Fix the producer, or change the column with "
+            f"`floe table alter {stream.table} ...` (Iceberg can only widen int to long, float to double and a "
+            "decimal's precision)")
