@@ -4,6 +4,7 @@ any client changes it, is what the stream follows from its next batch."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import queue
 import subprocess
@@ -238,3 +239,30 @@ def test_altering_a_table_that_records_no_sources_keeps_every_column_bound_to_it
     mapping = mapping_of(catalog.table("ingest.old"))
     assert {c.name: c.source for c in mapping.columns} == {"id": ("id",), "customer_id": ("customer", "id"),
                                                            "tip": ("payment", "tip")}
+
+
+def test_a_new_protobuf_version_mixed_with_the_old_in_one_batch_becomes_columns(broker, registry, topic, spark):
+    from appliance.ingest.engine import Engine
+
+    from proto_helpers import F, message_class, proto_file, protobuf_serializer
+
+    settings = load_settings()
+    fields = [("id", 1, F.TYPE_INT64), ("qty", 2, F.TYPE_INT32)]
+    proto_file("evo/v1.proto", "evo.v1", {"Line": fields})
+    proto_file("evo/v2.proto", "evo.v2", {"Line": [*fields, ("note", 3, F.TYPE_STRING),
+                                                   ("at", 4, F.TYPE_MESSAGE, None, ".google.protobuf.Timestamp")]},
+               deps=("google/protobuf/timestamp.proto",))
+    v1, v2 = message_class("evo.v1.Line"), message_class("evo.v2.Line")
+    old, new = protobuf_serializer(registry, v1, topic), protobuf_serializer(registry, v2, topic)
+    broker.produce(topic, [old(v1(id=i, qty=i)) for i in range(3)], partition=0)
+    create_stream(settings, "lines", bootstrap=broker.bootstrap, topic=topic, table="ingest.lines",
+                  format="protobuf", schema_registry=registry.url)
+    later = v2(id=4, qty=4, note="n4")
+    later.at.seconds = 1_700_000_000
+    broker.produce(topic, [new(v2(id=3, qty=3, note="n3")), old(v1(id=5, qty=5)), new(later)], partition=0)
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    at = dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)
+    assert rows("select id, qty, note, \"at\" from ingest.lines order by id") == [
+        {"id": i, "qty": i, "note": {3: "n3", 4: "n4"}.get(i), "at": at if i == 4 else None} for i in range(6)]
+    assert columns("ingest.lines")["at"] == "timestamptz"
+    assert any("added column note (string)" in e for e in events("lines", "schema_evolved"))
