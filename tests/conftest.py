@@ -4,6 +4,7 @@ a SQLite catalog and a warehouse in a temporary FLOE_HOME."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -149,6 +150,28 @@ def running_engine(spark):
     for engine, thread in engines:
         engine.stop()
         thread.join(60)
+
+
+def run_until_killed(seconds: float, feed: Callable[[threading.Event], None]) -> None:
+    """`floe run` in a process group of its own, while `feed(stop)` runs in a thread (producing, say),
+    then SIGKILL after `seconds`, as a power cut would; `feed` is told to stop and is waited for."""
+    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    stop = threading.Event()
+    feeding = threading.Thread(target=feed, args=(stop,))
+    feeding.start()
+    try:
+        engine.wait(timeout=seconds)
+        raise AssertionError("the engine exited by itself")
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(engine.pid, signal.SIGKILL)  # Spark's JVM and workers too
+        except ProcessLookupError:
+            pass
+        engine.wait()
+    finally:
+        stop.set()
+        feeding.join()
 
 
 def finished(process: subprocess.Popen, timeout: float) -> tuple[int, str]:

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Which packages of `appliance` each one may import: lower layers only, along the data path
-# kafka -> model -> tables -> ingest, with maintenance, query, views and control beside them.
+# kafka -> model -> tables -> ingest, with maintenance, stages, query, views and control beside them.
 _BELOW_INGEST = {"core", "config", "kafka", "model", "spark", "tables", "state"}
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
@@ -27,11 +27,12 @@ ALLOWED: dict[str, set[str]] = {
     "state": {"core", "kafka", "model"},
     "query": {"core", "config", "tables"},
     "maintenance": {"core", "config", "model", "spark", "tables", "state"},
-    "ingest": _BELOW_INGEST | {"maintenance"},
+    "stages": {"core", "config", "model", "spark", "tables", "state"},
+    "ingest": _BELOW_INGEST | {"maintenance", "stages"},
     "views": {"core", "config", "model", "tables", "state", "query", "maintenance"},
-    "control": {"core", "config", "kafka", "model", "tables", "state", "views"},
+    "control": {"core", "config", "kafka", "model", "tables", "state", "views", "spark", "stages"},
     "demo": {"core", "config", "kafka", "state", "ingest", "control"},
-    "cli": _BELOW_INGEST | {"ingest", "maintenance", "query", "views", "control", "demo", "cli"},
+    "cli": _BELOW_INGEST | {"ingest", "maintenance", "stages", "query", "views", "control", "demo", "cli"},
 }
 # The UI reaches the engine through its operations and read models only, and the plain data
 # they hand over: typed state records and Kafka connection settings.

@@ -10,7 +10,7 @@ import threading
 import orjson
 import pytest
 
-from conftest import FLOE, ROOT, floe
+from conftest import FLOE, ROOT, floe, run_until_killed
 
 MALFORMED = [
     b"{ not json",
@@ -187,23 +187,7 @@ def test_every_offset_lands_once_through_kill_9_while_the_schema_keeps_changing(
                    "--table", "ingest.shift", *registry_args)
     assert created.returncode == 0, created.stderr
     for _ in range(4):
-        engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
-        stop = threading.Event()
-        trickle = threading.Thread(target=publish, args=(800, stop))
-        trickle.start()
-        try:
-            engine.wait(timeout=rng.uniform(4, 16))
-            pytest.fail("engine exited by itself")
-        except subprocess.TimeoutExpired:
-            engine.send_signal(signal.SIGKILL)
-            engine.wait()
-        stop.set()
-        trickle.join()
-        try:
-            os.killpg(engine.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        run_until_killed(rng.uniform(4, 16), lambda stop: publish(800, stop))
     final = floe("run", "--until-caught-up", timeout=600)
     assert final.returncode == 0, final.stderr
 

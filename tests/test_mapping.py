@@ -5,8 +5,8 @@ import pytest
 from appliance.core.errors import MappingError
 from appliance.model.inference import infer_mapping, sample_objects, widen
 from appliance.model.mapping import Column, Mapping, column_problems
-from appliance.model.types import UnknownType, parse_type
 from appliance.model.names import snake_case
+from appliance.model.types import UnknownType, parse_type
 
 
 def cols(mapping: Mapping) -> dict[str, tuple[str, str]]:

@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from appliance.core.errors import RegistryConfigError, RegistryUnavailable
+from appliance.kafka.records import RawBatch
 from appliance.kafka.registry_server import EmbeddedRegistry
 from appliance.kafka.settings import RegistrySettings
-from appliance.kafka.records import RawBatch
 from appliance.model import wire
 from appliance.model.avro import layout
 from appliance.model.convert import convert_column

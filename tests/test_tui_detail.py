@@ -151,6 +151,7 @@ def test_history_series_buckets_rate_and_carries_lag():
 
 async def test_detail_shows_the_format_registry_subject_and_schema_versions(broker, registry, topic, spark):
     from appliance.ingest.engine import Engine
+
     from proto_helpers import avro_serializer
 
     settings = load_settings()

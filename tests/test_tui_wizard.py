@@ -312,7 +312,7 @@ async def test_wizard_maps_an_avro_topic_from_the_registry_schema(broker, regist
         assert rows == [("id", "long", "id"), ("amount", "decimal(10,2)", "amount"),
                         ("card_brand", "string", "card.brand")]
         status = str(screen.query_one("#mapping-status").render())
-        assert f"from the registry's schema id" in status and f"subject {topic}-value" in status
+        assert "from the registry's schema id" in status and f"subject {topic}-value" in status
         name = screen.query_one("#stream").value
         await pilot.press("ctrl+s")
         await until(pilot, lambda: not isinstance(app.screen, NewStreamScreen), 60, "wizard closed")

@@ -167,6 +167,32 @@ class MaintenanceBusy(FloeError):
     retryable = True
 
 
+# ---- stages ------------------------------------------------------------------------
+
+
+class StageNotFound(FloeError):
+    """No stage has that name."""
+
+
+class StageExists(FloeError):
+    """A stage with that name exists already."""
+
+
+class StageQueryRefused(FloeError):
+    """A stage's SQL is malformed, or cannot be kept incrementally (the message says why)."""
+
+
+class StageFailed(FloeError):
+    """A stage's run failed: its query at run time (a column gone, a division by zero...). Nothing
+    was committed; the stage resumes from its last committed point once its SQL is fixed."""
+
+
+class StageConflict(FloeError):
+    """A run lost a race with another writer of the stage's table: it runs again."""
+
+    retryable = True
+
+
 class QueryError(FloeError):
     """A SQL statement failed; the message is DuckDB's."""
 

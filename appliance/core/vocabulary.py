@@ -21,6 +21,16 @@ class StreamPhase(StrEnum):
     PAUSED = "paused"
 
 
+class StagePhase(StrEnum):
+    """Where a stage stands, as the engine last wrote it (or `IDLE` before any engine ran it)."""
+
+    IDLE = "idle"
+    RUNNING = "running"  # its source has rows it has not processed yet
+    UP_TO_DATE = "up_to_date"
+    FAILED = "failed"
+    PAUSED = "paused"
+
+
 class EngineState(StrEnum):
     STARTING = "starting"
     RUNNING = "running"
@@ -105,6 +115,13 @@ class EventKind(StrEnum):
     SCHEMA_CHANGED = "schema_changed"  # an incompatible change, or a new field left out
     TABLE_ALTERED = "table_altered"
     STREAM_UPDATED = "stream_updated"
+    STAGE_CREATED = "stage_created"
+    STAGE_UPDATED = "stage_updated"
+    STAGE_PAUSED = "stage_paused"
+    STAGE_RESUMED = "stage_resumed"
+    STAGE_DELETED = "stage_deleted"
+    STAGE_FAILED = "stage_failed"
+    STAGE_RECOVERED = "stage_recovered"
     DATA_EXPIRED = "data_expired"
     PARTIAL_BATCH = "partial_batch"
     DEAD_LETTER_BURST = "dead_letter_burst"  # derived from the batches, never stored

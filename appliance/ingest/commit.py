@@ -65,7 +65,8 @@ def landed_dead_letters(table: Table, ranges: dict[int, tuple[int, int]], since:
     if not ranges:
         return {}
     clauses: list[BooleanExpression] = [
-        And(EqualTo(KAFKA_PARTITION.name, p), GreaterThanOrEqual(KAFKA_OFFSET.name, lo), LessThan(KAFKA_OFFSET.name, hi))
+        And(EqualTo(KAFKA_PARTITION.name, p), GreaterThanOrEqual(KAFKA_OFFSET.name, lo),
+            LessThan(KAFKA_OFFSET.name, hi))
         for p, (lo, hi) in ranges.items()]
     where = clauses[0] if len(clauses) == 1 else Or(*clauses)
     rows = table.scan(row_filter=And(where, GreaterThanOrEqual(INGESTED_AT.name, since)),

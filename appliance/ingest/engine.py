@@ -23,6 +23,7 @@ from appliance.ingest.worker import Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
 from appliance.model.stream import StreamDef
 from appliance.spark.session import spark_session
+from appliance.stages.scheduler import StageScheduler
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 
@@ -52,6 +53,8 @@ class Engine:
         self.on_tick = on_tick
         self.started_at = now()
         self.maintenance: MaintenanceScheduler | None = None
+        self.stages: StageScheduler | None = None
+        self.committed = threading.Event()  # a stream committed: the stages look at their sources
         self.jobs: BatchJobs | None = None
 
     def _heartbeat(self, state: EngineState) -> None:
@@ -85,11 +88,18 @@ class Engine:
                 # Requests from the UI are served even with scheduled maintenance turned off.
                 self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping)
                 self.maintenance.start()
+                self.stages = StageScheduler(self.settings, self.spark, self.catalog, self.stopping, self.committed)
+                self.stages.start()
+            failed: list[str] = []
             try:
                 self._loop(until_caught_up)
+                failed = [f"{name}: {w.error}" for name, w in sorted(self.workers.items()) if w.error]
+                if until_caught_up and not self.stopping.is_set():
+                    # The streams have read what their topics held: now every stage, upstream first.
+                    failed += StageScheduler(self.settings, self.spark, self.catalog, self.stopping,
+                                             self.committed).catch_up(self.state)
             finally:
                 self._shut_down()
-            failed = [f"{name}: {w.error}" for name, w in sorted(self.workers.items()) if w.error]
             if failed:
                 raise FloeError("; ".join(failed))
 
@@ -113,6 +123,10 @@ class Engine:
             while self.maintenance.is_alive():
                 self.maintenance.cancel()
                 self.maintenance.join(1.0)
+        if self.stages is not None:
+            while self.stages.is_alive():  # a run in flight commits nothing once cancelled
+                self.stages.cancel()
+                self.stages.join(1.0)
         for worker in self.workers.values():
             worker.join()
         self._heartbeat(EngineState.STOPPED)
@@ -124,7 +138,7 @@ class Engine:
     def _start_worker(self, stream: StreamDef, until_caught_up: bool = False) -> None:
         if self.jobs is None:
             self.jobs = BatchJobs(self.spark)
-        shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake, self.jobs)
+        shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake, self.jobs, self.committed)
         worker = StreamWorker(shared, stream, until_caught_up)
         self.workers[stream.name] = worker
         self.state.update_status(stream.name, phase=StreamPhase.STARTING)

@@ -20,7 +20,6 @@ from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.ingest.batch import BatchResult, BatchSpec, run_batch
 from appliance.ingest.commit import Snapshots, StreamTables, commit_batch, landed_dead_letters
 from appliance.ingest.jobs import BatchJobs
-from appliance.ingest.schemas import StreamSchema
 from appliance.ingest.planning import (
     Committed,
     Expired,
@@ -30,6 +29,7 @@ from appliance.ingest.planning import (
     plan_batch,
     plan_tasks,
 )
+from appliance.ingest.schemas import StreamSchema
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.model.stream import StreamDef
 from appliance.spark.session import parallelism

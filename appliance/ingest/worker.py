@@ -38,6 +38,7 @@ class Shared:
     stopping: threading.Event  # the engine is stopping: every worker ends after its batch
     wake: threading.Event  # set when a worker ends, so the engine looks again at once
     jobs: BatchJobs  # streams due together share one Spark job
+    committed: threading.Event | None = None  # set after each commit: stages may have rows to read
 
 
 @dataclass
@@ -145,6 +146,8 @@ class StreamWorker(threading.Thread):
         fields = {"phase": StreamPhase.CATCHING_UP if catching_up else StreamPhase.RUNNING, "lag": outcome.lag,
                   "messages_per_s": round(self.rate, 1)}
         if outcome.committed:
+            if self.engine.committed is not None:
+                self.engine.committed.set()
             status = state.status(name)
             fields["last_commit_at"] = now()
             fields["rows_total"] = status.rows_total + outcome.rows

@@ -1,8 +1,10 @@
 """Snapshot expiry that also deletes the files only expired snapshots referenced.
 
 Kept whatever their age: the newest `min_snapshots` ancestors of the current snapshot,
-branch and tag heads, and the chain from the current snapshot down to the one holding
-the stream's offsets, so exactly-once resumption never loses its place.
+branch and tag heads, the chain from the current snapshot down to the one holding the
+stream's offsets, so exactly-once resumption never loses its place, and, for each stage
+that reads the table, the snapshot it has read up to and every one after it: the appended
+files it has yet to read are found through them.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from appliance.config.settings import Settings
 from appliance.core.errors import CommitConflict
 from appliance.core.vocabulary import RunOutcome
 from appliance.maintenance.job import Job, plural
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_lock
 from appliance.tables.datafiles import delete_files, reachable_files
-from appliance.tables.snapshots import ancestors, offsets_snapshot_chain
+from appliance.tables.snapshots import ancestors, lineage_since, offsets_snapshot_chain, stage_position
 
 
 @dataclass
@@ -37,10 +41,27 @@ class ExpiryResult:
     failures: list[str] = field(default_factory=list)
 
 
-def plan_expiry(table: Table, policy: Policy, now_ms: int | None = None) -> ExpiryPlan:
+def stage_positions(settings: Settings, catalog: Catalog, name: str) -> frozenset[int]:
+    """The snapshots of table `name` that the stages reading it have read up to."""
+    with StateStore(settings.state_db) as state:
+        readers = [s for s in state.stages() if s.source == name]
+    found = set()
+    for stage in readers:
+        if catalog.exists(stage.table):
+            position = stage_position(catalog.table(stage.table), stage.id)
+            if position is not None:
+                found.add(position)
+    return frozenset(found)
+
+
+def plan_expiry(table: Table, policy: Policy, now_ms: int | None = None,
+                stages: frozenset[int] = frozenset()) -> ExpiryPlan:
+    """`stages`: the snapshots stages reading the table have read up to (`stage_positions`)."""
     meta = table.metadata
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     keep = set(offsets_snapshot_chain(meta))
+    for position in stages:
+        keep |= set(lineage_since(meta, position))
     keep |= {s.snapshot_id for s in ancestors(meta)[: policy.min_snapshots]}
     keep |= {ref.snapshot_id for ref in meta.refs.values()}
     cutoff = now_ms - int(policy.keep_snapshots * 1000)
@@ -62,8 +83,9 @@ def files_only_in(table: Table, expired: list[int]) -> set[str]:
     return reachable_files(table, gone).all() - reachable_files(table, kept).all()
 
 
-def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = False) -> ExpiryResult:
-    plan = plan_expiry(table, policy)
+def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = False,
+           stages: frozenset[int] = frozenset()) -> ExpiryResult:
+    plan = plan_expiry(table, policy, stages=stages)
     result = ExpiryResult(plan)
     if not plan.expire:
         return result
@@ -80,7 +102,7 @@ def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = Fal
                 ids = [i for i in plan.expire if table.metadata.snapshot_by_id(i) is not None]
                 if set(offsets_snapshot_chain(table.metadata)) & set(ids):
                     # The table moved on under us in a way that matters: plan again from it.
-                    plan.expire = plan_expiry(table, policy).expire
+                    plan.expire = plan_expiry(table, policy, stages=stages).expire
                     ids = plan.expire
                 if ids:
                     table.maintenance.expire_snapshots().by_ids(ids).commit()
@@ -104,7 +126,8 @@ def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = Fal
 def perform(job: Job) -> None:
     """Expire snapshots (or, dry, say which) and describe it on the run."""
     run = job.run
-    result = expire(job.settings, job.table, job.policy, dry_run=job.dry_run)
+    stages = stage_positions(job.settings, job.catalog, ".".join(job.table.name()))
+    result = expire(job.settings, job.table, job.policy, dry_run=job.dry_run, stages=stages)
     run.snapshots_expired = len(result.plan.expire)
     run.files_deleted = result.files_deleted
     if not result.plan.expire:

@@ -133,7 +133,8 @@ class Maintainer:
         over_cap = snapshots > policy.max_snapshots + max(10, policy.max_snapshots // 10)
         if snapshots > policy.min_snapshots and (
                 over_cap or self._older_than(table, MaintenanceTask.EXPIRE, cfg.expire_interval, clock)):
-            if expiry.plan_expiry(t, policy, int(clock() * 1000)).expire:
+            stages = expiry.stage_positions(self.settings, self.catalog, table)
+            if expiry.plan_expiry(t, policy, int(clock() * 1000), stages).expire:
                 out.append(MaintenanceTask.EXPIRE)
         if self._older_than(table, MaintenanceTask.ORPHANS, cfg.orphans_interval, clock):
             out.append(MaintenanceTask.ORPHANS)

@@ -190,7 +190,8 @@ def _settled(columns: list[Column], values: list[Any], conflicts: list[Conflict]
             if not (conflict.nested and evolve):
                 errors.setdefault(position, Problem(
                     "schema", f"field {field_path}: {conflict.writer} has {conflict.theirs} where column "
-                              f"{conflict.column!r} is {conflict.ours}", (conflict.column, conflict.ours, conflict.theirs)))
+                              f"{conflict.column!r} is {conflict.ours}",
+                    (conflict.column, conflict.ours, conflict.theirs)))
         values[k] = column
     return values
 

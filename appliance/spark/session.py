@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from appliance.config.settings import DEFAULTS_FILE, Settings
 from appliance.core.errors import ConfigError
@@ -24,8 +27,31 @@ def check_java() -> None:
         raise ConfigError("Spark needs Java 17: install openjdk-17-jre-headless or set JAVA_HOME")
 
 
-def spark_session(settings: Settings, app_name: str = "floe", extra_java_options: str | None = None):
-    """The session; `extra_java_options` replace the class-data archive's (see `archive.py`)."""
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 into `path` meanwhile: a process started now (the JVM) keeps writing there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def spark_session(settings: Settings, app_name: str = "floe", extra_java_options: str | None = None,
+                  quiet: bool = False):
+    """The session; `extra_java_options` replace the class-data archive's (see `archive.py`).
+    `quiet`: the JVM's own stderr goes to FLOE_HOME's logs, not to the terminal (for a command
+    whose stderr is one line of its own)."""
+    if quiet:
+        check_java()
+        with _stderr_to(settings.log_dir / "spark-console.log"):
+            return spark_session(settings, app_name, extra_java_options)
     check_java()
     # Spark's Python workers must be this interpreter: it is the one with Floe and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -67,6 +93,10 @@ def spark_session(settings: Settings, app_name: str = "floe", extra_java_options
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    # PySpark logs each failed query, Java stack and all, as JSON on stderr; Floe reports those
+    # errors itself, in one line where they belong (a stage's event, a command's error).
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logging.getLogger(name).disabled = True
     return session
 
 

@@ -13,6 +13,7 @@ from appliance.core.vocabulary import (
     MaintenanceTask,
     RunOutcome,
     RunTrigger,
+    StagePhase,
     StreamPhase,
 )
 
@@ -169,3 +170,50 @@ class RequestRecord:
     @classmethod
     def of(cls, row: dict[str, Any]) -> RequestRecord:
         return from_row(cls, row, task=known(MaintenanceTask, row.get("task")))
+
+
+@dataclass(frozen=True)
+class StageStatus:
+    """What the engine last wrote about a stage; a stage it never ran has the defaults. `position` is
+    the source snapshot it has read up to (the truth is in its table's commits; this is for the UI
+    and for expiry, which keeps that snapshot and the ones after it)."""
+
+    name: str
+    phase: StagePhase = StagePhase.IDLE
+    position: int | None = None
+    last_run_at: str | None = None
+    last_error: str = ""
+    last_error_at: str | None = None
+    rows_in_total: int = 0
+    rows_out_total: int = 0
+    runs: int = 0
+    lag_snapshots: int | None = None
+    lag_rows: int | None = None
+    updated_at: str | None = None
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> StageStatus:
+        return from_row(cls, row, phase=known(StagePhase, row.get("phase"), StagePhase.IDLE),
+                        last_error=row.get("last_error") or "", rows_in_total=row.get("rows_in_total") or 0,
+                        rows_out_total=row.get("rows_out_total") or 0, runs=row.get("runs") or 0)
+
+
+@dataclass(frozen=True)
+class StageRunRecord:
+    """One run of a stage: the source snapshots it read (after `from_snapshot`, up to `to_snapshot`)."""
+
+    stage: str
+    started_at: str
+    finished_at: str
+    duration_ms: int
+    from_snapshot: int | None
+    to_snapshot: int | None
+    rows_in: int
+    rows_out: int
+    outcome: str  # ok, failed
+    error: str = ""
+    id: int | None = None
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> StageRunRecord:
+        return from_row(cls, row, error=row.get("error") or "")

@@ -60,6 +60,22 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     ),
     # Schema changes a stream has reported (one event each, not one per message).
     "schema_changes": ({"stream": str, "change": str, "at": str}, ("stream", "change"), []),
+    "stages": (
+        {"name": str, "id": str, "source": str, "sql": str, "target_table": str, "kind": str, "paused": int,
+         "created_at": str, "updated_at": str},
+        "name", [],
+    ),
+    "stage_status": (
+        {"name": str, "phase": str, "position": int, "last_run_at": str, "last_error": str, "last_error_at": str,
+         "rows_in_total": int, "rows_out_total": int, "runs": int, "lag_snapshots": int, "lag_rows": int,
+         "updated_at": str},
+        "name", [],
+    ),
+    "stage_runs": (
+        {"id": int, "stage": str, "started_at": str, "finished_at": str, "duration_ms": int, "from_snapshot": int,
+         "to_snapshot": int, "rows_in": int, "rows_out": int, "outcome": str, "error": str},
+        "id", [["stage", "id"]],
+    ),
     "maintenance_requests": (
         {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],
     ),

@@ -39,9 +39,10 @@ from appliance.state.records import (
     StreamStatus,
 )
 from appliance.state.schema import migrate, use_wal
+from appliance.state.stages import StageRecords
 
 
-class StateStore:
+class StateStore(StageRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and

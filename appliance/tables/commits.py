@@ -19,14 +19,16 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.typedef import EMPTY_DICT
 
 from appliance.config.settings import Settings
-from appliance.core.errors import CommitConflict, OffsetsConflict, RewriteConflict
+from appliance.core.errors import CommitConflict, OffsetsConflict, RewriteConflict, StageConflict
 from appliance.core.locks import FileLock
 from appliance.tables.appends import append_files
-from appliance.tables.datafiles import delete_files
+from appliance.tables.datafiles import delete_files, live_data_files
 from appliance.tables.snapshots import (
     committed_offsets,
     offsets_properties,
     offsets_summary,
+    stage_position,
+    stage_properties,
     stream_snapshot_id,
 )
 from appliance.tables.transactions import transaction
@@ -105,6 +107,19 @@ class _RewriteFiles(_OverwriteFiles):
         return None
 
 
+def _swap(table: Table, remove: list[DataFile], add: list[DataFile], label: Operation,
+          properties: dict[str, str]) -> Table:
+    """One snapshot (labelled `label`) without `remove` and with `add`; raises as PyIceberg does."""
+    tx = transaction(table)
+    producer = _RewriteFiles(label, Operation.OVERWRITE, tx, table.io, snapshot_properties=properties)
+    for data_file in remove:
+        producer.delete_data_file(data_file)
+    for data_file in add:
+        producer.append_data_file(data_file)
+    producer.commit()
+    return tx.commit_transaction()
+
+
 def commit_rewrite(
     settings: Settings,
     table: Table,
@@ -126,15 +141,7 @@ def commit_rewrite(
     while True:
         try:
             with commit_lock(settings, name):
-                table = table.refresh()
-                tx = transaction(table)
-                producer = _RewriteFiles(label, Operation.OVERWRITE, tx, table.io, snapshot_properties=properties)
-                for data_file in remove:
-                    producer.delete_data_file(data_file)
-                for data_file in add:
-                    producer.append_data_file(data_file)
-                producer.commit()
-                return tx.commit_transaction()
+                return _swap(table.refresh(), remove, add, label, properties)
         except ValidationException as exc:
             delete_files(table, [f.file_path for f in add])
             raise RewriteConflict(f"table {name}: files to rewrite changed meanwhile ({exc})") from None
@@ -145,3 +152,40 @@ def commit_rewrite(
                 raise CommitConflict(f"table {name}: commit lost {attempt} races in {deadline:.0f}s: {exc}") from None
             log.info("rewrite of %s lost a race (%s); retrying", name, exc)
             time.sleep(random.uniform(0.05, min(2.0, 0.1 * 2**attempt)))
+
+
+def commit_stage(settings: Settings, table: Table, files: list[DataFile], stage_id: str, source: str,
+                 expected: int | None, position: int, replacing: list[DataFile] | None = None) -> Table:
+    """A stage's output in one snapshot with the source snapshot it has read up to (`position`):
+    appended, or, for `replacing` (the table's data files as the run read them), in their place.
+
+    Retried on fresh metadata while others commit (maintenance appends nothing to a stage's table,
+    but compacts it), as long as the table still holds the position the run started from
+    (`expected`) and, when replacing, exactly the files the run read: otherwise the run's rows
+    would not follow from the table's, and it must run again (StageConflict).
+    """
+    name = ".".join(table.name())
+    props = stage_properties(stage_id, source, position)
+    for attempt in range(8):
+        with commit_lock(settings, name):
+            table = table.refresh()
+            found = stage_position(table, stage_id)
+            if found == position and attempt:
+                return table  # our commit landed before the error that made us retry
+            problem = None if found == expected else f"it holds source snapshot {found}, the run read {expected}"
+            if replacing is not None and problem is None:
+                now_files = {f.file_path for f in live_data_files(table)}
+                if now_files != {f.file_path for f in replacing}:
+                    problem = "its files changed since the run read them (compaction, say)"
+            if problem:
+                delete_files(table, [f.file_path for f in files])
+                raise StageConflict(f"stage table {name}: {problem}; the stage runs again")
+            try:
+                if replacing is None:
+                    return append_files(table, files, props)
+                return _swap(table, replacing, files, Operation.OVERWRITE, props)
+            except CommitFailedException as exc:
+                log.info("stage commit to %s lost a race (%s); retrying", name, exc)
+        time.sleep(min(0.05 * 2**attempt, 1.0))
+    delete_files(table, [f.file_path for f in files])
+    raise CommitConflict(f"table {name}: stage commit lost 8 races in a row")

@@ -22,6 +22,11 @@ STREAM_KEY = "floe.stream-id"
 OFFSETS_KEY = "floe.offsets"
 TOPIC_KEY = "floe.topic"
 MAINTENANCE_KEY = "floe.maintenance"  # which task made a snapshot
+# A stage's commits: which stage, and the snapshot of its source table it has read up to.
+STAGE_KEY = "floe.stage-id"
+SOURCE_SNAPSHOT_KEY = "floe.source-snapshot"
+SOURCE_TABLE_KEY = "floe.source-table"
+POSITION_KEYS = (STREAM_KEY, TOPIC_KEY, OFFSETS_KEY, STAGE_KEY, SOURCE_SNAPSHOT_KEY, SOURCE_TABLE_KEY)
 
 
 def summary_properties(snapshot: Snapshot | None) -> dict[str, str]:
@@ -59,6 +64,20 @@ def committed_offsets(table: Table, stream_id: str) -> dict[int, int] | None:
     return None
 
 
+def stage_properties(stage_id: str, source: str, snapshot_id: int) -> dict[str, str]:
+    """The summary keys a stage's commit carries."""
+    return {STAGE_KEY: stage_id, SOURCE_TABLE_KEY: source, SOURCE_SNAPSHOT_KEY: str(snapshot_id)}
+
+
+def stage_position(table: Table, stage_id: str) -> int | None:
+    """The source snapshot this stage has read up to, from the newest snapshot it committed."""
+    for snapshot in _lineage(table.metadata):
+        summary = summary_properties(snapshot)
+        if summary.get(STAGE_KEY) == stage_id and SOURCE_SNAPSHOT_KEY in summary:
+            return int(summary[SOURCE_SNAPSHOT_KEY])
+    return None
+
+
 def stream_snapshot_id(table: Table, stream_id: str) -> int | None:
     """The id of the newest snapshot that carries this stream's offsets."""
     for snapshot in _lineage(table.metadata):
@@ -68,14 +87,16 @@ def stream_snapshot_id(table: Table, stream_id: str) -> int | None:
 
 
 def offsets_summary(metadata: TableMetadata, snapshot_id: int | None) -> dict[str, str]:
-    """The stream-offset keys of the newest snapshot at or before `snapshot_id` that has them."""
+    """The position keys (a stream's offsets, a stage's source snapshot) of the newest snapshot at
+    or before `snapshot_id` that has them: what a maintenance snapshot carries forward."""
     start = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
     if start is None:
         return {}
     for snapshot in _lineage(metadata, start):
         summary = summary_properties(snapshot)
-        if STREAM_KEY in summary and OFFSETS_KEY in summary:
-            return {k: summary[k] for k in (STREAM_KEY, TOPIC_KEY, OFFSETS_KEY) if k in summary}
+        if (STREAM_KEY in summary and OFFSETS_KEY in summary) or (STAGE_KEY in summary
+                                                                  and SOURCE_SNAPSHOT_KEY in summary):
+            return {k: summary[k] for k in POSITION_KEYS if k in summary}
     return {}
 
 
@@ -88,7 +109,8 @@ def offsets_snapshot_chain(metadata: TableMetadata) -> list[int]:
     chain: list[int] = []
     for snapshot in _lineage(metadata):
         chain.append(snapshot.snapshot_id)
-        if STREAM_KEY in summary_properties(snapshot):
+        summary = summary_properties(snapshot)
+        if STREAM_KEY in summary or STAGE_KEY in summary:
             return chain
     return chain[:1]  # no offsets anywhere: only the current snapshot matters
 
@@ -100,6 +122,29 @@ class Commit:
     snapshot_id: int
     committed_ms: int
     offsets: dict[int, int]
+
+
+def lineage_since(metadata: TableMetadata, snapshot_id: int) -> list[int]:
+    """The current snapshot and its ancestors down to `snapshot_id` (included); empty when
+    `snapshot_id` is not among them."""
+    chain: list[int] = []
+    for snapshot in _lineage(metadata):
+        chain.append(snapshot.snapshot_id)
+        if snapshot.snapshot_id == snapshot_id:
+            return chain
+    return []
+
+
+def appended_since(metadata: TableMetadata, snapshot_id: int | None) -> tuple[int, int]:
+    """(append snapshots, rows they added) after `snapshot_id` in the current lineage; None: all kept."""
+    snapshots = rows = 0
+    for snapshot in _lineage(metadata):
+        if snapshot.snapshot_id == snapshot_id:
+            break
+        if snapshot.summary is not None and snapshot.summary.operation.value == "append":
+            snapshots += 1
+            rows += int(summary_properties(snapshot).get("added-records", 0))
+    return snapshots, rows
 
 
 def offset_commits(table: Table) -> list[Commit]:

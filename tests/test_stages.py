@@ -1,0 +1,190 @@
+"""SQL preparation stages end to end, as a user runs them: `floe` commands in their own processes, a real
+broker, Spark and catalog. After rounds of ingestion with SIGKILLs between them, a compaction of the source
+and aggressive snapshot expiry, each stage's table equals its query recomputed over its whole source."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from appliance.config.settings import load_settings
+from appliance.control.stages import create_stage, update_stage
+from appliance.ingest.engine import Engine
+from appliance.query.connection import run_query
+from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
+
+from conftest import floe, run_until_killed, wait_for
+
+STATUSES = ["new", "paid", "sent", "cancelled"]
+
+
+def rows(sql: str) -> list[dict]:
+    return run_query(load_settings(), sql).to_pylist()
+
+
+def order(i: int, rng: random.Random) -> bytes:
+    return orjson.dumps({
+        "order_id": i, "store_id": rng.randint(1, 6), "customer_id": rng.randint(1, 40),
+        "status": rng.choice(STATUSES), "amount": rng.randint(1, 400) / 4,  # quarters: sums stay exact in doubles
+        "coupon": rng.choice([None, "c1", "c2"]), "ordered_at": f"2026-11-2{i % 3}T1{i % 4}:{i % 60:02d}:00Z"})
+
+
+def equal(table: str, recomputed: str, columns: str) -> None:
+    """The stage's table (its query's columns) and the query recomputed by DuckDB over the whole source."""
+    kept = f"select {columns} from {table}"
+    missing = rows(f"select count(*) n from (({recomputed}) except all ({kept}))")[0]["n"]
+    extra = rows(f"select count(*) n from (({kept}) except all ({recomputed}))")[0]["n"]
+    assert (missing, extra) == (0, 0), f"{table}: {missing} rows missing, {extra} too many"
+
+
+STAGES = {
+    # name: (source, sql, table, the same query as DuckDB recomputes it over the whole source, its columns)
+    "big": ("ingest.orders", "select order_id, store_id, amount, status from source where amount >= 50",
+            "prep.big", "select order_id, store_id, amount, status from ingest.orders where amount >= 50",
+            "order_id, store_id, amount, status"),
+    "by_hour": ("ingest.orders",
+                "select date_trunc('hour', ordered_at) as hour, status, count(*) as n, count(coupon) as coupons, "
+                "sum(amount) as total, min(amount) as lo, max(amount) as hi, avg(amount) as mean, "
+                "count(distinct customer_id) as customers from source group by 1, 2",
+                "prep.by_hour",
+                "select date_trunc('hour', ordered_at) as hour, status, count(*) as n, count(coupon) as coupons, "
+                "sum(amount) as total, min(amount) as lo, max(amount) as hi, avg(amount) as mean, "
+                "count(distinct customer_id) as customers from ingest.orders group by 1, 2",
+                "hour, status, n, coupons, total, lo, hi, mean, customers"),
+    "big_by_store": ("prep.big", "select store_id, count(*) as n, sum(amount) as total from source group by store_id",
+                     "prep.big_by_store",
+                     "select store_id, count(*) as n, sum(amount) as total from prep.big group by store_id",
+                     "store_id, n, total"),
+    "regional": ("ingest.orders",
+                 "select s.order_id, s.amount, r.region from source s join ref.stores r on s.store_id = r.store_id",
+                 "prep.regional",
+                 "select s.order_id, s.amount, r.region from ingest.orders s join ref.stores r "
+                 "on s.store_id = r.store_id", "order_id, amount, region"),
+    "dead_reasons": ("ingest.orders_dlq", "select error_stage, count(*) as n from source group by error_stage",
+                     "prep.dead_reasons",
+                     "select error_stage, count(*) as n from ingest.orders_dlq group by error_stage", "error_stage, n"),
+}
+
+
+def reference_table(settings) -> None:
+    """A table made by another Iceberg client, which stages join for enrichment."""
+    catalog = Catalog(settings)
+    catalog.iceberg.create_namespace("ref")
+    stores = catalog.iceberg.create_table("ref.stores", schema=pa.schema([("store_id", pa.int64()),
+                                                                            ("region", pa.string())]))
+    stores.append(pa.table({"store_id": list(range(1, 7)), "region": ["north", "south", "east"] * 2}))
+
+
+@pytest.mark.slow
+def test_stages_equal_their_queries_through_kills_compaction_and_expiry(broker, topic, floe_home):
+    seed = int(os.environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    settings = load_settings()
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[engine]\ncommit_interval = "200ms"\nmax_batch_messages = 600\n'
+                                         '[maintenance]\nenabled = false\n')
+    sent = {"n": 0}
+    producer = broker.producer()
+
+    def publish(n: int, stop: threading.Event | None = None) -> None:
+        for _ in range(n):
+            if stop is not None and stop.is_set():
+                break
+            i = sent["n"]
+            sent["n"] += 1
+            producer.produce(topic, value=b"{not json" if i % 97 == 5 else order(i, rng), partition=i % 4)
+            producer.poll(0)
+            if stop is not None and i % 40 == 0:
+                stop.wait(0.02)
+        assert producer.flush(30) == 0
+
+    publish(400)
+    assert floe("stream", "create", "orders", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.orders").returncode == 0
+    assert floe("run", "--until-caught-up").returncode == 0  # the dead-letter table exists, with rows
+    reference_table(settings)
+    for name, (source, sql, table, _, _) in STAGES.items():
+        created = floe("stage", "create", name, "--from", source, "--sql", sql, "--table", table)
+        assert created.returncode == 0, created.stderr
+    assert floe("table", "policy", "ingest.orders", "--keep-snapshots", "1s", "--min-snapshots", "1").returncode == 0
+
+    for cycle in range(3):
+        run_until_killed(rng.uniform(6, 14), lambda stop: publish(700, stop))
+        # Maintenance of the source between kills: a compaction (`replace`), then an expiry that would
+        # drop every snapshot older than a second but for the ones the stages still have to read.
+        maintained = floe("maintain", "ingest.orders", "--compact", "--expire")
+        assert maintained.returncode == 0, maintained.stderr
+
+    final = floe("run", "--until-caught-up", timeout=600)
+    assert final.returncode == 0, final.stderr
+    operations = {s.summary.operation.value for s in Catalog(settings).table("ingest.orders").metadata.snapshots}
+    assert "replace" in operations  # the compaction happened
+    assert rows("select count(*) n from ingest.orders")[0]["n"] + rows(
+        "select count(*) n from ingest.orders_dlq")[0]["n"] == sent["n"]
+    for name, (_, _, table, recomputed, columns) in STAGES.items():
+        equal(table, recomputed, columns)
+    listed = json.loads(floe("stage", "list", "--format", "json").stdout)
+    assert {s["name"]: s["state"] for s in listed} == {name: "up_to_date" for name in STAGES}
+    assert {s["name"]: s["lag_rows"] for s in listed} == {name: 0 for name in STAGES}
+
+
+def test_a_failing_stage_commits_nothing_and_goes_on_from_its_last_point_once_its_query_is_fixed(
+        broker, topic, spark):
+    settings = load_settings()
+    rng = random.Random(1)
+    broker.produce(topic, [order(i, rng) for i in range(200)])
+    assert floe("stream", "create", "o", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.o").returncode == 0
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    create_stage(settings, "tips", source="ingest.o", sql="select order_id, amount / (store_id - store_id) as odd "
+                 "from source where coupon is not null", table="prep.tips", spark=spark)
+    with pytest.raises(Exception, match="stage tips: .*DIVIDE_BY_ZERO"):
+        Engine(settings, spark=spark).run(until_caught_up=True)  # ANSI SQL: division by zero fails the run
+    assert rows("select count(*) n from prep.tips")[0]["n"] == 0  # nothing partial
+    with StateStore(settings.state_db) as state:
+        assert state.stage_status("tips").phase == "failed"
+        assert [e.kind for e in state.events("tips")].count("stage_failed") == 1
+    broker.produce(topic, [order(200 + i, rng) for i in range(100)])
+    update_stage(settings, "tips", "select order_id, amount as odd from source where coupon is not null", spark=spark)
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    equal("prep.tips", "select order_id, amount as odd from ingest.o where coupon is not null", "order_id, odd")
+    with StateStore(settings.state_db) as state:
+        kinds = [e.kind for e in state.events("tips")]
+    assert "stage_updated" in kinds
+
+
+def test_a_stage_follows_its_source_live_and_a_refused_query_creates_nothing(broker, topic, running_engine):
+    settings = load_settings()
+    rng = random.Random(2)
+    broker.produce(topic, [order(i, rng) for i in range(50)])
+    assert floe("stream", "create", "live", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.live").returncode == 0
+    refused = floe("stage", "create", "ordered", "--from", "ingest.live", "--sql",
+                   "select * from source order by amount", "--table", "prep.ordered")
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert "ORDER BY" in refused.stderr and not Catalog(settings).exists("prep.ordered")
+    unknown = floe("stage", "create", "nope", "--from", "ingest.live", "--sql", "select nope from source",
+                   "--table", "prep.nope")
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1 and "`nope` cannot be resolved" in unknown.stderr
+    assert floe("stage", "create", "counts", "--from", "ingest.live", "--sql",
+                "select status, count(*) as n from source group by status", "--table", "prep.counts").returncode == 0
+    running_engine()
+    wait_for(lambda: sum(r["n"] for r in rows("select n from prep.counts")) == 50, 120, what="first counts")
+    broker.produce(topic, [order(50 + i, rng) for i in range(30)])
+    wait_for(lambda: sum(r["n"] for r in rows("select n from prep.counts")) == 80, 60, what="live counts")
+    assert floe("stage", "pause", "counts").returncode == 0
+    broker.produce(topic, [order(80 + i, rng) for i in range(10)])
+    wait_for(lambda: rows("select count(*) n from ingest.live")[0]["n"] == 90, 60, what="the stream goes on")
+    shown = floe("stage", "show", "counts")
+    assert "state      paused" in shown.stdout
+    assert sum(r["n"] for r in rows("select n from prep.counts")) == 80  # paused: no run
+    assert floe("stage", "resume", "counts").returncode == 0
+    wait_for(lambda: sum(r["n"] for r in rows("select n from prep.counts")) == 90, 60, what="resumed counts")
