@@ -1,4 +1,4 @@
-"""Floe's terminal UI: streams, tables, SQL and events, attached to whatever engine runs.
+"""Floe's terminal UI: streams, tables, SQL, events and stages, attached to whatever engine runs.
 
 The UI never blocks: every read of the state database, the catalog, Kafka or DuckDB
 runs in a worker that posts a message back, and a worker that fails is reported. It
@@ -23,6 +23,7 @@ from appliance.views.engine import engine_status
 from tui.messages import ActionDone, EngineStatusRead
 from tui.panes.events import EventsPane
 from tui.panes.query import QueryPane
+from tui.panes.stages import StagesPane
 from tui.panes.streams import StreamsPane
 from tui.panes.tables import TablesPane
 from tui.screens.help import HelpScreen
@@ -40,6 +41,7 @@ class FloeApp(ReportsFailures, App):
         Binding("2", "section('tables')", "Tables"),
         Binding("3", "section('query')", "Query"),
         Binding("4", "section('events')", "Events"),
+        Binding("5", "section('stages')", "Stages"),
         Binding("n", "new_stream", "New stream"),
         Binding("ctrl+e", "start_engine", "Start engine"),
         Binding("ctrl+t", "toggle_theme", "Theme"),
@@ -68,6 +70,8 @@ class FloeApp(ReportsFailures, App):
                 yield QueryPane(id="query-pane")
             with TabPane("Events", id="events"):
                 yield EventsPane(id="events-pane")
+            with TabPane("Stages", id="stages"):
+                yield StagesPane(id="stages-pane")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from appliance.core.vocabulary import EventLevel, RequestState, RunOutcome, StreamPhase
+from appliance.core.vocabulary import EventLevel, RequestState, RunOutcome, StagePhase, StreamPhase
 
 PHASE_STYLE = {
     StreamPhase.RUNNING: "green", StreamPhase.CATCHING_UP: "yellow", StreamPhase.PAUSED: "blue",
     StreamPhase.FAILED: "bold red", StreamPhase.STARTING: "cyan", StreamPhase.IDLE: "dim",
+    StagePhase.UP_TO_DATE: "green",  # a stage's other phases share their names (and colours) with a stream's
 }
 OUTCOME_STYLE = {
     RunOutcome.OK: "green", RunOutcome.NOTHING_TO_DO: "dim", RunOutcome.DRY_RUN: "cyan",

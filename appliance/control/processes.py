@@ -1,7 +1,8 @@
-"""Floe's own commands as background processes: the engine (`floe run`), `floe maintain`.
+"""Floe's own commands as processes: the engine (`floe run`) and `floe maintain` in the background,
+and commands the UI waits for (`floe stage preview`, which needs a Spark of its own).
 
-The one place that starts them. Each runs in its own session, so it keeps going after
-the UI (or the demo) that started it and its terminal are gone, and logs to a file
+The one place that starts them. A background one runs in its own session, so it keeps going
+after the UI (or the demo) that started it and its terminal are gone, and logs to a file
 under `FLOE_HOME/logs`, where a failure to start can be read back.
 """
 
@@ -32,6 +33,12 @@ def spawn(settings: Settings, args: list[str], log: Path) -> subprocess.Popen:
     with log.open("ab") as out:
         return subprocess.Popen(floe_command(*args), stdout=out, stderr=out, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env={**os.environ, "FLOE_HOME": str(settings.home)})
+
+
+def run_floe(settings: Settings, args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:
+    """`floe ARGS` on this FLOE_HOME, waited for: its exit code, stdout and stderr."""
+    return subprocess.run(floe_command(*args), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, env={**os.environ, "FLOE_HOME": str(settings.home)})
 
 
 def stop(process: subprocess.Popen, timeout: float = 60.0) -> None:

@@ -7,8 +7,9 @@ one-line error: an unknown column, a type that does not fit). Only then is its t
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import pyarrow as pa
@@ -218,3 +219,40 @@ def delete_stage(settings: Settings, name: str, drop_table: bool = False) -> Sta
     if drop_table:
         Catalog(settings).drop(stage.table)
     return stage
+
+
+# ---- for the UI: the same operations in a `floe` process of their own, so that no UI hosts a JVM ----
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a `floe stage` command said: its result (a preview's rows), or its one-line error."""
+
+    ok: bool
+    said: str  # its stderr's last line: what it did, or what is wrong
+    rows: list[dict] = field(default_factory=list)
+
+
+def _outcome(done) -> Outcome:
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    said = lines[-1].removeprefix("floe: error: ") if lines else ""
+    if done.returncode:
+        return Outcome(False, said or f"exited with code {done.returncode}")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip().startswith("{")]
+    return Outcome(True, said, rows)
+
+
+def preview_apart(settings: Settings, source: str, sql: str, rows: int = 50) -> Outcome:
+    from appliance.control.processes import run_floe
+
+    return _outcome(run_floe(settings, ["stage", "preview", "--from", source, "--sql", sql, "--rows", str(rows),
+                                        "--format", "json"]))
+
+
+def save_apart(settings: Settings, name: str, source: str, sql: str, table: str, new: bool) -> Outcome:
+    """`floe stage create` (new) or `floe stage update`."""
+    from appliance.control.processes import run_floe
+
+    args = ["stage", "create", name, "--from", source, "--sql", sql, "--table", table] if new else \
+        ["stage", "update", name, "--sql", sql]
+    return _outcome(run_floe(settings, args))

@@ -51,12 +51,16 @@ class Views:
     """The temporary views one run (or one check) binds: `source` and each table its query reads,
     under names of their own, so that runs never see each other's. Errors name them as the user did."""
 
-    def __init__(self, spark) -> None:
+    def __init__(self, spark, prefix: str | None = None) -> None:
+        """`prefix`: the same view names run after run (a stage's runs, one at a time), so that what is
+        worked out from the bound query can be kept; by default names no other run uses."""
         self.spark = spark
+        self.prefix = prefix
         self.names: dict[str, str] = {}  # SOURCE or NAMESPACE.TABLE -> view
 
     def bind(self, name: str, frame) -> str:
-        view = f"floe_view_{next(_VIEWS)}_{re.sub(r'[^a-z0-9]+', '_', name.lower())}"
+        prefix = self.prefix or f"floe_view_{next(_VIEWS)}"
+        view = f"{prefix}_{re.sub(r'[^a-z0-9]+', '_', name.lower())}"
         frame.createOrReplaceTempView(view)
         self.names[name] = view
         return view
@@ -120,6 +124,7 @@ class StageRunner:
         self.catalog = catalog
         self.stage = stage
         self.query = analyse(stage.sql)
+        self._plan: tuple[tuple, grouping.GroupPlan] | None = None  # kept while the tables' schemas are
 
     def pending(self) -> tuple[Table, Table, int | None, int] | None:
         """(source, table, position, head) when the source has appended rows the stage has not read."""
@@ -145,7 +150,7 @@ class StageRunner:
         context = self.spark.sparkContext
         context.setLocalProperty("spark.scheduler.pool", "stages")
         context.setJobGroup(JOB_GROUP, f"floe stage {self.stage.name}", interruptOnCancel=True)
-        views = Views(self.spark)
+        views = Views(self.spark, prefix=f"floe_stage_{self.stage.id[:12]}")
         try:
             frame = rows_frame(self.spark, source, head, since=position)
             views.bind(SOURCE, frame)
@@ -169,11 +174,20 @@ class StageRunner:
             snapshot = table.current_snapshot()
             replacing = live_data_files(table) if snapshot else []
             views.bind(self.stage.table, rows_frame(self.spark, table, snapshot.snapshot_id if snapshot else None))
-            sql = grouping.plan(bound, probe(self.spark)).run_sql(views.names[self.stage.table])
+            sql = self._group_plan(bound, table).run_sql(views.names[self.stage.table])
             out = self.spark.sql(sql)
             return write_frame(_aligned(out, columns), table, partitions=parallelism(self.spark)), replacing
         out = self.spark.sql(bound.sql(dialect=DIALECT))
         return write_frame(_aligned(out, columns), table), None
+
+
+    def _group_plan(self, bound, table: Table) -> grouping.GroupPlan:
+        """The merge plan, worked out again (two analyses by Spark) only when a schema it rests on changed."""
+        schemas = [self.catalog.table(n).metadata.current_schema_id for n in (self.stage.source, *self.query.tables)]
+        key = (bound.sql(dialect=DIALECT), tuple(schemas), table.metadata.current_schema_id)
+        if self._plan is None or self._plan[0] != key:
+            self._plan = (key, grouping.plan(bound, probe(self.spark)))
+        return self._plan[1]
 
 
 def _aligned(frame, columns: list[str]):

@@ -1,0 +1,162 @@
+"""The Stages pane: every stage's state, lineage, lag, last run, rows in and out, and errors, live."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.markup import escape
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+from appliance.control.stages import delete_stage, set_stage_paused
+from appliance.views.stages import StageView, stage_info, stages_overview
+from tui.format import count
+from tui.messages import ActionDone
+from tui.screens.confirm import ConfirmScreen
+from tui.styles import phase_text
+from tui.widgets.rows import selected_key
+from tui.workers import ReportsFailures
+
+COLUMNS = [
+    ("stage", "Stage"), ("kind", "Kind"), ("state", "State"), ("lag", "Lag rows"), ("snapshots", "Lag snaps"),
+    ("last_run", "Last run (UTC)"), ("rows_in", "Rows in"), ("rows_out", "Rows out"), ("error", "Error"),
+    ("lineage", "Lineage"),  # last: it may be long
+]
+KIND = {"append": "append", "group": "grouping"}
+
+
+@dataclass
+class StagesLoaded(Message):
+    stages: list[StageView]
+
+
+def stage_cells(s: StageView) -> dict[str, str]:
+    return {
+        "stage": s.name,
+        "kind": KIND.get(s.kind, s.kind),
+        "state": phase_text(s.phase),
+        "lag": count(s.lag_rows),
+        "snapshots": count(s.lag_snapshots),
+        "last_run": (s.last_run_at or "never")[:19].replace("T", " "),
+        "rows_in": count(s.rows_in_total),
+        "rows_out": count(s.rows_out_total),
+        "error": escape(s.last_error[:100]),
+        "lineage": escape(" → ".join(s.lineage)),
+    }
+
+
+class StagesPane(ReportsFailures, Vertical):
+    BINDINGS = [
+        Binding("n", "new", "New stage"),
+        Binding("enter,e", "edit", "Edit"),
+        Binding("p", "pause", "Pause"),
+        Binding("r", "resume", "Resume"),
+        Binding("d", "delete", "Delete"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Static("Loading stages…", id="stages-empty")
+        table = DataTable(id="stages-table", cursor_type="row", zebra_stripes=True)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+
+    def on_mount(self) -> None:
+        self.load()
+        self.set_interval(1.0, self.load)
+
+    @work(thread=True, exclusive=True, group="stages-load", exit_on_error=False)
+    def load(self) -> None:
+        self.post_message(StagesLoaded(stages_overview(self.app.settings)))
+
+    @on(StagesLoaded)
+    def show(self, message: StagesLoaded) -> None:
+        table = self.query_one(DataTable)
+        empty = self.query_one("#stages-empty", Static)
+        empty.display = not message.stages
+        empty.update("No stages yet. Press [b]n[/b] to create one: Spark SQL over the new rows of a table.")
+        seen = set()
+        for s in message.stages:
+            seen.add(s.name)
+            cells = stage_cells(s)
+            if s.name in table.rows:
+                for key, value in cells.items():
+                    if str(table.get_cell(s.name, key)) != value:  # only what changed: no flicker
+                        table.update_cell(s.name, key, value, update_width=True)
+            else:
+                table.add_row(*cells.values(), key=s.name)
+        for key in list(table.rows):
+            if key.value not in seen:
+                table.remove_row(key)
+
+    def selected(self) -> str | None:
+        return selected_key(self.query_one(DataTable))
+
+    def action_new(self) -> None:
+        from tui.screens.stage_editor import StageEditorScreen
+
+        self.app.push_screen(StageEditorScreen(), self._saved)
+
+    def action_edit(self) -> None:
+        if name := self.selected():
+            self.open_editor(name)
+
+    @on(DataTable.RowSelected)
+    def row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_edit()
+
+    @work(thread=True, group="stages-action", exit_on_error=False)
+    def open_editor(self, name: str) -> None:
+        info = stage_info(self.app.settings, name)
+        self.app.call_from_thread(self._push_editor, info)
+
+    def _push_editor(self, info) -> None:
+        from tui.screens.stage_editor import StageEditorScreen
+
+        self.app.push_screen(StageEditorScreen(info), self._saved)
+
+    def _saved(self, said: str | None) -> None:
+        if said:
+            self.notify(said)
+            self.load()
+
+    def action_pause(self) -> None:
+        if name := self.selected():
+            self.set_paused(name, True)
+
+    def action_resume(self) -> None:
+        if name := self.selected():
+            self.set_paused(name, False)
+
+    @work(thread=True, group="stages-action", exit_on_error=False)
+    def set_paused(self, name: str, paused: bool) -> None:
+        try:
+            set_stage_paused(self.app.settings, name, paused)
+            self.post_message(ActionDone(f"{'Paused' if paused else 'Resumed'} stage {name}"))
+        except Exception as exc:
+            self.post_message(ActionDone(str(exc), error=True))
+        self.load()
+
+    def action_delete(self) -> None:
+        name = self.selected()
+        if not name:
+            return
+
+        def answered(drop: bool | None) -> None:
+            if drop:
+                self.delete(name)
+
+        self.app.push_screen(ConfirmScreen(f"Delete stage {name} and drop its table?", yes="Delete"), answered)
+
+    @work(thread=True, group="stages-action", exit_on_error=False)
+    def delete(self, name: str) -> None:
+        try:
+            delete_stage(self.app.settings, name, drop_table=True)
+            self.post_message(ActionDone(f"Deleted stage {name} and its table"))
+        except Exception as exc:
+            self.post_message(ActionDone(str(exc), error=True))
+        self.load()

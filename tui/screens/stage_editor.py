@@ -1,0 +1,172 @@
+"""Creating or editing a stage: its source and table, its SQL in an editor, and a preview of the result.
+
+Checking, previewing and saving need Spark: each runs as a `floe stage` command of its own (in a
+worker; it takes a few seconds to start), so the UI never hosts a JVM. What the command says
+comes back as it would on the command line: the rows, or one line saying what is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Button, DataTable, Footer, Header, Input, Select, Static, TextArea
+
+from appliance.control.stages import Outcome, preview_apart, save_apart
+from appliance.views.stages import StageInfo
+from appliance.views.tables import table_names
+from tui.widgets.form import field, show_error
+from tui.workers import ReportsFailures
+
+HINT = ("[b]source[/b] is the source table's rows that are new since the stage last ran; other tables are "
+        "NAMESPACE.TABLE. F5 previews over a sample · Ctrl+S saves · Esc goes back")
+EXAMPLE = "select date_trunc('hour', ordered_at) as hour, count(*) as orders\nfrom source\ngroup by 1"
+
+
+@dataclass
+class TablesListed(Message):
+    names: list[str]
+
+
+@dataclass
+class CommandDone(Message):
+    action: str  # preview or save
+    outcome: Outcome
+
+
+class StageEditorScreen(ReportsFailures, Screen[str | None]):
+    BINDINGS = [
+        Binding("f5,ctrl+j", "preview", "Preview"),
+        Binding("ctrl+s", "save", "Save"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self, stage: StageInfo | None = None) -> None:
+        super().__init__()
+        self.stage = stage
+        self.busy = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        title = f"Stage {self.stage.view.name} ({self.stage.view.kind})" if self.stage else "New stage"
+        yield Static(f"[b]{title}[/b]", id="stage-title")
+        with Horizontal(classes="row"):
+            yield field("Stage name", Input(value=self.stage.view.name if self.stage else "", id="stage-name",
+                                            disabled=self.stage is not None), "stage-name")
+            yield field("Source table", Select([], prompt="Loading tables…", id="stage-source",
+                                               disabled=self.stage is not None), "stage-source")
+            yield field("Table it writes", Input(value=self.stage.view.table if self.stage else "",
+                                                 placeholder="prep.hourly", id="stage-table",
+                                                 disabled=self.stage is not None), "stage-table")
+        yield Static(HINT, id="stage-hint")
+        yield TextArea.code_editor(self.stage.sql if self.stage else EXAMPLE, language="sql", id="stage-sql")
+        with Horizontal(id="stage-actions", classes="actions"):
+            yield Button("Preview (F5)", id="stage-preview-button")
+            yield Button("Save (Ctrl+S)", id="stage-save", variant="primary")
+            yield Button("Back", id="stage-back")
+        yield Static("", id="stage-status")
+        yield DataTable(id="stage-preview", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.list_tables()
+        self.query_one("#stage-sql" if self.stage else "#stage-name").focus()
+
+    @work(thread=True, exclusive=True, group="stage-tables", exit_on_error=False)
+    def list_tables(self) -> None:
+        self.post_message(TablesListed(table_names(self.app.settings)))
+
+    @on(TablesListed)
+    def tables_listed(self, message: TablesListed) -> None:
+        source = self.query_one("#stage-source", Select)
+        source.set_options([(n, n) for n in message.names])
+        if self.stage is not None and self.stage.view.source in message.names:
+            source.value = self.stage.view.source
+        source.prompt = "Choose a table" if message.names else "No tables yet: create a stream first"
+
+    def _form(self) -> tuple[str, str, str, str] | None:
+        """(name, source, table, sql), or None with each problem shown under its field."""
+        name = self.query_one("#stage-name", Input).value.strip()
+        source = self.query_one("#stage-source", Select).value
+        table = self.query_one("#stage-table", Input).value.strip()
+        sql = self.query_one("#stage-sql", TextArea).text.strip()
+        problems = {"stage-name": "a name is required" if not name else "",
+                    "stage-source": "choose the table it reads" if source is Select.BLANK else "",
+                    "stage-table": "NAMESPACE.TABLE, e.g. prep.hourly" if table.count(".") != 1 else ""}
+        for widget, text in problems.items():
+            show_error(self, widget, text)
+        if not sql:
+            self._status("The query is empty.", error=True)
+        if any(problems.values()) or not sql:
+            return None
+        return name, str(source), table, sql
+
+    def _status(self, text: str, error: bool = False) -> None:
+        self.query_one("#stage-status", Static).update(Text(text, style="bold red" if error else ""))
+
+    def action_preview(self) -> None:
+        form = self._form()
+        if form is None or self.busy:
+            return
+        self.busy = True
+        self._status(f"Previewing over a sample of {form[1]} (Spark starts in a process of its own)…")
+        self.run_preview(form[1], form[3])
+
+    @work(thread=True, exclusive=True, group="stage-command", exit_on_error=False)
+    def run_preview(self, source: str, sql: str) -> None:
+        self.post_message(CommandDone("preview", preview_apart(self.app.settings, source, sql)))
+
+    def action_save(self) -> None:
+        form = self._form()
+        if form is None or self.busy:
+            return
+        self.busy = True
+        self._status("Checking the query and saving the stage…")
+        self.run_save(*form)
+
+    @work(thread=True, exclusive=True, group="stage-command", exit_on_error=False)
+    def run_save(self, name: str, source: str, table: str, sql: str) -> None:
+        self.post_message(CommandDone("save", save_apart(self.app.settings, name, source, sql, table,
+                                                         new=self.stage is None)))
+
+    @on(CommandDone)
+    def command_done(self, message: CommandDone) -> None:
+        self.busy = False
+        outcome = message.outcome
+        if not outcome.ok:
+            self._status(outcome.said, error=True)
+            return
+        if message.action == "save":
+            self.dismiss(outcome.said)
+            return
+        self._status(f"{outcome.said} — {len(outcome.rows)} rows of the result over the sample")
+        grid = self.query_one("#stage-preview", DataTable)
+        grid.clear(columns=True)
+        if outcome.rows:
+            columns = list(outcome.rows[0])
+            for column in columns:
+                grid.add_column(column, key=column)
+            for row in outcome.rows:
+                grid.add_row(*[Text("NULL", style="dim italic") if row.get(c) is None else Text(str(row.get(c)))
+                               for c in columns])
+
+    @on(Button.Pressed, "#stage-preview-button")
+    def preview_pressed(self) -> None:
+        self.action_preview()
+
+    @on(Button.Pressed, "#stage-save")
+    def save_pressed(self) -> None:
+        self.action_save()
+
+    @on(Button.Pressed, "#stage-back")
+    def back_pressed(self) -> None:
+        self.action_back()
+
+    def action_back(self) -> None:
+        self.dismiss(None)
