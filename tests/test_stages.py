@@ -188,3 +188,79 @@ def test_a_stage_follows_its_source_live_and_a_refused_query_creates_nothing(bro
     assert sum(r["n"] for r in rows("select n from prep.counts")) == 80  # paused: no run
     assert floe("stage", "resume", "counts").returncode == 0
     wait_for(lambda: sum(r["n"] for r in rows("select n from prep.counts")) == 90, 60, what="resumed counts")
+
+
+def test_a_grouping_stage_given_a_new_query_is_recomputed_once_not_added_to(broker, topic, spark):
+    settings = load_settings()
+    rng = random.Random(3)
+    broker.produce(topic, [order(i, rng) for i in range(120)])
+    assert floe("stream", "create", "g", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.g").returncode == 0
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    create_stage(settings, "per_status", source="ingest.g", sql="select status, count(*) as n from source "
+                 "group by status", table="prep.per_status", spark=spark)
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    equal("prep.per_status", "select status, count(*) as n from ingest.g group by status", "status, n")
+    # New columns, and one of another type: the table is rebuilt from the whole source, once.
+    update_stage(settings, "per_status", "select status, count(*) as n, max(amount) as top, "
+                 "cast(sum(amount) as string) as n2 from source group by status", spark=spark)
+    broker.produce(topic, [order(120 + i, rng) for i in range(30)])
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    equal("prep.per_status", "select status, count(*) as n, max(amount) as top, cast(sum(amount) as varchar) "
+          "as n2 from ingest.g group by status", "status, n, top, n2")
+
+
+def test_maintenance_of_the_source_alone_moves_a_stage_on_and_expiry_waits_for_a_first_run(broker, topic, spark):
+    from appliance.maintenance.expiry import stage_positions
+    from appliance.tables.snapshots import stage_position
+
+    settings = load_settings()
+    rng = random.Random(4)
+    broker.produce(topic, [order(i, rng) for i in range(40)])
+    assert floe("stream", "create", "m", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.m").returncode == 0
+    for _ in range(3):  # three commits: several small files to compact
+        Engine(settings, spark=spark).run(until_caught_up=True)
+        broker.produce(topic, [order(i, rng) for i in range(40)])
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    create_stage(settings, "copy", source="ingest.m", sql="select order_id from source", table="prep.copy",
+                 spark=spark)
+    catalog = Catalog(settings)
+    assert stage_positions(settings, catalog, "ingest.m") == frozenset({None})  # its first run is due
+    assert floe("table", "policy", "ingest.m", "--keep-snapshots", "1s", "--min-snapshots", "1").returncode == 0
+    assert floe("maintain", "ingest.m", "--expire").returncode == 0
+    assert len(catalog.table("ingest.m").metadata.snapshots) >= 3  # nothing expired before the stage ran
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    assert floe("maintain", "ingest.m", "--compact").returncode == 0
+    head = catalog.table("ingest.m").current_snapshot()
+    assert head.summary.operation.value == "replace"
+    Engine(settings, spark=spark).run(until_caught_up=True)  # no new rows: the position moves on all the same
+    assert stage_position(catalog.table("prep.copy"), load_stage_id(settings, "copy")) == head.snapshot_id
+    equal("prep.copy", "select order_id from ingest.m", "order_id")
+
+
+def load_stage_id(settings, name: str) -> str:
+    with StateStore(settings.state_db) as state:
+        return state.stage(name).id
+
+
+def test_a_stage_whose_source_was_recreated_fails_saying_what_to_do(broker, topic, spark):
+    settings = load_settings()
+    rng = random.Random(5)
+    broker.produce(topic, [order(i, rng) for i in range(20)])
+    assert floe("stream", "create", "r", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.r").returncode == 0
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    create_stage(settings, "follow", source="ingest.r", sql="select order_id from source", table="prep.follow",
+                 spark=spark)
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    refused = floe("stream", "delete", "r", "--drop-tables")
+    assert refused.returncode == 1 and "stage 'follow' reads r's tables" in refused.stderr
+    catalog = Catalog(settings)
+    schema = catalog.table("ingest.r").schema()
+    catalog.drop("ingest.r")  # recreated by another client, history and all gone
+    table = catalog.iceberg.create_table("ingest.r", schema=schema)
+    arrow = table.schema().as_arrow()
+    table.append(pa.Table.from_pylist([{name: None for name in arrow.names} | {"order_id": 1}], schema=arrow))
+    with pytest.raises(Exception, match="no longer has snapshot .* delete the stage and create it again"):
+        Engine(settings, spark=spark).run(until_caught_up=True)

@@ -58,7 +58,7 @@ def _iceberg_schema(spark, columns: list[tuple[str, str]]):
     return IcebergCatalog._convert_schema_if_needed(arrow)
 
 
-def _check_names(state: StateStore, catalog: Catalog, name: str, source: str, table: str) -> None:
+def _check_names(state: StateStore, catalog: Catalog, name: str, source: str, table: str, kind: str) -> None:
     check_stream_name(name)
     check_table_name(source)
     check_table_name(table)
@@ -76,6 +76,9 @@ def _check_names(state: StateStore, catalog: Catalog, name: str, source: str, ta
     for other in state.stages():
         if other.table == table:
             raise TableConflict(f"table {table} is written by stage {other.name!r}")
+        if other.source == table and kind == GROUP:
+            raise StageQueryRefused(f"stage {other.name!r} reads {table}: a grouping stage's rows change in place, "
+                                    "so no stage can follow its table")
         if other.table == source and other.kind == GROUP:
             raise StageQueryRefused(f"{source} is grouping stage {other.name!r}'s table, whose rows change in place: "
                                     "a stage follows tables that grow by appended rows")
@@ -104,7 +107,7 @@ def create_stage(settings: Settings, name: str, *, source: str, sql: str, table:
     query = analyse(sql)
     catalog = Catalog(settings)
     with StateStore(settings.state_db) as state:
-        _check_names(state, catalog, name, source, table)
+        _check_names(state, catalog, name, source, table, query.kind)
     with warehouse_io(settings, f"create stage {name}"), _spark(settings, spark) as session:
         columns = output_columns(session, catalog, query, catalog.table(source))
         if _rows_in(catalog, table):
@@ -140,7 +143,16 @@ def update_stage(settings: Settings, name: str, sql: str, spark=None) -> Created
                                 "delete the stage and create it again")
     with warehouse_io(settings, f"update stage {name}"), _spark(settings, spark) as session:
         columns = output_columns(session, catalog, query, catalog.table(stage.source))
-        _widen(settings, catalog, stage.table, _iceberg_schema(session, columns))
+        schema = _iceberg_schema(session, columns)
+        try:
+            _widen(settings, catalog, stage.table, schema)
+        except StageQueryRefused:
+            if stage.kind != GROUP:
+                raise
+            # A grouping stage's next run rebuilds its table from the whole source: columns of
+            # another type are no obstacle, the table is made anew with the query's columns.
+            catalog.drop(stage.table)
+            catalog.ensure_table(stage.table, schema)
     fields: dict = {"sql": sql}
     if stage.kind == GROUP:
         fields["id"] = StateStore.new_id()  # a fresh position: the next run starts over, from every row

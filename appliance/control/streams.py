@@ -200,6 +200,12 @@ def _check_free(state: StateStore, request: StreamRequest) -> None:
     others = state.streams()
     if any(other.name == request.name for other in others):
         raise StreamExists(f"stream {request.name!r} already exists")
+    for stage in state.stages():
+        if stage.table in tables:
+            raise TableConflict(f"table {stage.table} is written by stage {stage.name!r}")
+        if stage.name == request.name:
+            raise StreamExists(f"a stage is named {request.name!r}: streams and stages share their names' events; "
+                               "choose another")
     for other in others:
         if tables & {other.table, other.dead_letter_table}:
             raise TableConflict(f"table {request.table} or {request.dead_letter_table} is already written by "
@@ -281,6 +287,9 @@ def update_stream(settings: Settings, name: str, schema_evolution: str | None = 
 def delete_stream(settings: Settings, name: str, drop_tables: bool = False) -> StreamDef:
     with StateStore(settings.state_db) as state:
         stream = state.stream(name)
+        readers = [s.name for s in state.stages() if s.source in (stream.table, stream.dead_letter_table)]
+        if drop_tables and readers:
+            raise TableConflict(f"stage {readers[0]!r} reads {name}'s tables: delete it first, or keep the tables")
         state.remove_stream(name)
         state.add_event(EventKind.STREAM_DELETED, "deleted" + (" with its tables" if drop_tables else ""), name)
     if drop_tables:

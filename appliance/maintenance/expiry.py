@@ -41,16 +41,14 @@ class ExpiryResult:
     failures: list[str] = field(default_factory=list)
 
 
-def stage_positions(settings: Settings, catalog: Catalog, name: str) -> frozenset[int]:
-    """The snapshots of table `name` that the stages reading it have read up to."""
+def stage_positions(settings: Settings, catalog: Catalog, name: str) -> frozenset[int | None]:
+    """The snapshots of table `name` that the stages reading it have read up to; None for a stage that
+    has read none yet (its first run reads whatever the table is then: nothing may go meanwhile)."""
     with StateStore(settings.state_db) as state:
         readers = [s for s in state.stages() if s.source == name]
-    found = set()
+    found: set[int | None] = set()
     for stage in readers:
-        if catalog.exists(stage.table):
-            position = stage_position(catalog.table(stage.table), stage.id)
-            if position is not None:
-                found.add(position)
+        found.add(stage_position(catalog.table(stage.table), stage.id) if catalog.exists(stage.table) else None)
     return frozenset(found)
 
 
@@ -59,6 +57,8 @@ def plan_expiry(table: Table, policy: Policy, now_ms: int | None = None,
     """`stages`: the snapshots stages reading the table have read up to (`stage_positions`)."""
     meta = table.metadata
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    if None in stages:  # a stage's first run is due: every snapshot stays until it has read one
+        return ExpiryPlan(snapshots=len(meta.snapshots))
     keep = set(offsets_snapshot_chain(meta))
     for position in stages:
         keep |= set(lineage_since(meta, position))

@@ -23,7 +23,7 @@ from typing import Callable
 from sqlglot import exp
 
 from appliance.core.errors import StageQueryRefused
-from appliance.stages.sql import DIALECT
+from appliance.stages.sql import DIALECT, is_aggregate
 
 HIDDEN = "_floe_"  # the prefix of the columns a grouping stage keeps for itself
 MERGE = "_floe_m_"  # the prefix of the merge's own columns (keys k0.., states s0..)
@@ -42,12 +42,16 @@ def _cast(node: exp.Expression, type_sql: str) -> exp.Expression:
     return exp.Cast(this=node, to=exp.DataType.build(type_sql, dialect=DIALECT))
 
 
-def _unqualified(node: exp.Expression) -> exp.Expression:
-    """`node` without table qualifiers on its columns: `s.region` and `region` are one key."""
-    bare = node.copy()
-    for column in bare.find_all(exp.Column):
-        column.set("table", None)
-    return bare
+def _matches(node: exp.Expression, key: exp.Expression, keys: tuple[exp.Expression, ...]) -> bool:
+    """Whether `node` is the key `key`: the same expression, or the same column written with and
+    without its table (`s.region`, `region`) when no other key is a column of that name."""
+    if node == key:
+        return True
+    if not (isinstance(node, exp.Column) and isinstance(key, exp.Column) and node.name == key.name):
+        return False
+    if node.table and key.table:
+        return False  # `s.k` and `r.k` are two columns
+    return sum(isinstance(k, exp.Column) and k.name == key.name for k in keys) == 1
 
 
 @dataclass(frozen=True)
@@ -142,17 +146,14 @@ class GroupPlan:
 
     def _final(self, item: exp.Expression, name: str) -> exp.Expression:
         """A select item in terms of the merged keys and states, cast to the query's type for it."""
-        bare = [_unqualified(k) for k in self.keys]
-
         def rewrite(node: exp.Expression) -> exp.Expression:
             # Top-down, and never into what it replaced: an aggregate goes whole (its argument is a
             # source column, whatever the keys are), and the largest key expression wins.
-            if isinstance(node, exp.AggFunc):
+            if isinstance(node, exp.AggFunc):  # only mergeable ones get here (`stages.sql`)
                 return next(self._finished(a) for a in self.aggregates if a.node == node)
             if not isinstance(node, exp.Literal):
-                unqualified = _unqualified(node)
-                for i, key in enumerate(bare):
-                    if unqualified == key:
+                for i, key in enumerate(self.keys):
+                    if _matches(node, key, self.keys):
                         return _col(f"{MERGE}k{i}")
             return node
 
@@ -173,21 +174,25 @@ class GroupPlan:
                                     true=_cast(exp.Null(), typed))], default=_cast(quotient, typed))
 
 
-def _resolve_keys(select: exp.Select) -> list[exp.Expression]:
-    """The GROUP BY expressions, ordinals and select aliases resolved (SELECT DISTINCT: every item)."""
+def _resolve_keys(select: exp.Select, inputs: set[str]) -> list[exp.Expression]:
+    """The GROUP BY expressions, ordinals and select aliases resolved as Spark resolves them (a name
+    is an input column before it is a select alias; SELECT DISTINCT and GROUP BY ALL: the items that
+    aggregate nothing)."""
     items = select.expressions
-    if select.args.get("distinct") and not select.args.get("group"):
-        return [i.this if isinstance(i, exp.Alias) else i for i in items]
+    group = select.args.get("group")
+    if (select.args.get("distinct") and not group) or (group and group.args.get("all")):
+        return [i.this if isinstance(i, exp.Alias) else i for i in items
+                if not any(isinstance(n, exp.AggFunc) or is_aggregate(n) for n in i.walk())]
     aliases = {i.alias: i.this for i in items if isinstance(i, exp.Alias)}
     keys = []
-    for key in (select.args.get("group").expressions if select.args.get("group") else []):
+    for key in (group.expressions if group else []):
         if isinstance(key, exp.Literal) and key.is_int:
             position = int(key.name)
             if not 1 <= position <= len(items):
                 raise StageQueryRefused(f"the stage's query groups by position {position}, which it does not have")
             item = items[position - 1]
             keys.append(item.this if isinstance(item, exp.Alias) else item)
-        elif isinstance(key, exp.Column) and not key.table and key.name in aliases:
+        elif isinstance(key, exp.Column) and not key.table and key.name in aliases and key.name.lower() not in inputs:
             keys.append(aliases[key.name])
         else:
             keys.append(key)
@@ -197,7 +202,11 @@ def _resolve_keys(select: exp.Select) -> list[exp.Expression]:
 def plan(select: exp.Select, probe: Probe) -> GroupPlan:
     """The merge plan of a grouping query (`select`, its tables already bound to views); `probe`
     tells what Spark makes of a SELECT (names and types), for exact final types."""
-    keys = _resolve_keys(select)
+    every = select.copy()
+    for arg in ("group", "distinct", "having"):
+        every.set(arg, None)
+    every.set("expressions", [exp.Star()])
+    keys = _resolve_keys(select, {name.lower() for name, _ in probe(_sql(every))})
     found: list[exp.AggFunc] = []
     for item in select.expressions:
         for node in item.find_all(exp.AggFunc):
@@ -219,13 +228,12 @@ def plan(select: exp.Select, probe: Probe) -> GroupPlan:
     probing.set("expressions", [*probing.expressions, *originals])
     types = dict(probe(_sql(probing)))
     types.update(dict(outputs))
-    bare_items = [(_unqualified(i.this if isinstance(i, exp.Alias) else i), name)
-                  for i, (name, _) in zip(select.expressions, outputs)]
-    key_columns = tuple(next((n for item, n in bare_items if item == _unqualified(k)), f"{HIDDEN}key_{i}")
+    items = [(i.this if isinstance(i, exp.Alias) else i, name) for i, (name, _) in zip(select.expressions, outputs)]
+    key_columns = tuple(next((n for item, n in items if _matches(item, k, tuple(keys))), f"{HIDDEN}key_{i}")
                         for i, k in enumerate(keys))
     state_columns: dict[str, str] = {}
     for j, agg in enumerate(aggregates):
-        reused = next((n for item, n in bare_items if item == _unqualified(agg.node)), None) \
+        reused = next((n for item, n in items if item == agg.node), None) \
             if agg.kind in ("count", "sum", "min", "max") else None
         for state in agg.states:
             state_columns[state] = reused or f"{HIDDEN}state_{j}{state[len(f'{MERGE}s{j}'):]}"

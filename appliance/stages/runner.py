@@ -28,7 +28,7 @@ from appliance.stages.sql import DIALECT, StageQuery, analyse
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_stage
 from appliance.tables.datafiles import live_data_files
-from appliance.tables.snapshots import appended_since, stage_position
+from appliance.tables.snapshots import appended_since, lineage_since, stage_position
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Views:
 
     def bind(self, name: str, frame) -> str:
         prefix = self.prefix or f"floe_view_{next(_VIEWS)}"
-        view = f"{prefix}_{re.sub(r'[^a-z0-9]+', '_', name.lower())}"
+        view = f"{prefix}_{len(self.names)}_{re.sub(r'[^a-z0-9]+', '_', name.lower())}"
         frame.createOrReplaceTempView(view)
         self.names[name] = view
         return view
@@ -127,7 +127,7 @@ class StageRunner:
         self._plan: tuple[tuple, grouping.GroupPlan] | None = None  # kept while the tables' schemas are
 
     def pending(self) -> tuple[Table, Table, int | None, int] | None:
-        """(source, table, position, head) when the source has appended rows the stage has not read."""
+        """(source, table, position, head) when the source has moved on from the stage's position."""
         source = self.catalog.table(self.stage.source)
         head = source.current_snapshot()
         if head is None:
@@ -136,8 +136,10 @@ class StageRunner:
         position = stage_position(table, self.stage.id)
         if position == head.snapshot_id:
             return None
-        if position is not None and appended_since(source.metadata, position)[0] == 0:
-            return None  # only compactions, retention or schema changes since: no new rows
+        if position is not None and not lineage_since(source.metadata, position):
+            raise StageFailed(f"stage {self.stage.name}: table {self.stage.source} no longer has snapshot {position}, "
+                              "which the stage has read up to (the table was recreated or rolled back), so it "
+                              "cannot tell which rows are new: delete the stage and create it again")
         return source, table, position, head.snapshot_id
 
     def run(self) -> RunResult | None:
@@ -147,6 +149,11 @@ class StageRunner:
             return None
         source, table, position, head = found
         started = time.monotonic()
+        if position is not None and appended_since(source.metadata, position)[0] == 0:
+            # Only compactions, retention or schema changes since: no new rows, but the position moves
+            # on, so that expiry need not keep those snapshots for the stage.
+            commit_stage(self.settings, table, [], self.stage.id, self.stage.source, position, head)
+            return RunResult(position, head, 0, 0, time.monotonic() - started)
         context = self.spark.sparkContext
         context.setLocalProperty("spark.scheduler.pool", "stages")
         context.setJobGroup(JOB_GROUP, f"floe stage {self.stage.name}", interruptOnCancel=True)
@@ -156,7 +163,7 @@ class StageRunner:
             views.bind(SOURCE, frame)
             bind_tables(views, self.spark, self.catalog, self.query)
             rows_in = _rows_planned(source, head, position)
-            files, replacing = self._output(views, table)
+            files, replacing = self._output(views, table, fresh=position is None)
         except spark_errors() as exc:
             raise StageFailed(f"stage {self.stage.name}: {views.described(exc)}") from None
         finally:
@@ -166,14 +173,16 @@ class StageRunner:
         commit_stage(self.settings, table, files, self.stage.id, self.stage.source, position, head, replacing)
         return RunResult(position, head, rows_in, sum(f.record_count for f in files), time.monotonic() - started)
 
-    def _output(self, views: Views, table: Table):
-        """The run's data files, and (grouping) the table's files they replace."""
+    def _output(self, views: Views, table: Table, fresh: bool):
+        """The run's data files, and (grouping) the table's files they replace. `fresh`: the run reads
+        the whole source (a new stage, or one whose query changed): it starts from no groups at all."""
         bound = self.query.bound(views.names)
         columns = [f.name for f in table.schema().fields]
         if self.query.kind == GROUP:
             snapshot = table.current_snapshot()
             replacing = live_data_files(table) if snapshot else []
-            views.bind(self.stage.table, rows_frame(self.spark, table, snapshot.snapshot_id if snapshot else None))
+            kept = None if fresh or snapshot is None else snapshot.snapshot_id
+            views.bind(self.stage.table, rows_frame(self.spark, table, kept))
             sql = self._group_plan(bound, table).run_sql(views.names[self.stage.table])
             out = self.spark.sql(sql)
             return write_frame(_aligned(out, columns), table, partitions=parallelism(self.spark)), replacing

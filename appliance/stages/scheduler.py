@@ -60,6 +60,7 @@ class StageScheduler(threading.Thread):
         self._runners: dict[str, tuple[tuple, StageRunner]] = {}
         self._failing: dict[str, _Failing] = {}
         self._shown: dict[str, dict] = {}
+        self._looked: dict[str, tuple] = {}  # each stage's definition and source as last run up to date
 
     def run(self) -> None:
         with StateStore(self.settings.state_db, durable=False) as state:
@@ -84,10 +85,23 @@ class StageScheduler(threading.Thread):
             if failing is not None and time.monotonic() < failing.retry_at:
                 errors.append(f"{stage.name}: {failing.message}")
                 continue
+            # An idle stage costs one catalog query a look: nothing more until its source commits.
+            looked = (stage.id, stage.sql, stage.updated_at, self._location(stage.source))
+            if failing is None and looked[-1] is not None and self._looked.get(stage.name) == looked:
+                continue
             error = self._run(state, stage)[1]
             if error:
                 errors.append(f"{stage.name}: {error}")
+            else:
+                self._looked[stage.name] = looked
         return errors
+
+    def _location(self, table: str) -> str | None:
+        """Where the table's current metadata is: it moves with every commit."""
+        try:
+            return self.catalog.iceberg.location(tuple(table.split(".")))
+        except Exception:  # noqa: BLE001 - a table gone or the catalog busy: the run says what is wrong
+            return None
 
     def catch_up(self, state: StateStore) -> list[str]:
         """Bring every active stage up to date with its source (upstream first); their errors."""

@@ -23,6 +23,17 @@ from appliance.model.stage import APPEND, GROUP, SOURCE
 
 DIALECT = "spark"
 MERGEABLE = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)  # aggregates `stages.grouping` can merge
+# Spark's aggregate functions that sqlglot reads as plain functions: an aggregate all the same.
+AGGREGATE_NAMES = {
+    "try_sum", "try_avg", "every", "some", "any", "bool_and", "bool_or", "std", "stddev", "stddev_pop",
+    "stddev_samp", "variance", "var_pop", "var_samp", "product", "hll_sketch_agg", "hll_union_agg",
+    "histogram_numeric", "count_min_sketch", "percentile", "percentile_approx", "approx_percentile",
+    "percentile_cont", "percentile_disc", "collect_list", "collect_set", "array_agg", "first", "first_value",
+    "last", "last_value", "max_by", "min_by", "mode", "median", "kurtosis", "skewness", "covar_pop",
+    "covar_samp", "corr", "regr_avgx", "regr_avgy", "regr_count", "regr_intercept", "regr_r2", "regr_slope",
+    "regr_sxx", "regr_sxy", "regr_syy", "bit_and", "bit_or", "bit_xor", "count_if", "approx_count_distinct",
+    "listagg", "string_agg", "any_value", "grouping", "grouping_id",
+}
 NON_DETERMINISTIC = {
     "rand", "randn", "random", "uniform", "randstr", "uuid", "shuffle", "now", "current_timestamp",
     "current_date", "current_time", "localtimestamp", "current_timezone", "monotonically_increasing_id",
@@ -43,13 +54,21 @@ class StageQuery:
     def bound(self, views: dict[str, str]) -> exp.Expression:
         """The query with `source` and its tables read from the views `views` names (by `source`
         and NAMESPACE.TABLE); each keeps the name its columns are qualified with."""
-        def rename(node: exp.Expression) -> exp.Expression:
-            if isinstance(node, exp.Table) and _table_name(node) in views:
-                alias = node.alias or node.name
-                return exp.Table(this=exp.to_identifier(views[_table_name(node)]),
-                                 alias=exp.TableAlias(this=exp.to_identifier(alias)))
-            return node
-        return self.tree.copy().transform(rename)
+        tree = self.tree.copy()
+        ctes = _ctes(tree)
+        for table in list(tree.find_all(exp.Table)):
+            name = _table_name(table)
+            if name in ctes and not table.db:
+                continue
+            view = views.get(SOURCE if name.lower() == SOURCE else name)
+            if view is None:
+                continue
+            if not table.alias:  # its columns may be qualified with its name: keep that name
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+            table.set("this", exp.to_identifier(view))
+            table.set("db", None)
+            table.set("catalog", None)
+        return tree
 
 
 def _refuse(why: str) -> StageQueryRefused:
@@ -58,6 +77,35 @@ def _refuse(why: str) -> StageQueryRefused:
 
 def _table_name(table: exp.Table) -> str:
     return f"{table.db}.{table.name}" if table.db else table.name
+
+
+def _is_source(table: exp.Table, ctes: dict[str, exp.Expression]) -> bool:
+    return not table.db and table.name.lower() == SOURCE and SOURCE not in {c.lower() for c in ctes}
+
+
+def _ctes(tree: exp.Expression) -> dict[str, exp.Expression]:
+    return {cte.alias_or_name: cte.this for cte in tree.find_all(exp.CTE)}
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    """An aggregate function, whether sqlglot knows it as one or not."""
+    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous) and node.name.lower() in AGGREGATE_NAMES)
+
+
+def own_aggregates(select: exp.Select) -> list[exp.Expression]:
+    """The aggregates a SELECT computes itself (not those of the subqueries in it)."""
+    found = []
+    for item in select.expressions:
+        stack = [item]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (exp.Select, exp.Subquery)):
+                continue
+            if is_aggregate(node):
+                found.append(node)
+                continue
+            stack.extend(node.iter_expressions())
+    return found
 
 
 def _function_name(node: exp.Func) -> str:
@@ -86,25 +134,48 @@ def parse(sql: str) -> exp.Select | exp.Union:
 def analyse(sql: str) -> StageQuery:
     """The stage's query checked and classified; StageQueryRefused says why one cannot be a stage."""
     tree = parse(sql)
-    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    ctes = _ctes(tree)
     _check_functions(tree)
     _check_shapes(tree)
-    sources, tables = [], []
+    tables = []
     for table in tree.find_all(exp.Table):
         name = _table_name(table)
-        if name == SOURCE or (not table.db and name in ctes):
-            if name == SOURCE:
-                sources.append(table)
+        if _is_source(table, ctes) or (not table.db and name in ctes):
             continue
         if not table.db or table.catalog:
             raise _refuse(f"reads {table.sql(dialect=DIALECT)}: a stage reads `source` and catalog tables "
                           "as NAMESPACE.TABLE")
+        if table.args.get("version"):
+            raise _refuse(f"reads {name} as of another version: a stage reads tables as they are at each run")
         tables.append(name)
-    if not sources:
+    if not _source_uses(tree, ctes):
         raise _refuse("does not read `source` (the rows appended to the source table since the last run)")
-    _check_source_reads(tree, sources)
+    _check_source_reads(tree, ctes)
     kind = _kind(tree)
     return StageQuery(sql, tree, kind, tuple(dict.fromkeys(tables)))
+
+
+def _source_uses(node: exp.Expression, ctes: dict[str, exp.Expression], depth: int = 0) -> int:
+    """How many times `node` reads `source`, directly or through the CTEs it uses (each use counted)."""
+    if depth > len(ctes):
+        return 0
+    uses = 0
+    for table in node.find_all(exp.Table):
+        if any(isinstance(a, exp.CTE) for a in _ancestors(table, node)):
+            continue  # inside a CTE's definition: counted where the CTE is used
+        if _is_source(table, ctes):
+            uses += 1
+        elif not table.db and table.name in ctes:
+            uses += _source_uses(ctes[table.name], ctes, depth + 1)
+    return uses
+
+
+def _ancestors(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
+    found, parent = [], node.parent
+    while parent is not None and parent is not top:
+        found.append(parent)
+        parent = parent.parent
+    return found
 
 
 def _check_functions(tree: exp.Expression) -> None:
@@ -126,6 +197,15 @@ def _check_shapes(tree: exp.Expression) -> None:
     if tree.find(exp.Having):
         raise _refuse("uses HAVING, which filters groups on totals that change run by run: filter the "
                       "stage's table in your queries instead")
+    if tree.find(exp.Filter):
+        raise _refuse("uses an aggregate's FILTER (WHERE ...): write the condition inside it, as "
+                      "sum(CASE WHEN ... THEN x END)")
+    if tree.find(exp.Rollup, exp.Cube, exp.GroupingSets):
+        raise _refuse("groups by ROLLUP, CUBE or GROUPING SETS: make a stage per grouping")
+    if tree.find(exp.Pivot):
+        pivot = tree.find(exp.Pivot)
+        if not pivot.args.get("unpivot"):
+            raise _refuse("uses PIVOT, which aggregates across runs: group in a grouping stage instead")
     for operation in tree.find_all(exp.SetOperation):
         if not isinstance(operation, exp.Union) or operation.args.get("distinct"):
             what = "UNION without ALL" if isinstance(operation, exp.Union) else operation.key.upper()
@@ -139,26 +219,27 @@ def branches(tree: exp.Expression) -> list[exp.Expression]:
     return [tree]
 
 
-def _reads_source(node: exp.Expression | None, ctes: dict[str, exp.Expression]) -> bool:
-    if node is None:
+def _reads_source(node: exp.Expression | None, ctes: dict[str, exp.Expression], depth: int = 0) -> bool:
+    """Whether `node` reads `source`, directly or through CTEs, however deep."""
+    if node is None or depth > len(ctes):
         return False
     for table in node.find_all(exp.Table):
-        name = _table_name(table)
-        if name == SOURCE or (name in ctes and _reads_source(ctes[name], {})):
+        if _is_source(table, ctes):
+            return True
+        if not table.db and table.name in ctes and _reads_source(ctes[table.name], ctes, depth + 1):
             return True
     return False
 
 
-def _check_source_reads(tree: exp.Expression, sources: list[exp.Table]) -> None:
+def _check_source_reads(tree: exp.Expression, ctes: dict[str, exp.Expression]) -> None:
     """`source` read once per UNION ALL branch, from a FROM or the preserved side of a join, never
     in a subquery that aggregates, deduplicates or is a predicate."""
-    ctes = {cte.alias_or_name: cte.this for cte in tree.find_all(exp.CTE)}
     parts = branches(tree)
     for branch in parts:
-        reads = len([t for t in branch.find_all(exp.Table) if _table_name(t) == SOURCE])
+        reads = _source_uses(branch, ctes)
         if reads > 1:
             raise _refuse("reads `source` more than once; rows of one run would meet only rows of the same run")
-        if not reads and not _reads_source(branch, ctes):
+        if not reads:
             raise _refuse("has a UNION ALL branch that does not read `source`: each run would append its rows "
                           "again")
     for select in tree.find_all(exp.Select):
@@ -181,8 +262,7 @@ def _check_source_reads(tree: exp.Expression, sources: list[exp.Table]) -> None:
 
 
 def _groups(select: exp.Select) -> bool:
-    aggregates = [a for e in select.expressions for a in e.find_all(exp.AggFunc)]
-    return bool(select.args.get("group") or select.args.get("distinct") or aggregates)
+    return bool(select.args.get("group") or select.args.get("distinct") or own_aggregates(select))
 
 
 def _kind(tree: exp.Select | exp.Union) -> str:
@@ -192,14 +272,12 @@ def _kind(tree: exp.Select | exp.Union) -> str:
         return APPEND
     if not _groups(tree):
         return APPEND
-    for select_item in tree.expressions:
-        for aggregate in select_item.find_all(exp.AggFunc):
-            if not isinstance(aggregate, MERGEABLE):
-                raise _refuse(f"uses {_function_name(aggregate).upper()}(), which cannot be merged run by run "
-                              "(a grouping stage has count, sum, min, max, avg and count(DISTINCT ...))")
-            if isinstance(aggregate.this, exp.Distinct) and isinstance(aggregate, (exp.Sum, exp.Avg)):
-                raise _refuse(f"uses {_function_name(aggregate).upper()}(DISTINCT ...), which cannot be merged run "
-                              "by run")
-            if isinstance(aggregate.this, exp.Distinct) and len(aggregate.this.expressions) > 1:
-                raise _refuse("counts DISTINCT over several columns: count one column (or a struct of them)")
+    for aggregate in own_aggregates(tree):
+        if not isinstance(aggregate, MERGEABLE):
+            raise _refuse(f"uses {_function_name(aggregate).upper()}(), which cannot be merged run by run "
+                          "(a grouping stage has count, sum, min, max, avg and count(DISTINCT ...))")
+        if isinstance(aggregate.this, exp.Distinct) and isinstance(aggregate, (exp.Sum, exp.Avg)):
+            raise _refuse(f"uses {_function_name(aggregate).upper()}(DISTINCT ...), which cannot be merged run by run")
+        if isinstance(aggregate.this, exp.Distinct) and len(aggregate.this.expressions) > 1:
+            raise _refuse("counts DISTINCT over several columns: count one column (or a struct of them)")
     return GROUP
