@@ -73,6 +73,19 @@ STAGES = {
 }
 
 
+def orders_stream(broker, topic: str, name: str, n: int, rng: random.Random) -> None:
+    """`n` orders on `topic`, and stream `name` reading them into ingest.NAME (created, not yet run)."""
+    broker.produce(topic, [order(i, rng) for i in range(n)])
+    created = floe("stream", "create", name, "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
+                   f"ingest.{name}")
+    assert created.returncode == 0, created.stderr
+
+
+def caught_up(spark) -> None:
+    """Every stream and stage up to date, on the tests' SparkSession."""
+    Engine(load_settings(), spark=spark).run(until_caught_up=True)
+
+
 def reference_table(settings) -> None:
     """A table made by another Iceberg client, which stages join for enrichment."""
     catalog = Catalog(settings)
@@ -140,10 +153,8 @@ def test_a_failing_stage_commits_nothing_and_goes_on_from_its_last_point_once_it
         broker, topic, spark):
     settings = load_settings()
     rng = random.Random(1)
-    broker.produce(topic, [order(i, rng) for i in range(200)])
-    assert floe("stream", "create", "o", "--bootstrap", broker.bootstrap, "--topic", topic,
-                "--table", "ingest.o").returncode == 0
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    orders_stream(broker, topic, "o", 200, rng)
+    caught_up(spark)
     create_stage(settings, "tips", source="ingest.o", sql="select order_id, amount / (store_id - store_id) as odd "
                  "from source where coupon is not null", table="prep.tips", spark=spark)
     with pytest.raises(Exception, match="stage tips: .*DIVIDE_BY_ZERO"):
@@ -154,7 +165,7 @@ def test_a_failing_stage_commits_nothing_and_goes_on_from_its_last_point_once_it
         assert [e.kind for e in state.events("tips")].count("stage_failed") == 1
     broker.produce(topic, [order(200 + i, rng) for i in range(100)])
     update_stage(settings, "tips", "select order_id, amount as odd from source where coupon is not null", spark=spark)
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    caught_up(spark)
     equal("prep.tips", "select order_id, amount as odd from ingest.o where coupon is not null", "order_id, odd")
     with StateStore(settings.state_db) as state:
         kinds = [e.kind for e in state.events("tips")]
@@ -164,9 +175,7 @@ def test_a_failing_stage_commits_nothing_and_goes_on_from_its_last_point_once_it
 def test_a_stage_follows_its_source_live_and_a_refused_query_creates_nothing(broker, topic, running_engine):
     settings = load_settings()
     rng = random.Random(2)
-    broker.produce(topic, [order(i, rng) for i in range(50)])
-    assert floe("stream", "create", "live", "--bootstrap", broker.bootstrap, "--topic", topic,
-                "--table", "ingest.live").returncode == 0
+    orders_stream(broker, topic, "live", 50, rng)
     refused = floe("stage", "create", "ordered", "--from", "ingest.live", "--sql",
                    "select * from source order by amount", "--table", "prep.ordered")
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1
@@ -193,19 +202,17 @@ def test_a_stage_follows_its_source_live_and_a_refused_query_creates_nothing(bro
 def test_a_grouping_stage_given_a_new_query_is_recomputed_once_not_added_to(broker, topic, spark):
     settings = load_settings()
     rng = random.Random(3)
-    broker.produce(topic, [order(i, rng) for i in range(120)])
-    assert floe("stream", "create", "g", "--bootstrap", broker.bootstrap, "--topic", topic,
-                "--table", "ingest.g").returncode == 0
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    orders_stream(broker, topic, "g", 120, rng)
+    caught_up(spark)
     create_stage(settings, "per_status", source="ingest.g", sql="select status, count(*) as n from source "
                  "group by status", table="prep.per_status", spark=spark)
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    caught_up(spark)
     equal("prep.per_status", "select status, count(*) as n from ingest.g group by status", "status, n")
     # New columns, and one of another type: the table is rebuilt from the whole source, once.
     update_stage(settings, "per_status", "select status, count(*) as n, max(amount) as top, "
                  "cast(sum(amount) as string) as n2 from source group by status", spark=spark)
     broker.produce(topic, [order(120 + i, rng) for i in range(30)])
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    caught_up(spark)
     equal("prep.per_status", "select status, count(*) as n, max(amount) as top, cast(sum(amount) as varchar) "
           "as n2 from ingest.g group by status", "status, n, top, n2")
 
@@ -216,13 +223,11 @@ def test_maintenance_of_the_source_alone_moves_a_stage_on_and_expiry_waits_for_a
 
     settings = load_settings()
     rng = random.Random(4)
-    broker.produce(topic, [order(i, rng) for i in range(40)])
-    assert floe("stream", "create", "m", "--bootstrap", broker.bootstrap, "--topic", topic,
-                "--table", "ingest.m").returncode == 0
+    orders_stream(broker, topic, "m", 40, rng)
     for _ in range(3):  # three commits: several small files to compact
-        Engine(settings, spark=spark).run(until_caught_up=True)
+        caught_up(spark)
         broker.produce(topic, [order(i, rng) for i in range(40)])
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    caught_up(spark)
     create_stage(settings, "copy", source="ingest.m", sql="select order_id from source", table="prep.copy",
                  spark=spark)
     catalog = Catalog(settings)
@@ -230,7 +235,7 @@ def test_maintenance_of_the_source_alone_moves_a_stage_on_and_expiry_waits_for_a
     assert floe("table", "policy", "ingest.m", "--keep-snapshots", "1s", "--min-snapshots", "1").returncode == 0
     assert floe("maintain", "ingest.m", "--expire").returncode == 0
     assert len(catalog.table("ingest.m").metadata.snapshots) >= 3  # nothing expired before the stage ran
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    caught_up(spark)
     assert floe("maintain", "ingest.m", "--compact").returncode == 0
     head = catalog.table("ingest.m").current_snapshot()
     assert head.summary.operation.value == "replace"
@@ -247,13 +252,11 @@ def load_stage_id(settings, name: str) -> str:
 def test_a_stage_whose_source_was_recreated_fails_saying_what_to_do(broker, topic, spark):
     settings = load_settings()
     rng = random.Random(5)
-    broker.produce(topic, [order(i, rng) for i in range(20)])
-    assert floe("stream", "create", "r", "--bootstrap", broker.bootstrap, "--topic", topic,
-                "--table", "ingest.r").returncode == 0
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    orders_stream(broker, topic, "r", 20, rng)
+    caught_up(spark)
     create_stage(settings, "follow", source="ingest.r", sql="select order_id from source", table="prep.follow",
                  spark=spark)
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    caught_up(spark)
     refused = floe("stream", "delete", "r", "--drop-tables")
     assert refused.returncode == 1 and "stage 'follow' reads r's tables" in refused.stderr
     catalog = Catalog(settings)
@@ -263,4 +266,4 @@ def test_a_stage_whose_source_was_recreated_fails_saying_what_to_do(broker, topi
     arrow = table.schema().as_arrow()
     table.append(pa.Table.from_pylist([{name: None for name in arrow.names} | {"order_id": 1}], schema=arrow))
     with pytest.raises(Exception, match="no longer has snapshot .* delete the stage and create it again"):
-        Engine(settings, spark=spark).run(until_caught_up=True)
+        caught_up(spark)
