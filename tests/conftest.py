@@ -139,8 +139,8 @@ def running_engine(spark):
 
     engines = []
 
-    def start():
-        engine = Engine(load_settings(), spark=spark)
+    def start(**kwargs):
+        engine = Engine(load_settings(), spark=spark, **kwargs)
         thread = threading.Thread(target=engine.run, daemon=True)
         thread.start()
         engines.append((engine, thread))

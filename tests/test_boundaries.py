@@ -24,15 +24,16 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"core", "config"},
     "model": {"core", "kafka"},
     "tables": {"core", "config", "model"},
-    "state": {"core", "kafka", "model"},
+    "state": {"core", "config", "kafka", "model"},
     "query": {"core", "config", "tables"},
     "maintenance": {"core", "config", "model", "spark", "tables", "state"},
     "stages": {"core", "config", "model", "spark", "tables", "state"},
-    "ingest": _BELOW_INGEST | {"maintenance", "stages"},
+    "observe": {"core", "config", "kafka", "model", "tables", "state"},
+    "ingest": _BELOW_INGEST | {"maintenance", "stages", "observe"},
     "views": {"core", "config", "model", "tables", "state", "query", "maintenance"},
-    "control": {"core", "config", "kafka", "model", "tables", "state", "views", "spark", "stages"},
+    "control": {"core", "config", "kafka", "model", "tables", "state", "views", "spark", "stages", "observe"},
     "demo": {"core", "config", "kafka", "state", "ingest", "control"},
-    "cli": _BELOW_INGEST | {"ingest", "maintenance", "stages", "query", "views", "control", "demo", "cli"},
+    "cli": _BELOW_INGEST | {"ingest", "maintenance", "stages", "observe", "query", "views", "control", "demo", "cli"},
 }
 # The UI reaches the engine through its operations and read models only, and the plain data
 # they hand over: typed state records and Kafka connection settings.

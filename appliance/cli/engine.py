@@ -14,7 +14,10 @@ from appliance.core.errors import FloeError
 @cli.command()
 @click.option("--until-caught-up", is_flag=True, help="Ingest what the topics hold now, then exit.")
 @click.option("--spark-master", default=None, help="Override spark.master (local[*], spark://host:port).")
-def run(until_caught_up: bool, spark_master: str | None) -> None:
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port; "
+                   "[observe] metrics_port in floe.toml).")
+def run(until_caught_up: bool, spark_master: str | None, metrics_port: int | None) -> None:
     """Run every active stream until SIGINT/SIGTERM."""
     from dataclasses import replace
 
@@ -26,11 +29,13 @@ def run(until_caught_up: bool, spark_master: str | None) -> None:
     check_java()  # before saying "starting": a machine without Java gets one line
     if spark_master:
         loaded = replace(loaded, spark_master=spark_master_or_error(spark_master, "--spark-master"))
-    engine = Engine(loaded)
+    engine = Engine(loaded, metrics_port=metrics_port)
     stop = threading.Event()
     install_stop(stop)
     threading.Thread(target=lambda: (stop.wait(), engine.stop()), daemon=True).start()
     err(f"floe engine starting (spark {loaded.spark_master}, home {loaded.home})")
+    if engine.metrics_port and not until_caught_up:
+        err(f"metrics at http://{loaded.observe.metrics_host}:{engine.metrics_port}/metrics")
     engine.run(until_caught_up=until_caught_up)
     err("floe engine stopped")
 

@@ -39,6 +39,7 @@ def maintain(tables: tuple[str, ...], compact: bool, expire: bool, orphans: bool
     Each run is recorded and shown by `floe table runs` and in the UI's table view.
     Exits 1 if a task failed.
     """
+    from appliance.control.audit import change
     from appliance.maintenance.maintainer import Maintainer, format_run
     from appliance.spark.session import spark_session
 
@@ -59,11 +60,12 @@ def maintain(tables: tuple[str, ...], compact: bool, expire: bool, orphans: bool
         return
     failed = 0
     try:
-        for name in names:
-            for task in tasks:
-                run = maintainer.run(name, task, dry_run=dry_run)
-                click.echo(format_run(run))
-                failed += run.failed
+        with change(loaded, "maintenance run", ", ".join(names), tasks=[str(t) for t in tasks], dry_run=dry_run):
+            for name in names:
+                for task in tasks:
+                    run = maintainer.run(name, task, dry_run=dry_run)
+                    click.echo(format_run(run))
+                    failed += run.failed
     finally:
         for session in sessions:
             session.stop()
@@ -97,6 +99,7 @@ def table_policy(name: str, unset: tuple[str, ...], fmt: str, **values: str | No
 
     A namespace's values are the defaults of its tables; a table's own values win.
     """
+    from appliance.control.audit import change
     from appliance.maintenance.policies import describe_policy, set_policy
     from appliance.state.store import StateStore
     from appliance.tables.catalog import Catalog
@@ -106,7 +109,8 @@ def table_policy(name: str, unset: tuple[str, ...], fmt: str, **values: str | No
     given = {k: v for k, v in values.items() if v is not None}
     with StateStore(loaded.state_db) as state:
         if given or unset:
-            set_policy(loaded, state, catalog, name, given, tuple(k.replace("-", "_") for k in unset))
+            with change(loaded, "table policy", name, set=given, unset=list(unset)):
+                set_policy(loaded, state, catalog, name, given, tuple(k.replace("-", "_") for k in unset))
         rows = describe_policy(loaded, state, catalog, name)
     if fmt == "json":
         click.echo(json.dumps([row.as_dict() for row in rows], indent=2))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.config.alerts import AlertDef, alerts_from_config
 from appliance.config.policy import build_policy, check_values
 from appliance.config.units import parse_duration, parse_size
 from appliance.core.errors import ConfigError
@@ -53,6 +54,24 @@ class MaintenanceSettings:
 
 
 @dataclass(frozen=True)
+class ObserveSettings:
+    system_tables: bool = True
+    system_tables_interval: float = 15.0
+    keep_in_state: float = 86400.0
+    metrics_port: int = 0  # 0: no metrics endpoint
+    metrics_host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class AlertingSettings:
+    evaluate_interval: float = 5.0
+    cooldown: float = 60.0
+    heartbeat_timeout: float = 30.0
+    notify_attempts: int = 3
+    alerts: tuple[AlertDef, ...] = ()  # [[alerts]] of floe.toml
+
+
+@dataclass(frozen=True)
 class Settings:
     home: Path
     spark_master: str
@@ -66,6 +85,8 @@ class Settings:
     dead_letter_suffix: str
     default_namespace: str
     maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
+    observe: ObserveSettings = field(default_factory=ObserveSettings)
+    alerting: AlertingSettings = field(default_factory=AlertingSettings)
 
     @property
     def state_db(self) -> Path:
@@ -137,8 +158,11 @@ def load_settings(home: Path | None = None) -> Settings:
     raw = _read_toml(DEFAULTS_FILE)
     user_file = home / "floe.toml"
     source = DEFAULTS_FILE
+    alerts: Any = []
     if user_file.exists():
-        raw = _merge(raw, _read_toml(user_file), user_file)
+        user = _read_toml(user_file)
+        alerts = user.pop("alerts", [])  # an array of tables: not a default to override
+        raw = _merge(raw, user, user_file)
         source = user_file
 
     def get(section: str, key: str) -> Any:
@@ -178,6 +202,8 @@ def load_settings(home: Path | None = None) -> Settings:
         dead_letter_suffix=str(raw["streams"]["dead_letter_suffix"]),
         default_namespace=str(raw["streams"]["default_namespace"]),
         maintenance=maintenance,
+        observe=_observe(raw["observe"], source, check),
+        alerting=_alerting(raw["alerting"], source, check, alerts_from_config(alerts, str(source))),
     )
 
 
@@ -213,6 +239,35 @@ def _maintenance(raw: dict[str, Any], source: Path, check) -> MaintenanceSetting
             policy=policy,
             **{key: parse_duration(raw[key], f"maintenance.{key}")
                for key in ("check_interval", "expire_interval", "orphans_interval", "retention_interval")},
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _observe(raw: dict[str, Any], source: Path, check) -> ObserveSettings:
+    check(isinstance(raw["system_tables"], bool), "observe.system_tables", "must be true or false")
+    port = raw["metrics_port"]
+    check(isinstance(port, int) and not isinstance(port, bool) and 0 <= port <= 65535, "observe.metrics_port",
+          "must be a port number (0: no metrics endpoint)")
+    try:
+        return ObserveSettings(
+            system_tables=raw["system_tables"], metrics_port=port, metrics_host=str(raw["metrics_host"]),
+            system_tables_interval=parse_duration(raw["system_tables_interval"], "observe.system_tables_interval"),
+            keep_in_state=parse_duration(raw["keep_in_state"], "observe.keep_in_state"),
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _alerting(raw: dict[str, Any], source: Path, check, alerts: list[AlertDef]) -> AlertingSettings:
+    attempts = raw["notify_attempts"]
+    check(isinstance(attempts, int) and not isinstance(attempts, bool) and 1 <= attempts <= 10,
+          "alerting.notify_attempts", "must be a whole number from 1 to 10")
+    try:
+        return AlertingSettings(
+            notify_attempts=attempts, alerts=tuple(alerts),
+            **{key: parse_duration(raw[key], f"alerting.{key}")
+               for key in ("evaluate_interval", "cooldown", "heartbeat_timeout")},
         )
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None

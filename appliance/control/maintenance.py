@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.config.settings import Settings
+from appliance.control.audit import audited
 from appliance.control.processes import spawn
 from appliance.core.clock import now
 from appliance.core.vocabulary import MaintenanceTask
@@ -27,6 +28,7 @@ class MaintainLaunch:
     log: Path
 
 
+@audited(lambda a: f"maintenance request {a['task']}", "table")
 def request_run(settings: Settings, table: str, task: MaintenanceTask) -> MaintainLaunch | None:
     """Ask for a run of `task` on `table` now; the `floe maintain` launched when no engine runs, else None.
 

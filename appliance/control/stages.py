@@ -15,6 +15,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from appliance.config.settings import Settings, ensure_home
+from appliance.control.audit import audited
 from appliance.core.clock import now
 from appliance.core.errors import InvalidName, StageExists, StageQueryRefused, TableConflict
 from appliance.core.vocabulary import EventKind
@@ -98,6 +99,7 @@ def _rows_in(catalog: Catalog, name: str) -> int:
     return int(snapshot.summary.additional_properties.get("total-records", 0)) if snapshot and snapshot.summary else 0
 
 
+@audited("stage create")
 def create_stage(settings: Settings, name: str, *, source: str, sql: str, table: str, spark=None) -> CreatedStage:
     """Create stage `name`: its SQL checked, its table created from the query's columns."""
     from appliance.stages.runner import output_columns
@@ -128,6 +130,7 @@ def create_stage(settings: Settings, name: str, *, source: str, sql: str, table:
     return CreatedStage(stage, columns)
 
 
+@audited("stage update")
 def update_stage(settings: Settings, name: str, sql: str, spark=None) -> CreatedStage:
     """New SQL for a stage. An appending stage goes on from where it is with the new query; a grouping
     stage's table is recomputed from the whole source by its next run (its state follows its query)."""
@@ -213,6 +216,7 @@ def preview(settings: Settings, source: str, sql: str, rows: int = 20, spark=Non
     return query.kind, result
 
 
+@audited(lambda a: "stage pause" if a["paused"] else "stage resume")
 def set_stage_paused(settings: Settings, name: str, paused: bool) -> None:
     with StateStore(settings.state_db) as state:
         state.update_stage(name, paused=paused)
@@ -220,6 +224,7 @@ def set_stage_paused(settings: Settings, name: str, paused: bool) -> None:
                         "paused" if paused else "resumed", name)
 
 
+@audited("stage delete")
 def delete_stage(settings: Settings, name: str, drop_table: bool = False) -> StageDef:
     with StateStore(settings.state_db) as state:
         stage = state.stage(name)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.config.settings import Settings, ensure_home
+from appliance.control.audit import audited
 from appliance.control.fields import Field, Problems, raise_problems
 from appliance.control.schemas import default_subject, registry_mapping
 from appliance.control.source import infer_from_sample
@@ -179,6 +180,7 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
                                           schema_evolution=schema_evolution))
 
 
+@audited("stream create", "request.name")
 def create(settings: Settings, request: StreamRequest) -> CreatedStream:
     raise_problems(check_request(request.name, request.topic, request.table, request.dead_letter_table,
                                  request.format, request.starting_offsets, request.registry,
@@ -265,6 +267,7 @@ def mapping_path(settings: Settings, name: str) -> Path:
     return settings.home / "mappings" / f"{name}.toml"
 
 
+@audited(lambda a: "stream pause" if a["paused"] else "stream resume")
 def set_paused(settings: Settings, name: str, paused: bool) -> None:
     with StateStore(settings.state_db) as state:
         state.set_paused(name, paused)
@@ -272,6 +275,7 @@ def set_paused(settings: Settings, name: str, paused: bool) -> None:
                         "paused" if paused else "resumed", name)
 
 
+@audited("stream update")
 def update_stream(settings: Settings, name: str, schema_evolution: str | None = None) -> StreamDef:
     """Change what can change in a running stream; the engine applies it from the next batch."""
     if schema_evolution is not None and schema_evolution not in SCHEMA_EVOLUTION:
@@ -284,6 +288,7 @@ def update_stream(settings: Settings, name: str, schema_evolution: str | None = 
         return state.stream(name)
 
 
+@audited("stream delete")
 def delete_stream(settings: Settings, name: str, drop_tables: bool = False) -> StreamDef:
     with StateStore(settings.state_db) as state:
         stream = state.stream(name)

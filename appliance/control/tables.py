@@ -8,6 +8,7 @@ dropped one's field is left out from then on and not brought back by schema evol
 from __future__ import annotations
 
 from appliance.config.settings import Settings
+from appliance.control.audit import audited
 from appliance.core.vocabulary import EventKind
 from appliance.model.names import check_identifier, check_table_name
 from appliance.state.store import StateStore
@@ -17,6 +18,7 @@ from appliance.tables.evolution import add_column, drop_column, ensure_bindings,
 OPERATIONS = ("add-column", "drop-column", "rename-column")
 
 
+@audited(lambda a: f"table alter {a['operation']}")
 def alter_table(settings: Settings, name: str, operation: str, column: str, value: str | None = None,
                 source: str | None = None) -> str:
     """Apply one schema change; a line saying what was done. `value`: the new type or the new name."""

@@ -199,3 +199,18 @@ class QueryError(FloeError):
 
 class QueryCancelled(QueryError):
     """The statement was interrupted before it finished."""
+
+
+# ---- alerts ------------------------------------------------------------------------
+
+
+class AlertNotFound(FloeError):
+    """No alert of that name."""
+
+
+class AlertExists(FloeError):
+    """An alert of that name already exists (in the state database or in floe.toml)."""
+
+
+class AlertRuleError(FloeError):
+    """An alert's rule, window or notification URL cannot be used (the message says which and why)."""

@@ -130,6 +130,13 @@ class EventKind(StrEnum):
     MAINTENANCE_COMPACT = "maintenance_compact"
     MAINTENANCE_EXPIRE = "maintenance_expire"
     MAINTENANCE_ORPHANS = "maintenance_orphans"
+    SYSTEM_TABLES_FAILED = "system_tables_failed"
+    ALERT_ADDED = "alert_added"
+    ALERT_REMOVED = "alert_removed"
+    INCIDENT_OPENED = "incident_opened"
+    INCIDENT_RESOLVED = "incident_resolved"
+    NOTIFICATION_FAILED = "notification_failed"
+    METRICS_FAILED = "metrics_failed"
 
     @classmethod
     def maintenance(cls, task: MaintenanceTask) -> EventKind:

@@ -60,6 +60,35 @@ class TaskResult:
     read_seconds: float = 0.0
     decode_seconds: float = 0.0
     write_seconds: float = 0.0
+    # The messages' Kafka timestamps (epoch ms): evenly spaced order statistics standing for all of
+    # them (each for messages/len of them), the newest, and the longest throttle of the reads.
+    timestamps: list[int] = field(default_factory=list)
+    throttle_ms: int = 0
+
+
+SAMPLE = 256  # order statistics a task returns: the batch's median is exact up to this many per task
+
+
+def timestamp_sample(timestamps: list[int | None]) -> list[int]:
+    """Evenly spaced order statistics of the known timestamps, the newest always among them."""
+    known = sorted(t for t in timestamps if t is not None and t > 0)
+    if len(known) <= SAMPLE:
+        return known
+    step = (len(known) - 1) / (SAMPLE - 1)
+    return [known[round(i * step)] for i in range(SAMPLE)]
+
+
+def weighted_median(samples: list[tuple[list[int], int]]) -> int | None:
+    """The median of several tasks' timestamps, each sample standing for `count` messages."""
+    points = sorted((t, count / len(sample)) for sample, count in samples if sample for t in sample)
+    if not points:
+        return None
+    half, seen = sum(w for _, w in points) / 2, 0.0
+    for t, w in points:
+        seen += w
+        if seen >= half:
+            return t
+    return points[-1][0]
 
 
 @dataclass
@@ -101,6 +130,18 @@ class BatchResult:
             for k, n in r.schemas.items():
                 out[k] = out.get(k, 0) + n
         return out
+
+    @property
+    def newest_timestamp(self) -> int | None:
+        return max((r.timestamps[-1] for r in self.tasks if r.timestamps), default=None)
+
+    @property
+    def median_timestamp(self) -> int | None:
+        return weighted_median([(r.timestamps, r.messages) for r in self.tasks])
+
+    @property
+    def throttle_ms(self) -> int:
+        return max((r.throttle_ms for r in self.tasks), default=0)
 
     def replaced(self, redone: BatchResult) -> BatchResult:
         """This result with the tasks that asked for a schema change replaced by their rerun."""
@@ -153,6 +194,8 @@ def _write(spec: BatchSpec, pieces: list[Piece], raw: RawBatch, results: list[Pi
         dead_letter_rows=dead.num_rows,
         messages=len(raw),
         bytes=sum(len(v) for v in raw.values if v),
+        timestamps=timestamp_sample(raw.timestamps),
+        throttle_ms=raw.throttle_ms,
     )
     result.read_seconds, result.decode_seconds = read_seconds, t2 - t1
     result.write_seconds = time.perf_counter() - t2

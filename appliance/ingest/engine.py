@@ -22,6 +22,9 @@ from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.worker import Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
 from appliance.model.stream import StreamDef
+from appliance.observe.alerts import AlertThread
+from appliance.observe.metrics import MetricsServer
+from appliance.observe.systables import SystemTablesThread
 from appliance.spark.session import spark_session
 from appliance.stages.scheduler import StageScheduler
 from appliance.state.store import StateStore
@@ -39,8 +42,10 @@ class EngineLock(FileLock):
 
 
 class Engine:
-    def __init__(self, settings: Settings, spark=None, on_tick: Callable[[Engine], None] | None = None) -> None:
-        """`spark`: a session to run on (tests share one); by default the engine starts and stops its own."""
+    def __init__(self, settings: Settings, spark=None, on_tick: Callable[[Engine], None] | None = None,
+                 metrics_port: int | None = None) -> None:
+        """`spark`: a session to run on (tests share one); by default the engine starts and stops its own.
+        `metrics_port`: serve Prometheus metrics there (0: a free port), over `[observe] metrics_port`."""
         self.settings = settings
         ensure_home(settings)
         self.state = StateStore(settings.state_db)
@@ -56,6 +61,12 @@ class Engine:
         self.stages: StageScheduler | None = None
         self.committed = threading.Event()  # a stream committed: the stages look at their sources
         self.jobs: BatchJobs | None = None
+        # None: no endpoint. `[observe] metrics_port` 0 means off; a port given here, 0 means any free one.
+        self.metrics_port = metrics_port if metrics_port is not None else (settings.observe.metrics_port or None)
+        self.metrics: MetricsServer | None = None
+        self.system_tables: SystemTablesThread | None = None
+        self.alerts: AlertThread | None = None
+        self._observers_stop = threading.Event()  # set after the engine's last event, so it is exported
 
     def _heartbeat(self, state: EngineState) -> None:
         self.state.engine_heartbeat(os.getpid(), self.settings.spark_master, state, self.started_at)
@@ -73,35 +84,47 @@ class Engine:
         """Run every active stream until `stop()`; with until_caught_up, until each has read
         everything its topic held when the engine started, then return."""
         with EngineLock(self.settings):
-            self.start_spark()
-            if self._owns_spark:
-                # What start-up made (Spark's gateway, PyIceberg, pydantic: most of the heap)
-                # lives as long as the engine: out of every later full collection.
-                gc.freeze()
-            self.state.add_event(EventKind.ENGINE_STARTED,
-                                 f"engine started (pid {os.getpid()}, spark {self.settings.spark_master})")
-            if until_caught_up:
-                for stream in self.state.streams():
-                    if not stream.paused:
-                        self._start_worker(stream, until_caught_up=True)
-            else:
-                # Requests from the UI are served even with scheduled maintenance turned off.
-                self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping)
-                self.maintenance.start()
-                self.stages = StageScheduler(self.settings, self.spark, self.catalog, self.stopping, self.committed)
-                self.stages.start()
-            failed: list[str] = []
+            if not until_caught_up and self.metrics_port is not None:
+                # Before Spark: a port in use is one line at once, not after a JVM's start.
+                self.metrics = MetricsServer(self.settings, self.metrics_port, self.settings.observe.metrics_host)
             try:
-                self._loop(until_caught_up)
-                failed = [f"{name}: {w.error}" for name, w in sorted(self.workers.items()) if w.error]
-                if until_caught_up and not self.stopping.is_set():
-                    # The streams have read what their topics held: now every stage, upstream first.
-                    failed += StageScheduler(self.settings, self.spark, self.catalog, self.stopping,
-                                             self.committed).catch_up(self.state)
+                self._run(until_caught_up)
             finally:
-                self._shut_down()
-            if failed:
-                raise FloeError("; ".join(failed))
+                if self.metrics is not None:
+                    self.metrics.close()
+
+    def _run(self, until_caught_up: bool) -> None:
+        self.start_spark()
+        if self._owns_spark:
+            # What start-up made (Spark's gateway, PyIceberg, pydantic: most of the heap)
+            # lives as long as the engine: out of every later full collection.
+            gc.freeze()
+        metrics = f", metrics at {self.metrics.url}" if self.metrics else ""
+        self.state.add_event(EventKind.ENGINE_STARTED,
+                             f"engine started (pid {os.getpid()}, spark {self.settings.spark_master}{metrics})")
+        if until_caught_up:
+            for stream in self.state.streams():
+                if not stream.paused:
+                    self._start_worker(stream, until_caught_up=True)
+        else:
+            # Requests from the UI are served even with scheduled maintenance turned off.
+            self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping)
+            self.maintenance.start()
+            self.stages = StageScheduler(self.settings, self.spark, self.catalog, self.stopping, self.committed)
+            self.stages.start()
+            self._start_observers()
+        failed: list[str] = []
+        try:
+            self._loop(until_caught_up)
+            failed = [f"{name}: {w.error}" for name, w in sorted(self.workers.items()) if w.error]
+            if until_caught_up and not self.stopping.is_set():
+                # The streams have read what their topics held: now every stage, upstream first.
+                failed += StageScheduler(self.settings, self.spark, self.catalog, self.stopping,
+                                         self.committed).catch_up(self.state)
+        finally:
+            self._shut_down()
+        if failed:
+            raise FloeError("; ".join(failed))
 
     def _loop(self, until_caught_up: bool) -> None:
         while not self.stopping.is_set():
@@ -131,9 +154,21 @@ class Engine:
             worker.join()
         self._heartbeat(EngineState.STOPPED)
         self.state.add_event(EventKind.ENGINE_STOPPED, "engine stopped")
+        self._observers_stop.set()  # the system tables export what is left, the engine's stop included
+        for thread in (self.system_tables, self.alerts):
+            if thread is not None:
+                thread.join(timeout=30)
         if self._owns_spark and self.spark is not None:
             self.spark.stop()  # also ends the Python workers and their Kafka consumers
             self.spark = None
+
+    def _start_observers(self) -> None:
+        """System tables and alerts: threads of their own, on their own state connections."""
+        if self.settings.observe.system_tables:
+            self.system_tables = SystemTablesThread(self.settings, Catalog(self.settings), self._observers_stop)
+            self.system_tables.start()
+        self.alerts = AlertThread(self.settings, self._observers_stop)
+        self.alerts.start()
 
     def _start_worker(self, stream: StreamDef, until_caught_up: bool = False) -> None:
         if self.jobs is None:

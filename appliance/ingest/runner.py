@@ -52,6 +52,7 @@ class BatchOutcome:
     dead_letter_rows: int
     lag: int
     committed: bool
+    newest_kafka_ts: int | None = None  # epoch ms, of the newest message committed
 
 
 class StreamRunner:
@@ -157,7 +158,7 @@ class StreamRunner:
                                  self.stream.name, EventLevel.WARNING)
         self.schema.report(result.changes, result.schemas)
         outcome = BatchOutcome(int(result.total("messages")), int(result.total("rows")),
-                               int(result.total("dead_letter_rows")), self.lag(), True)
+                               int(result.total("dead_letter_rows")), self.lag(), True, result.newest_timestamp)
         self._record(outcome, result, snapshots, offsets, started_at, time.monotonic() - started)
         return outcome
 
@@ -204,6 +205,8 @@ class StreamRunner:
             messages=outcome.messages, rows=outcome.rows, dead_letter_rows=outcome.dead_letter_rows,
             bytes=int(result.total("bytes")), target_snapshot_id=snapshots.target,
             dead_letter_snapshot_id=snapshots.dead_letter, offsets=offsets_json(offsets), lag=outcome.lag,
+            newest_kafka_ts=result.newest_timestamp, median_kafka_ts=result.median_timestamp,
+            throttle_ms=result.throttle_ms,
         ))
         log.info(
             "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs",

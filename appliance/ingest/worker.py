@@ -67,6 +67,7 @@ class StreamWorker(threading.Thread):
         self.rate = 0.0
         self.last_end = time.monotonic()
         self.shown: dict | None = None  # the status fields this worker wrote last
+        self.behind_since: str | None = None  # since when messages wait (lag_seconds is measured from it)
 
     def run(self) -> None:
         settings = self.engine.settings
@@ -117,7 +118,8 @@ class StreamWorker(threading.Thread):
                     else EventKind.STREAM_FAILED)
             state.add_event(kind, message, name, EventLevel.ERROR)
         self.failing = Failing(message, failing.attempts + 1, failing.backoff)
-        state.update_status(name, phase=StreamPhase.FAILED, last_error=message, last_error_at=now())
+        state.update_status(name, phase=StreamPhase.FAILED, last_error=message, last_error_at=now(),
+                            error_kind=type(exc).__name__, failures_total=state.status(name).failures_total + 1)
         self.shown = None
         runner.reset()
         if isinstance(exc, KafkaUnavailable):
@@ -143,8 +145,12 @@ class StreamWorker(threading.Thread):
         elif elapsed > 0:
             self.rate = self.rate * 0.5 if self.rate > 1 else 0.0
         catching_up = outcome.lag > self.engine.settings.engine.max_batch_messages // 4
+        if not outcome.lag:
+            self.behind_since = None
+        elif self.behind_since is None:
+            self.behind_since = now()
         fields = {"phase": StreamPhase.CATCHING_UP if catching_up else StreamPhase.RUNNING, "lag": outcome.lag,
-                  "messages_per_s": round(self.rate, 1)}
+                  "messages_per_s": round(self.rate, 1), "behind_since": self.behind_since}
         if outcome.committed:
             if self.engine.committed is not None:
                 self.engine.committed.set()
@@ -152,6 +158,9 @@ class StreamWorker(threading.Thread):
             fields["last_commit_at"] = now()
             fields["rows_total"] = status.rows_total + outcome.rows
             fields["dead_letter_total"] = status.dead_letter_total + outcome.dead_letter_rows
+            if outcome.newest_kafka_ts:
+                fields["newest_kafka_ts"] = outcome.newest_kafka_ts
+                fields["freshness_ms"] = max(0, int(time.time() * 1000) - outcome.newest_kafka_ts)
         elif fields == self.shown:
             return  # an idle poll that changes nothing writes nothing
         state.update_status(name, **fields)

@@ -21,6 +21,7 @@ from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
 
 _CONSUMERS: dict[tuple, Consumer] = {}
+_THROTTLED: dict[KafkaSettings, int] = {}  # the longest throttle a cluster's brokers reported, ms
 
 # In a Spark worker nobody configures logging: without a handler, librdkafka's
 # reconnect chatter would reach the terminal. Read errors travel in task results.
@@ -54,8 +55,11 @@ READER_GROUP = "floe.reader"  # a label for the broker's logs: offsets are assig
 def _consumer(settings: KafkaSettings) -> Consumer:
     consumer = _CONSUMERS.get(settings)
     if consumer is None:
+        def throttled(event) -> None:  # a broker's quota slowed the fetches: an alert rule looks at it
+            _THROTTLED[settings] = max(_THROTTLED.get(settings, 0), int(event.throttle_time * 1000))
+
         consumer = Consumer(settings.consumer_config(
-            READER_GROUP, logger=KAFKA_LOG,
+            READER_GROUP, logger=KAFKA_LOG, throttle_cb=throttled,
             **{"fetch.wait.max.ms": 50, "queued.max.messages.kbytes": 32768, "max.partition.fetch.bytes": 4194304},
         ))
         _CONSUMERS[settings] = consumer
@@ -119,6 +123,9 @@ def _read_round(settings: KafkaSettings, reads: list[tuple[str, list[Piece]]], f
             _consume(consumer, settings, queues, fetch_timeout)
     finally:
         consumer.unassign()  # stop prefetching for partitions this worker may not get next time
+    throttle = _THROTTLED.pop(settings, 0)
+    for raw, _ in out:
+        raw.throttle_ms = throttle
     return out
 
 

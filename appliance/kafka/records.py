@@ -13,6 +13,7 @@ class RawBatch:
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
     headers: list[list[tuple[str, bytes | None]] | None] = field(default_factory=list)
+    throttle_ms: int = 0  # the longest the broker throttled the reads that filled it
 
     def __len__(self) -> int:
         return len(self.offsets)

@@ -103,7 +103,7 @@ class Maintainer:
         if run.outcome not in (RunOutcome.NOTHING_TO_DO, RunOutcome.DRY_RUN) and not dry_run:
             self.state.add_event(EventKind.maintenance(task),
                                  f"{table}: {task.title.lower()} {run.outcome}" + (f": {run.detail}" if run.detail else ""),
-                                 None, EventLevel.WARNING if run.failed else EventLevel.INFO)
+                                 None, EventLevel.WARNING if run.failed else EventLevel.INFO, table=table)
         return run
 
     def _perform(self, run: RunRecord) -> None:

@@ -15,12 +15,16 @@ from appliance.core.vocabulary import EventKind
 from appliance.maintenance.retention import check_retention_column
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
+from appliance.tables.system import DEFAULT_RETENTION, NAMESPACE, system_policy
 
 Lookup = Callable[[str, str], dict[str, Any]]  # (scope, name) -> that scope's own values
 
 
 def _layers(settings: Settings, lookup: Lookup, namespace: str, table: str | None) -> list[tuple[str, dict]]:
-    layers = [("default", settings.maintenance.policy), (f"namespace {namespace}", lookup("namespace", namespace))]
+    layers = [("default", settings.maintenance.policy)]
+    if namespace == NAMESPACE:  # Floe's system tables: 30 days on each one's time column
+        layers.append(("system tables", system_policy(table) if table else {"retention": DEFAULT_RETENTION}))
+    layers.append((f"namespace {namespace}", lookup("namespace", namespace)))
     if table is not None:
         layers.append((f"table {table}", lookup("table", table)))
     return layers
@@ -72,4 +76,5 @@ def set_policy(settings: Settings, state: StateStore, catalog: Catalog, name: st
             check_retention_column(catalog.table(table), policy.retention_column)
     state.set_policy(scope, name, own)
     state.add_event(EventKind.POLICY_CHANGED, f"{scope} {name}: maintenance policy " +
-                    (", ".join(f"{k}={v}" for k, v in sorted(own.items())) or "back to the defaults"))
+                    (", ".join(f"{k}={v}" for k, v in sorted(own.items())) or "back to the defaults"),
+                    table=name if scope == "table" else None)

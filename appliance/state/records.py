@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -18,6 +20,10 @@ from appliance.core.vocabulary import (
 )
 
 R = TypeVar("R")
+
+
+def _epoch_ms(iso: str | None) -> float | None:
+    return dt.datetime.fromisoformat(iso).timestamp() * 1000 if iso else None
 
 
 def known(kind: type[StrEnum], value: Any, default: Any = None) -> Any:
@@ -50,13 +56,41 @@ class StreamStatus:
     dead_letter_total: int = 0
     messages_per_s: float = 0.0
     updated_at: str | None = None
+    error_kind: str = ""
+    behind_since: str | None = None
+    newest_kafka_ts: int | None = None
+    freshness_ms: int | None = None
+    failures_total: int = 0  # batches that failed before committing, since the stream was created
+
+    def lag_seconds(self, now_ms: float | None = None) -> float | None:
+        """At most how long the oldest waiting message has waited: 0 when nothing waits.
+
+        The first unread message came after the newest one committed, and after the stream was
+        last seen with nothing waiting: the wait is at most the time since the later of the two.
+        """
+        if self.lag is None:
+            return None
+        if not self.lag:
+            return 0.0
+        now_ms = now_ms if now_ms is not None else time.time() * 1000
+        marks = [m for m in (self.newest_kafka_ts, _epoch_ms(self.behind_since)) if m]
+        return round(max(0.0, (now_ms - max(marks)) / 1000), 3) if marks else None
+
+    def freshness_seconds(self, now_ms: float | None = None) -> float | None:
+        """How far the table is behind its topic: while messages wait, the age of the newest row
+        committed; when none do, how old the last batch's newest message was when it committed."""
+        if self.lag and self.newest_kafka_ts:
+            now_ms = now_ms if now_ms is not None else time.time() * 1000
+            return round(max(0.0, (now_ms - self.newest_kafka_ts) / 1000), 3)
+        return None if self.freshness_ms is None else self.freshness_ms / 1000
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> StreamStatus:
         return from_row(cls, row, phase=known(StreamPhase, row.get("phase"), StreamPhase.IDLE),
                         last_error=row.get("last_error") or "", rows_total=row.get("rows_total") or 0,
                         dead_letter_total=row.get("dead_letter_total") or 0,
-                        messages_per_s=float(row.get("messages_per_s") or 0.0))
+                        messages_per_s=float(row.get("messages_per_s") or 0.0), error_kind=row.get("error_kind") or "",
+                        failures_total=row.get("failures_total") or 0)
 
 
 @dataclass(frozen=True)
@@ -75,6 +109,9 @@ class BatchRecord:
     dead_letter_snapshot_id: int | None
     offsets: str  # JSON: partition -> next offset
     lag: int | None
+    newest_kafka_ts: int | None = None  # epoch ms
+    median_kafka_ts: int | None = None
+    throttle_ms: int = 0
     id: int | None = None
 
     @property
@@ -85,7 +122,7 @@ class BatchRecord:
     def of(cls, row: dict[str, Any]) -> BatchRecord:
         return from_row(cls, row, messages=row.get("messages") or 0, rows=row.get("rows") or 0,
                         dead_letter_rows=row.get("dead_letter_rows") or 0, bytes=row.get("bytes") or 0,
-                        duration_ms=row.get("duration_ms") or 0)
+                        duration_ms=row.get("duration_ms") or 0, throttle_ms=row.get("throttle_ms") or 0)
 
 
 @dataclass(frozen=True)

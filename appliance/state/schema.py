@@ -25,6 +25,11 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             "name": str, "phase": str, "last_error": str, "last_error_at": str,
             "last_commit_at": str, "lag": int, "rows_total": int, "dead_letter_total": int,
             "messages_per_s": float, "updated_at": str,
+            # What alerts and `floe status` measure: the kind of the last error, since when the
+            # stream has messages waiting, its newest committed Kafka timestamp (epoch ms), the
+            # freshness of its last batch (ms: commit time minus the newest Kafka timestamp).
+            "error_kind": str, "behind_since": str, "newest_kafka_ts": int, "freshness_ms": int,
+            "failures_total": int,
         },
         "name", [],
     ),
@@ -33,10 +38,14 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             "id": int, "stream": str, "started_at": str, "committed_at": str, "duration_ms": int,
             "messages": int, "rows": int, "dead_letter_rows": int, "bytes": int,
             "target_snapshot_id": int, "dead_letter_snapshot_id": int, "offsets": str, "lag": int,
+            # Kafka timestamps (epoch ms) of the batch's newest message and its median, and the
+            # longest the broker throttled a read (ms).
+            "newest_kafka_ts": int, "median_kafka_ts": int, "throttle_ms": int,
         },
         "id", [["stream", "id"]],
     ),
-    "events": ({"id": int, "at": str, "stream": str, "level": str, "kind": str, "message": str}, "id", [["stream", "id"]]),
+    "events": ({"id": int, "at": str, "stream": str, "level": str, "kind": str, "message": str, "table_name": str},
+               "id", [["stream", "id"]]),
     "engine": (
         {"id": int, "pid": int, "started_at": str, "heartbeat_at": str, "spark_master": str, "state": str},
         "id", [],
@@ -75,6 +84,23 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
         {"id": int, "stage": str, "started_at": str, "finished_at": str, "duration_ms": int, "from_snapshot": int,
          "to_snapshot": int, "rows_in": int, "rows_out": int, "outcome": str, "error": str},
         "id", [["stage", "id"]],
+    ),
+    # Alerts made with `floe alert add` or the UI ([[alerts]] of floe.toml live in the file).
+    "alerts": (
+        {"name": str, "rule": str, "stream": str, "for_seconds": float, "notify": str, "created_at": str},
+        "name", [],
+    ),
+    # An alert's incidents: opened when its rule breaks, resolved when it holds again.
+    "incidents": (
+        {"id": int, "alert": str, "subject": str, "rule": str, "opened_at": str, "resolved_at": str,
+         "value": str, "message": str, "notified_open": int, "notified_resolved": int},
+        "id", [["resolved_at", "alert"]],
+    ),
+    # Every change made through the CLI or the UI, secrets masked.
+    "audit": (
+        {"id": int, "at": str, "user": str, "host": str, "via": str, "action": str, "target": str,
+         "arguments": str, "outcome": str, "detail": str},
+        "id", [],
     ),
     "maintenance_requests": (
         {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],

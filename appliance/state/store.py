@@ -30,6 +30,7 @@ from appliance.core.vocabulary import (
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
+from appliance.state.observe import ObserveRecords
 from appliance.state.records import (
     BatchRecord,
     EngineRecord,
@@ -42,7 +43,7 @@ from appliance.state.schema import migrate, use_wal
 from appliance.state.stages import StageRecords
 
 
-class StateStore(StageRecords):
+class StateStore(StageRecords, ObserveRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and
@@ -191,8 +192,9 @@ class StateStore(StageRecords):
         return [BatchRecord.of(r) for r in self._rows("batches", where, args, order_by="id")]
 
     def add_event(self, kind: EventKind, message: str, stream: str | None = None,
-                  level: EventLevel = EventLevel.INFO) -> None:
-        self.db["events"].insert({"at": now(), "stream": stream, "level": level, "kind": kind, "message": message})
+                  level: EventLevel = EventLevel.INFO, table: str | None = None) -> None:
+        self.db.conn.execute("insert into events (at, stream, level, kind, message, table_name) "
+                             "values (?, ?, ?, ?, ?, ?)", [now(), stream, str(level), str(kind), message, table])
 
     def events(self, stream: str | None = None, limit: int = 100) -> list[EventRecord]:
         """The newest events (of one stream, or all), newest first."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from appliance.config.settings import Settings
@@ -35,3 +36,47 @@ def engine_status(settings: Settings, state: StateStore | None = None) -> Engine
     alive = record.state in (EngineState.RUNNING, EngineState.STARTING) and heartbeat is not None \
         and heartbeat < HEARTBEAT_STALE
     return EngineStatus(alive, record.pid, record.spark_master, heartbeat, record.started_at)
+
+
+@dataclass(frozen=True)
+class EngineHealth:
+    """What `floe status` and `floe watch` say of the engine: up, or down and why."""
+
+    up: bool
+    reason: str  # why it is down; what it does when up
+    pid: int | None = None
+    heartbeat_age: float | None = None
+    started_at: str | None = None
+
+
+def _process_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def engine_health(settings: Settings, state: StateStore) -> EngineHealth:
+    """Down when it never ran, stopped, its process is gone (a kill -9), or its heartbeat is older
+    than `[alerting] heartbeat_timeout` (a hung engine)."""
+    record = state.engine()
+    if record is None:
+        return EngineHealth(False, "no engine has run on this FLOE_HOME (start one: floe run)")
+    heartbeat = age(record.heartbeat_at, utcnow())
+    shown = f"{heartbeat:.0f}s ago" if heartbeat is not None else "never"
+    if record.state is EngineState.STOPPED:
+        return EngineHealth(False, f"the engine stopped (last heartbeat {shown})", record.pid, heartbeat,
+                            record.started_at)
+    if not _process_alive(record.pid):
+        return EngineHealth(False, f"the engine's process {record.pid} is gone without stopping (last heartbeat "
+                            f"{shown})", record.pid, heartbeat, record.started_at)
+    if heartbeat is None or heartbeat > settings.alerting.heartbeat_timeout:
+        return EngineHealth(False, f"no heartbeat from the engine (pid {record.pid}) since {shown}", record.pid,
+                            heartbeat, record.started_at)
+    return EngineHealth(True, f"running (pid {record.pid}, spark {record.spark_master})", record.pid, heartbeat,
+                        record.started_at)

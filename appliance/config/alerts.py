@@ -1,0 +1,190 @@
+"""Alert definitions: a rule over a per-stream (or engine) measure, a window, where to notify.
+
+Parsed and checked here, once, whether they come from `floe alert add`, `[[alerts]]` in
+floe.toml or the UI, so a bad rule is one line naming it, never a failure in the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Callable
+
+from appliance.config.units import parse_duration
+from appliance.core.errors import AlertRuleError, ConfigError
+
+
+class Measure(StrEnum):
+    """What a rule looks at. Threshold measures compare a number; the others are conditions."""
+
+    LAG_MESSAGES = "lag_messages"
+    LAG_SECONDS = "lag_seconds"
+    FRESHNESS_SECONDS = "freshness_seconds"
+    DEAD_LETTER_RATIO = "dead_letter_ratio"
+    FAILED = "failed"
+    STALLED = "stalled"
+    THROTTLED = "throttled"
+    AUTH_FAILED = "auth_failed"
+    MAINTENANCE_FAILED = "maintenance_failed"
+    ENGINE_DOWN = "engine_down"
+
+
+THRESHOLDS = (Measure.LAG_MESSAGES, Measure.LAG_SECONDS, Measure.FRESHNESS_SECONDS, Measure.DEAD_LETTER_RATIO)
+ENGINE_LEVEL = (Measure.MAINTENANCE_FAILED, Measure.ENGINE_DOWN)
+# Measures taken over a window (`for`): the window's default. The others hold for `for` before opening.
+WINDOWED = {Measure.DEAD_LETTER_RATIO: 300.0, Measure.STALLED: 300.0, Measure.THROTTLED: 60.0}
+DEFAULT_FOR = {Measure.FAILED: 60.0}
+
+OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+}
+_RULE = re.compile(r"^\s*([a-z_]+)\s*(?:(>=|<=|>|<)\s*(\S+))?\s*$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    measure: Measure
+    op: str = ""
+    threshold: float | None = None
+    text: str = ""
+
+    @property
+    def engine_level(self) -> bool:
+        return self.measure in ENGINE_LEVEL
+
+    def crossed(self, value: float | None) -> bool:
+        """Whether a measured value breaks a threshold rule (None: nothing to measure)."""
+        if value is None or self.threshold is None:
+            return False
+        return OPERATORS[self.op](value, self.threshold)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_rule(text: str) -> Rule:
+    """`lag_messages > 100000`, `lag_seconds > 5m`, `dead_letter_ratio > 0.05`, `stalled`..."""
+    if not isinstance(text, str):
+        raise AlertRuleError(f"rule must be text, not {text!r}")
+    match = _RULE.match(text)
+    known = ", ".join(m.value for m in Measure)
+    if not match:
+        raise AlertRuleError(f"rule {text!r} is not MEASURE OP NUMBER or a condition (measures: {known})")
+    name, op, raw = match.groups()
+    try:
+        measure = Measure(name)
+    except ValueError:
+        raise AlertRuleError(f"rule {text!r}: unknown measure {name!r} (known: {known})") from None
+    if measure in THRESHOLDS:
+        if not op:
+            raise AlertRuleError(f"rule {text!r}: {name} needs a comparison, e.g. `{name} > 100`")
+        threshold = _threshold(measure, raw, text)
+        return Rule(measure, op, threshold, f"{name} {op} {raw}")
+    if op:
+        raise AlertRuleError(f"rule {text!r}: {name} is a condition and takes no comparison")
+    return Rule(measure, text=name)
+
+
+def _threshold(measure: Measure, raw: str, text: str) -> float:
+    try:
+        if measure in (Measure.LAG_SECONDS, Measure.FRESHNESS_SECONDS) and not re.fullmatch(r"[0-9.]+", raw):
+            value = parse_duration(raw, f"rule {text!r}")
+        else:
+            value = float(raw)
+    except (ValueError, ConfigError):
+        raise AlertRuleError(f"rule {text!r}: {raw!r} is not a number (or, for seconds, a duration)") from None
+    if value < 0 or value != value:
+        raise AlertRuleError(f"rule {text!r}: the threshold must be a number at least 0")
+    if measure is Measure.DEAD_LETTER_RATIO and value > 1:
+        raise AlertRuleError(f"rule {text!r}: dead_letter_ratio is a share between 0 and 1")
+    return value
+
+
+@dataclass(frozen=True)
+class AlertDef:
+    name: str
+    rule: Rule
+    stream: str | None = None  # None: every stream (or the engine, for engine-level rules)
+    for_seconds: float = 0.0
+    notify: tuple[str, ...] = field(default=())
+    origin: str = "cli"  # cli (the state database) or config (floe.toml)
+
+    @property
+    def window(self) -> float:
+        """How far back a windowed measure looks, or how long a condition holds before it opens."""
+        return self.for_seconds or WINDOWED.get(self.rule.measure) or DEFAULT_FOR.get(self.rule.measure, 0.0)
+
+
+def make_alert(name: Any, rule: Any, stream: Any = None, for_: Any = None, notify: Any = (),
+               origin: str = "cli") -> AlertDef:
+    """A checked alert; AlertRuleError names what is wrong. URLs are checked apart (`observe.notify`)."""
+    if not isinstance(name, str) or not NAME.match(name):
+        raise AlertRuleError(f"alert name {name!r} must be letters, digits, '_', '.' or '-' (up to 63)")
+    parsed = parse_rule(rule)
+    if stream is not None and (not isinstance(stream, str) or not stream):
+        raise AlertRuleError(f"alert {name}: stream must be a stream's name")
+    if stream and parsed.engine_level:
+        raise AlertRuleError(f"alert {name}: {parsed.measure} is about the engine, not one stream (leave out stream)")
+    seconds = 0.0
+    if for_ not in (None, "", 0):
+        seconds = parse_duration(for_, f"alert {name}: for")
+    if isinstance(notify, str):
+        notify = (notify,)
+    if not isinstance(notify, (list, tuple)) or not notify or not all(isinstance(u, str) and u for u in notify):
+        raise AlertRuleError(f"alert {name}: notify needs at least one Apprise URL")
+    return AlertDef(name, parsed, stream or None, seconds, tuple(notify), origin)
+
+
+def alerts_from_config(raw: Any, source: str) -> list[AlertDef]:
+    """`[[alerts]]` of floe.toml: each checked, names unique."""
+    if not isinstance(raw, list):
+        raise AlertRuleError(f"{source}: alerts must be an array of tables ([[alerts]])")
+    out: list[AlertDef] = []
+    for i, entry in enumerate(raw, 1):
+        if not isinstance(entry, dict):
+            raise AlertRuleError(f"{source}: alerts entry {i} must be a table")
+        unknown = set(entry) - {"name", "rule", "stream", "for", "notify"}
+        if unknown:
+            raise AlertRuleError(f"{source}: alerts entry {i}: unknown key(s) {', '.join(sorted(unknown))}")
+        try:
+            alert = make_alert(entry.get("name"), entry.get("rule"), entry.get("stream"), entry.get("for"),
+                               entry.get("notify", ()), origin="config")
+        except AlertRuleError as exc:
+            raise AlertRuleError(f"{source}: alerts entry {i}: {exc}") from None
+        if any(a.name == alert.name for a in out):
+            raise AlertRuleError(f"{source}: two alerts named {alert.name}")
+        out.append(alert)
+    return out
+
+
+def _plugin(url: str):
+    import apprise  # noqa: PLC0415  (a third of a second: only for those who need it)
+
+    logging.getLogger("apprise").setLevel(logging.CRITICAL)  # its messages may name a target in full
+    return apprise.Apprise.instantiate(url)
+
+
+def masked_url(url: str) -> str:
+    """A URL as it may be shown: Apprise's own privacy form, without options, long path parts cut."""
+    plugin = _plugin(url)
+    scheme = url.split("://", 1)[0] if "://" in url else "?"
+    if plugin is None:
+        return f"{scheme}://…"
+    text = plugin.url(privacy=True).split("?", 1)[0].rstrip("/")
+    head, _, path = text.partition("://")
+    host, _, rest = path.partition("/")
+    parts = [p if len(p) <= 8 or "…" in p or "..." in p else f"{p[:2]}…{p[-1]}" for p in rest.split("/")]
+    return f"{head}://{host}" + ("/" + "/".join(parts) if rest else "")
+
+
+def check_urls(urls: tuple[str, ...] | list[str], alert: str) -> None:
+    """Each URL one Apprise can send to; AlertRuleError naming the first that is not (masked)."""
+    for i, url in enumerate(urls, 1):
+        if not isinstance(url, str) or _plugin(url) is None:
+            scheme = url.split("://", 1)[0] if isinstance(url, str) and "://" in url else "?"
+            raise AlertRuleError(f"alert {alert}: notify URL {i} ({scheme}://…) is not a URL Apprise can send to "
+                                 f"(see https://github.com/caronc/apprise/wiki)")

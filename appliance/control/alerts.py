@@ -1,0 +1,72 @@
+"""Alerts: add, remove and test them (the CLI's `floe alert` and the UI's Alerts section)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from appliance.config.alerts import AlertDef, check_urls, make_alert, masked_url
+from appliance.config.settings import Settings, ensure_home
+from appliance.control.audit import audited, masked
+from appliance.core.errors import AlertExists, AlertNotFound, AlertRuleError
+from appliance.core.vocabulary import EventKind
+from appliance.observe.notify import Message, deliver
+from appliance.state.observe import all_alerts
+from appliance.state.store import StateStore
+
+
+def _notify_masked(arguments: dict) -> dict:
+    return {**masked(arguments), "notify": [masked_url(u) for u in arguments.get("notify") or ()]}
+
+
+def find_alert(settings: Settings, state: StateStore, name: str) -> AlertDef:
+    for alert in all_alerts(settings, state):
+        if alert.name == name:
+            return alert
+    raise AlertNotFound(f"no alert named {name!r} (floe alert list shows them)")
+
+
+@audited("alert add", mask=_notify_masked)
+def add_alert(settings: Settings, name: str, rule: str, notify: tuple[str, ...] | list[str],
+              stream: str | None = None, for_: str | None = None) -> AlertDef:
+    """Check and save an alert; AlertRuleError (or AlertExists) names what is wrong, nothing saved."""
+    alert = make_alert(name, rule, stream, for_, tuple(notify))
+    check_urls(alert.notify, alert.name)
+    ensure_home(settings)
+    with StateStore(settings.state_db) as state:
+        if any(a.name == name for a in settings.alerting.alerts):
+            raise AlertExists(f"alert {name!r} is defined in floe.toml")
+        if alert.stream and alert.stream not in {s.name for s in state.streams()}:
+            raise AlertRuleError(f"alert {name}: no stream named {alert.stream!r} (floe stream list shows them)")
+        state.add_alert(alert)
+        state.add_event(EventKind.ALERT_ADDED, f"alert {name}: {alert.rule}" +
+                        (f" on stream {alert.stream}" if alert.stream else ""), alert.stream)
+    return alert
+
+
+@audited("alert remove")
+def remove_alert(settings: Settings, name: str) -> None:
+    with StateStore(settings.state_db) as state:
+        if any(a.name == name for a in settings.alerting.alerts):
+            raise AlertRuleError(f"alert {name!r} is defined in floe.toml: remove it there")
+        state.remove_alert(name)
+        for incident in state.open_incidents():
+            if incident.alert == name:
+                state.resolve_incident(incident.id, "alert removed")
+        state.add_event(EventKind.ALERT_REMOVED, f"alert {name} removed")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    target: str  # masked
+    ok: bool
+
+
+def send_test(settings: Settings, name: str) -> list[Delivery]:
+    """Send a test notification to each of the alert's targets, now; what each did."""
+    with StateStore(settings.state_db) as state:
+        alert = find_alert(settings, state, name)
+        note = Message(alert.notify, f"[Floe] TEST: {alert.name} ({alert.rule})",
+                       f"A test of alert {alert.name}: when {alert.rule} holds, Floe notifies here.", failure=False)
+        results = deliver(note, settings.alerting.notify_attempts, report=lambda text: state.add_event(
+            EventKind.NOTIFICATION_FAILED, text))
+    return [Delivery(masked_url(url), ok) for url, ok in results]

@@ -1,0 +1,107 @@
+"""The audit trail: every change made through the CLI or the UI, who made it, from where, and how
+it ended, with secrets masked exactly as the CLI masks them. It lands in `floe.audit`.
+
+Operations are wrapped where the CLI and the UI share them (`@audited`), so both are recorded
+the same way; `FLOE_VIA` says which one the process serves (the UI sets it, and the `floe`
+commands it starts inherit it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import getpass
+import inspect
+import os
+import re
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+from appliance.config.settings import Settings, ensure_home
+from appliance.kafka.settings import MASK, is_secret
+from appliance.state.store import StateStore
+
+VIA_ENV = "FLOE_VIA"
+_USERINFO = re.compile(r"(://[^/@\s:]*:)[^@/\s]+@")
+SKIPPED = ("settings", "spark")  # arguments that are the process's, not the change's
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def via() -> str:
+    return os.environ.get(VIA_ENV) or "cli"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no name for this uid (a container): its number
+        return str(os.getuid())
+
+
+def masked(value: Any, key: str = "") -> Any:
+    """`value` as the audit trail keeps it: secret keys' values and URL passwords masked."""
+    if key and is_secret(key) and value:
+        return MASK
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "masked_options"):  # Kafka and registry settings: what the CLI shows
+            return {"address": getattr(value, "bootstrap", None) or masked(getattr(value, "url", "")),
+                    "options": value.masked_options()}
+        return {f.name: masked(getattr(value, f.name), f.name) for f in dataclasses.fields(value)
+                if not f.name.startswith("_")}
+    if isinstance(value, dict):
+        return {str(k): masked(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [masked(v) for v in value]
+    if isinstance(value, str):
+        return _USERINFO.sub(r"\1" + MASK + "@", value)
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    return type(value).__name__  # a Mapping object, say: named, not dumped
+
+
+def record(settings: Settings, action: str, target: str, arguments: dict[str, Any], outcome: str,
+           detail: str = "") -> None:
+    ensure_home(settings)
+    with StateStore(settings.state_db) as state:
+        state.record_audit(_user(), socket.gethostname(), via(), action, target, masked(arguments), outcome,
+                           " ".join(detail.split())[:500])
+
+
+@contextmanager
+def change(settings: Settings, action: str, target: str, **arguments: Any) -> Iterator[None]:
+    """Record the change made inside the block, with its outcome (a failure is recorded, then raised)."""
+    try:
+        yield
+    except BaseException as exc:
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            record(settings, action, target, arguments, "failed", str(exc) or type(exc).__name__)
+        raise
+    record(settings, action, target, arguments, "ok")
+
+
+def audited(action: str | Callable[[dict[str, Any]], str], target: str = "name",
+            mask: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Callable[[F], F]:
+    """Record every call of an operation `fn(settings, ...)`; `target` names the argument (or the
+    attribute `arg.attr`) that says what it changed."""
+    def wrap(fn: F) -> F:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = {k: v for k, v in bound.arguments.items() if k not in SKIPPED}
+            base, _, attr = target.partition(".")
+            what = arguments.get(base)
+            what = getattr(what, attr, "") if attr else what
+            named = action(arguments) if callable(action) else action
+            shown = mask(arguments) if mask else arguments
+            with change(bound.arguments["settings"], named, str(what or ""), **shown):
+                return fn(*args, **kwargs)
+        return inner  # type: ignore[return-value]
+    return wrap

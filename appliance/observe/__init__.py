@@ -1,0 +1,1 @@
+"""Floe watching itself: system tables, alerts and their notifications, Prometheus metrics."""

@@ -1,0 +1,71 @@
+"""What an alert's rule reads: per-stream measures, taken the way the UI and `floe status` show them.
+
+Lag is the stream's (watermarks minus committed offsets, after its last step); freshness and
+lag in seconds come from Kafka timestamps and commit times; ratios from the committed batches.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from appliance.config.alerts import AlertDef, Measure
+from appliance.core.clock import age
+from appliance.core.vocabulary import StreamPhase
+from appliance.state.records import StreamStatus
+
+AUTH_ERRORS = ("KafkaAccessDenied", "RegistryAccessDenied")
+
+
+@dataclass(frozen=True)
+class Reading:
+    breached: bool
+    value: float | str | None  # what was measured (None: nothing to measure yet)
+
+    def shown(self) -> str:
+        if isinstance(self.value, float):
+            return f"{self.value:,.3f}".rstrip("0").rstrip(".")
+        return "" if self.value is None else str(self.value)
+
+
+def dead_letter_ratio(batches: list) -> float | None:
+    messages = sum(b.messages for b in batches)
+    return None if not messages else round(sum(b.dead_letter_rows for b in batches) / messages, 4)
+
+
+def stream_reading(alert: AlertDef, status: StreamStatus, batches: list, stalled_for: float | None,
+                   paused: bool) -> Reading:
+    """The alert's measure for one stream. `batches`: those committed in the alert's window;
+    `stalled_for`: seconds without a commit while messages wait or the topic cannot be read."""
+    measure = alert.rule.measure
+    if paused:
+        return Reading(False, None)  # a paused stream is behind on purpose
+    if measure is Measure.LAG_MESSAGES:
+        return _threshold(alert, None if status.lag is None else float(status.lag))
+    if measure is Measure.LAG_SECONDS:
+        return _threshold(alert, status.lag_seconds())
+    if measure is Measure.FRESHNESS_SECONDS:
+        return _threshold(alert, status.freshness_seconds())
+    if measure is Measure.DEAD_LETTER_RATIO:
+        return _threshold(alert, dead_letter_ratio(batches))
+    if measure is Measure.FAILED:
+        failing = status.phase is StreamPhase.FAILED
+        return Reading(failing, status.last_error if failing else None)
+    if measure is Measure.AUTH_FAILED:
+        denied = status.phase is StreamPhase.FAILED and status.error_kind in AUTH_ERRORS
+        return Reading(denied, status.last_error if denied else None)
+    if measure is Measure.STALLED:
+        return Reading(stalled_for is not None and stalled_for >= alert.window,
+                       None if stalled_for is None else round(stalled_for, 1))
+    if measure is Measure.THROTTLED:
+        throttle = max((b.throttle_ms for b in batches), default=0)
+        return Reading(throttle > 0, float(throttle))
+    return Reading(False, None)
+
+
+def _threshold(alert: AlertDef, value: float | None) -> Reading:
+    return Reading(alert.rule.crossed(value), value)
+
+
+def since_commit(status: StreamStatus, at: dt.datetime) -> float | None:
+    return age(status.last_commit_at, at)

@@ -1,0 +1,126 @@
+"""Notifications through Apprise (Slack, email, Teams, ntfy, JSON webhooks...), from a thread of
+their own, so a target that is slow or down never holds up ingestion.
+
+Each URL is sent to on its own (Apprise's result for several is all-or-nothing, and a retry
+must not notify twice those that worked), tried `notify_attempts` times, then given up with an
+event. Apprise reports failure by return value, not by raising: every result is checked. URLs
+carry tokens and passwords: only `masked_url` ever reaches a log line, a screen or an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import apprise
+
+from appliance.config.alerts import masked_url
+from appliance.config.settings import Settings
+from appliance.core.vocabulary import EventKind, EventLevel
+from appliance.state.store import StateStore
+
+log = logging.getLogger(__name__)
+logging.getLogger("apprise").setLevel(logging.CRITICAL)  # its messages may name a target in full
+
+TIMEOUTS = {"cto": "4", "rto": "4"}  # connect and read timeouts of every HTTP target, seconds
+
+
+def _with_timeouts(url: str) -> str:
+    if not url.startswith(("json", "xml", "form", "http")):
+        return url
+    present = url.split("?", 1)[1] if "?" in url else ""
+    extra = "&".join(f"{k}={v}" for k, v in TIMEOUTS.items() if f"{k}=" not in present)
+    return url if not extra else url + ("&" if "?" in url else "?") + extra
+
+
+def send_once(url: str, title: str, body: str, failure: bool) -> bool:
+    """One attempt at one target; True when Apprise says it was delivered."""
+    target = apprise.Apprise()
+    if not target.add(_with_timeouts(url)):
+        return False
+    kind = apprise.NotifyType.FAILURE if failure else apprise.NotifyType.SUCCESS
+    try:
+        return bool(target.notify(body=body, title=title, notify_type=kind))
+    except Exception as exc:  # a plugin's bug: a failed attempt like any other
+        log.warning("notification to %s raised %s", masked_url(url), type(exc).__name__)
+        return False
+
+
+@dataclass(frozen=True)
+class Message:
+    urls: tuple[str, ...]
+    title: str
+    body: str
+    failure: bool  # an incident opening (else: resolving, or a test)
+    subject: str = ""  # the stream (or table) it is about, for the failure's event
+    incident: int | None = None  # marked notified (opened or resolved) once every target got it
+    resolved: bool = False
+
+
+def deliver(message: Message, attempts: int, wait: Callable[[float], bool] = lambda s: False,
+            report: Callable[[str], None] | None = None) -> list[tuple[str, bool]]:
+    """Send to each URL, each tried up to `attempts` times; `wait(s)` True means give up (stopping)."""
+    out = []
+    for url in message.urls:
+        ok = False
+        for attempt in range(attempts):
+            if send_once(url, message.title, message.body, message.failure):
+                ok = True
+                break
+            if attempt + 1 < attempts and wait(min(2.0 ** attempt, 10.0)):
+                break
+        if not ok and report is not None:
+            report(f"notification to {masked_url(url)} failed after {attempts} attempt(s): {message.title}")
+        out.append((url, ok))
+    return out
+
+
+def deliver_recorded(message: Message, attempts: int, state: StateStore,
+                     wait: Callable[[float], bool] = lambda s: False) -> bool:
+    """`deliver`, with each failure an event and the incident marked notified when all got it."""
+    results = deliver(message, attempts, wait, lambda text: state.add_event(
+        EventKind.NOTIFICATION_FAILED, text, message.subject or None, EventLevel.ERROR))
+    ok = all(ok for _, ok in results)
+    if ok and message.incident is not None:
+        state.mark_notified(message.incident, message.resolved)
+    return ok
+
+
+class Notifier(threading.Thread):
+    """Sends queued messages one after the other; never raises into the engine."""
+
+    def __init__(self, settings: Settings, stopping: threading.Event) -> None:
+        super().__init__(name="floe-notifier", daemon=True)
+        self.settings = settings
+        self.stopping = stopping
+        self.queue: queue.Queue[Message] = queue.Queue()
+
+    def send(self, message: Message) -> None:
+        self.queue.put(message)
+
+    def run(self) -> None:
+        state = StateStore(self.settings.state_db, durable=False)
+        try:
+            while not (self.stopping.is_set() and self.queue.empty()):
+                try:
+                    message = self.queue.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                try:
+                    deliver_recorded(message, self.settings.alerting.notify_attempts, state, self.stopping.wait)
+                except Exception:  # never into the engine
+                    log.exception("notifier")
+                finally:
+                    self.queue.task_done()
+        finally:
+            state.close()
+
+    def drain(self, timeout: float) -> None:
+        """Give queued messages up to `timeout` seconds (a stopping engine says what it knows)."""
+        deadline = time.monotonic() + timeout
+        while self.queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)

@@ -1,0 +1,155 @@
+"""Alerts, their incidents and the audit trail in the state database, and what the system
+tables export from it (then prune: the state database keeps what the live UI shows)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.config.alerts import AlertDef, make_alert
+from appliance.config.settings import Settings
+from appliance.core.clock import now
+from appliance.core.errors import AlertExists, AlertNotFound
+
+# What the system tables read from the state database: its rows in id order, and the
+# column saying when each happened (what pruning goes by).
+EXPORTED = {"batches": "committed_at", "events": "at", "maintenance_runs": "started_at",
+            "stage_runs": "started_at", "audit": "at"}
+
+
+@dataclass(frozen=True)
+class Incident:
+    """An alert broken for one subject (a stream, a table, the engine): open until resolved."""
+
+    id: int
+    alert: str
+    subject: str
+    rule: str
+    opened_at: str
+    resolved_at: str | None
+    value: str
+    message: str
+    notified_open: bool
+    notified_resolved: bool
+
+    @property
+    def open(self) -> bool:
+        return self.resolved_at is None
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> Incident:
+        return cls(id=row["id"], alert=row["alert"], subject=row.get("subject") or "", rule=row.get("rule") or "",
+                   opened_at=row["opened_at"], resolved_at=row.get("resolved_at"), value=row.get("value") or "",
+                   message=row.get("message") or "", notified_open=bool(row.get("notified_open")),
+                   notified_resolved=bool(row.get("notified_resolved")))
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    id: int
+    at: str
+    user: str
+    host: str
+    via: str
+    action: str
+    target: str
+    arguments: str  # JSON, secrets masked
+    outcome: str  # ok, or failed
+    detail: str
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> AuditRecord:
+        return cls(**{k: row.get(k) if row.get(k) is not None else ("" if k != "id" else 0)
+                      for k in cls.__dataclass_fields__})
+
+
+class ObserveRecords:
+    """`StateStore`'s alerting and audit part: it uses the store's `db` and `_rows`."""
+
+    db: Any
+
+    def _rows(self, table: str, where: str | None = None, args: list[Any] | None = None, **kwargs: Any):
+        raise NotImplementedError
+
+    # ---- alerts made with `floe alert add` or the UI ----
+
+    def add_alert(self, alert: AlertDef) -> None:
+        try:
+            self.db["alerts"].insert({"name": alert.name, "rule": alert.rule.text, "stream": alert.stream,
+                                      "for_seconds": alert.for_seconds, "notify": json.dumps(list(alert.notify)),
+                                      "created_at": now()})
+        except sqlite3.IntegrityError:
+            raise AlertExists(f"alert {alert.name!r} already exists") from None
+
+    def remove_alert(self, name: str) -> None:
+        if not list(self._rows("alerts", "name = ?", [name])):
+            raise AlertNotFound(f"no alert named {name!r} (floe alert list shows them)")
+        self.db["alerts"].delete(name)
+
+    def stored_alerts(self) -> list[AlertDef]:
+        return [make_alert(r["name"], r["rule"], r["stream"], r["for_seconds"], tuple(json.loads(r["notify"])))
+                for r in self._rows("alerts", order_by="name")]
+
+    # ---- incidents ----
+
+    def open_incident(self, alert: str, subject: str, rule: str, value: str, message: str) -> Incident:
+        row = {"alert": alert, "subject": subject, "rule": rule, "opened_at": now(), "value": value,
+               "message": message, "notified_open": 0, "notified_resolved": 0}
+        row["id"] = self.db["incidents"].insert(row).last_pk
+        return Incident.of(row)
+
+    def resolve_incident(self, incident_id: int, value: str) -> None:
+        self.db.conn.execute("update incidents set resolved_at = ?, value = ? where id = ?",
+                             [now(), value, incident_id])
+
+    def mark_notified(self, incident_id: int, resolved: bool) -> None:
+        column = "notified_resolved" if resolved else "notified_open"
+        self.db.conn.execute(f"update incidents set {column} = 1 where id = ?", [incident_id])
+
+    def open_incidents(self) -> list[Incident]:
+        return [Incident.of(r) for r in self._rows("incidents", "resolved_at is null", order_by="id")]
+
+    def incident(self, incident_id: int) -> Incident | None:
+        rows = list(self._rows("incidents", "id = ?", [incident_id]))
+        return Incident.of(rows[0]) if rows else None
+
+    def incidents(self, alert: str | None = None, limit: int = 50) -> list[Incident]:
+        where, args = ("alert = ?", [alert]) if alert else (None, [])
+        return [Incident.of(r) for r in self._rows("incidents", where, args, order_by="id desc", limit=limit)]
+
+    def last_resolved(self, alert: str, subject: str) -> str | None:
+        row = self.db.execute("select max(resolved_at) from incidents where alert = ? and subject = ?",
+                              [alert, subject]).fetchone()
+        return row[0] if row else None
+
+    # ---- the audit trail ----
+
+    def record_audit(self, user: str, host: str, via: str, action: str, target: str, arguments: dict[str, Any],
+                     outcome: str, detail: str = "") -> int:
+        return self.db["audit"].insert({"at": now(), "user": user, "host": host, "via": via, "action": action,
+                                        "target": target, "arguments": json.dumps(arguments, sort_keys=True),
+                                        "outcome": outcome, "detail": detail}).last_pk
+
+    def audit_trail(self, limit: int = 100) -> list[AuditRecord]:
+        return [AuditRecord.of(r) for r in self._rows("audit", order_by="id desc", limit=limit)]
+
+    # ---- what the system tables export ----
+
+    def rows_after(self, table: str, after: int, limit: int = 50_000) -> list[dict[str, Any]]:
+        """`table`'s rows with an id above `after`, oldest first."""
+        return list(self._rows(table, "id > ?", [after], order_by="id", limit=limit))
+
+    def prune(self, table: str, exported: int, before: str) -> int:
+        """Forget `table`'s rows that are exported (id at most `exported`) and older than `before`."""
+        # The newest row stays whatever its age: SQLite hands out ids above the largest one left,
+        # and an id at or below the exported position would never be exported.
+        cursor = self.db.conn.execute(f"delete from {table} where id <= ? and {EXPORTED[table]} < ? "
+                                      f"and id < (select max(id) from {table})", [exported, before])
+        return cursor.rowcount
+
+
+def all_alerts(settings: Settings, state: ObserveRecords) -> list[AlertDef]:
+    """floe.toml's `[[alerts]]` and those of `floe alert add`, by name."""
+    return sorted([*settings.alerting.alerts, *state.stored_alerts()], key=lambda a: a.name)

@@ -1,0 +1,44 @@
+"""Alerts and their incidents as `floe alert` and the UI's Alerts section show them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.config.alerts import AlertDef, masked_url
+from appliance.config.settings import Settings
+from appliance.state.observe import Incident, all_alerts
+from appliance.state.store import StateStore
+
+
+@dataclass(frozen=True)
+class AlertView:
+    name: str
+    rule: str
+    stream: str  # "" : every stream (or the engine)
+    window: float  # seconds: the rule's window, or how long it must hold
+    notify: list[str]  # masked
+    origin: str  # cli (floe alert add, the UI) or config (floe.toml)
+    open: list[Incident]
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "rule": self.rule, "stream": self.stream or "*", "for": f"{self.window:g}s",
+                "notify": ", ".join(self.notify), "from": "floe.toml" if self.origin == "config" else "floe alert",
+                "open": len(self.open)}
+
+
+def _view(alert: AlertDef, incidents: list[Incident], masker) -> AlertView:
+    return AlertView(alert.name, str(alert.rule), alert.stream or "", alert.window,
+                     [masker(u) for u in alert.notify], alert.origin, [i for i in incidents if i.alert == alert.name])
+
+
+def alerts_overview(settings: Settings, masker=None) -> tuple[list[AlertView], list[Incident]]:
+    """Every alert, and every open incident (of alerts that exist or not)."""
+    with StateStore(settings.state_db) as state:
+        alerts, incidents = all_alerts(settings, state), state.open_incidents()
+    return [_view(a, incidents, masker or masked_url) for a in alerts], incidents
+
+
+def alert_history(settings: Settings, name: str, limit: int = 20) -> list[Incident]:
+    with StateStore(settings.state_db) as state:
+        return state.incidents(name, limit)
