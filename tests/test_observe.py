@@ -263,7 +263,8 @@ def test_system_tables_follow_their_own_retention(floe_home):
         SystemTableWriter(settings, Catalog(settings), state).export()
         policy = {p.setting: (p.value, p.source) for p in describe_policy(settings, state, Catalog(settings),
                                                                           "floe.events")}
-    assert policy["retention"] == ("30d", "system tables") and policy["retention_column"] == ("occurred_at", "system tables")
+    assert policy["retention"] == ("30d", "system tables")
+    assert policy["retention_column"] == ("occurred_at", "system tables")
     assert floe("table", "policy", "floe", "--retention", "90d").returncode == 0
     shown = json.loads(floe("table", "policy", "floe.batches", "--format", "json").stdout)
     assert {r["setting"]: r["value"] for r in shown}["retention"] == "90d"

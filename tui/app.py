@@ -1,4 +1,4 @@
-"""Floe's terminal UI: streams, tables, SQL, events and stages, attached to whatever engine runs.
+"""Floe's terminal UI: streams, tables, SQL, events, stages and alerts, attached to whatever engine runs.
 
 The UI never blocks: every read of the state database, the catalog, Kafka or DuckDB
 runs in a worker that posts a message back, and a worker that fails is reported. It
@@ -9,6 +9,7 @@ terminal.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from textual import on, work
@@ -18,9 +19,12 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from appliance.config.settings import Settings
+from appliance.control.audit import VIA_ENV
 from appliance.control.processes import ENGINE_LOG, start_engine
 from appliance.views.engine import engine_status
+from tui.format import plural
 from tui.messages import ActionDone, EngineStatusRead
+from tui.panes.alerts import AlertsLoaded, AlertsPane
 from tui.panes.events import EventsPane
 from tui.panes.query import QueryPane
 from tui.panes.stages import StagesPane
@@ -42,6 +46,7 @@ class FloeApp(ReportsFailures, App):
         Binding("3", "section('query')", "Query"),
         Binding("4", "section('events')", "Events"),
         Binding("5", "section('stages')", "Stages"),
+        Binding("6", "section('alerts')", "Alerts"),
         Binding("n", "new_stream", "New stream"),
         Binding("ctrl+e", "start_engine", "Start engine"),
         Binding("ctrl+t", "toggle_theme", "Theme"),
@@ -57,6 +62,7 @@ class FloeApp(ReportsFailures, App):
         self.engine_alive = False
         self.engine_starting = False  # set from Ctrl+E until the engine is alive or has exited
         self.failures = FailureLog()
+        self.via: str | None = None  # FLOE_VIA before the app set it, put back when it ends
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.clock)
@@ -72,12 +78,23 @@ class FloeApp(ReportsFailures, App):
                 yield EventsPane(id="events-pane")
             with TabPane("Stages", id="stages"):
                 yield StagesPane(id="stages-pane")
+            with TabPane("Alerts", id="alerts"):
+                yield AlertsPane(id="alerts-pane")
         yield Footer()
 
     def on_mount(self) -> None:
+        # The audit trail records the changes made here, and by the `floe` commands started here, as the UI's.
+        self.via = os.environ.get(VIA_ENV)
+        os.environ[VIA_ENV] = "ui"
         self.theme = "textual-dark"
         self.check_engine()
         self.set_interval(1.0, self.check_engine)
+
+    def on_unmount(self) -> None:
+        if self.via is None:
+            os.environ.pop(VIA_ENV, None)
+        else:
+            os.environ[VIA_ENV] = self.via
 
     def worker_changed(self, worker: Worker, state: WorkerState) -> None:
         """Every failed worker of the app, its panes and screens lands here: a toast, once per failure."""
@@ -103,6 +120,12 @@ class FloeApp(ReportsFailures, App):
         else:
             label.update(f"[red]● engine stopped[/] — streams are not ingesting; Ctrl+E starts `floe run`"
                          f" — home {self.settings.home}")
+
+    @on(AlertsLoaded)
+    def count_incidents(self, message: AlertsLoaded) -> None:
+        """Open incidents show in the header whatever section is open."""
+        n = len(message.incidents)
+        self.sub_title = f"{self.SUB_TITLE} — {plural(n, 'open incident')} (6: Alerts)" if n else self.SUB_TITLE
 
     @on(ActionDone)
     def toast(self, message: ActionDone) -> None:

@@ -88,8 +88,8 @@ def _ui():
 
 
 @cli.command()
-@click.option("--section", type=click.Choice(["streams", "tables", "query", "events", "stages"]), default="streams",
-              show_default=True, help="Section to open on.")
+@click.option("--section", type=click.Choice(["streams", "tables", "query", "events", "stages", "alerts"]),
+              default="streams", show_default=True, help="Section to open on.")
 def tui(section: str) -> None:
     """Open the terminal UI; it attaches to the running engine (or starts one with Ctrl+E)."""
     ui = _ui()

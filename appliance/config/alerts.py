@@ -109,14 +109,16 @@ class AlertDef:
     name: str
     rule: Rule
     stream: str | None = None  # None: every stream (or the engine, for engine-level rules)
-    for_seconds: float = 0.0
+    for_seconds: float | None = None  # None: the rule's default
     notify: tuple[str, ...] = field(default=())
     origin: str = "cli"  # cli (the state database) or config (floe.toml)
 
     @property
     def window(self) -> float:
         """How far back a windowed measure looks, or how long a condition holds before it opens."""
-        return self.for_seconds or WINDOWED.get(self.rule.measure) or DEFAULT_FOR.get(self.rule.measure, 0.0)
+        if self.for_seconds is not None:
+            return self.for_seconds
+        return WINDOWED.get(self.rule.measure) or DEFAULT_FOR.get(self.rule.measure, 0.0)
 
 
 def make_alert(name: Any, rule: Any, stream: Any = None, for_: Any = None, notify: Any = (),
@@ -129,9 +131,7 @@ def make_alert(name: Any, rule: Any, stream: Any = None, for_: Any = None, notif
         raise AlertRuleError(f"alert {name}: stream must be a stream's name")
     if stream and parsed.engine_level:
         raise AlertRuleError(f"alert {name}: {parsed.measure} is about the engine, not one stream (leave out stream)")
-    seconds = 0.0
-    if for_ not in (None, "", 0):
-        seconds = parse_duration(for_, f"alert {name}: for")
+    seconds = None if for_ in (None, "") else parse_duration(for_, f"alert {name}: for")
     if isinstance(notify, str):
         notify = (notify,)
     if not isinstance(notify, (list, tuple)) or not notify or not all(isinstance(u, str) and u for u in notify):

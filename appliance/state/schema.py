@@ -42,7 +42,7 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             # longest the broker throttled a read (ms).
             "newest_kafka_ts": int, "median_kafka_ts": int, "throttle_ms": int,
         },
-        "id", [["stream", "id"]],
+        "id", [["stream", "id"], ["stream", "committed_at"]],
     ),
     "events": ({"id": int, "at": str, "stream": str, "level": str, "kind": str, "message": str, "table_name": str},
                "id", [["stream", "id"]]),
@@ -138,3 +138,5 @@ def migrate(db: sqlite_utils.Database) -> None:
         for column, kind in columns.items():
             if column not in table.columns_dict:
                 table.add_column(column, kind)
+        for index in indexes:  # an index a newer Floe added
+            table.create_index(index, if_not_exists=True)

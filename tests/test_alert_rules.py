@@ -1,0 +1,200 @@
+"""Alert rules, the measures they read and the incidents they open: fast, on a real state database."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from appliance.config.alerts import Measure, make_alert, parse_rule
+from appliance.config.settings import load_settings
+from appliance.core.clock import now
+from appliance.core.errors import AlertRuleError
+from appliance.core.vocabulary import MaintenanceTask, RunOutcome, RunTrigger, StreamPhase
+from appliance.ingest.batch import timestamp_sample, weighted_median
+from appliance.kafka.settings import KafkaSettings
+from appliance.model.mapping import Column, Mapping
+from appliance.model.stream import StreamDef
+from appliance.observe.alerts import Alerter
+from appliance.observe.measures import dead_letter_ratio, stream_reading
+from appliance.state.records import BatchRecord, RunRecord, StreamStatus
+from appliance.state.store import StateStore
+
+NOW_MS = 1_800_000_000_000
+
+
+@pytest.mark.parametrize("text, measure, op, threshold", [
+    ("lag_messages > 100000", Measure.LAG_MESSAGES, ">", 100000),
+    ("lag_seconds>=5m", Measure.LAG_SECONDS, ">=", 300),
+    ("freshness_seconds < 1.5", Measure.FRESHNESS_SECONDS, "<", 1.5),
+    ("dead_letter_ratio > 0.05", Measure.DEAD_LETTER_RATIO, ">", 0.05),
+    ("  stalled ", Measure.STALLED, "", None),
+    ("engine_down", Measure.ENGINE_DOWN, "", None),
+])
+def test_rules_parse(text, measure, op, threshold):
+    rule = parse_rule(text)
+    assert (rule.measure, rule.op, rule.threshold) == (measure, op, threshold)
+
+
+def test_windows_default_by_rule_and_follow_for():
+    hook = ("json://h/x",)
+    assert make_alert("a", "dead_letter_ratio > 0.1", notify=hook).window == 300
+    assert make_alert("a", "failed", notify=hook).window == 60
+    assert make_alert("a", "lag_messages > 1", notify=hook).window == 0
+    assert make_alert("a", "stalled", for_="30s", notify=hook).window == 30
+    with pytest.raises(AlertRuleError, match="at least one Apprise URL"):
+        make_alert("a", "failed", notify=())
+    with pytest.raises(AlertRuleError, match="alert name"):
+        make_alert("a b", "failed", notify=hook)
+
+
+def status(**fields) -> StreamStatus:
+    return dataclasses.replace(StreamStatus("s", phase=StreamPhase.RUNNING), **fields)
+
+
+def test_lag_seconds_is_bounded_by_the_newest_commit_and_the_last_time_nothing_waited():
+    assert status(lag=0).lag_seconds(NOW_MS) == 0
+    assert status(lag=None).lag_seconds(NOW_MS) is None
+    # An hour idle, then a message arrives: it has waited 2 s, not an hour.
+    behind = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(NOW_MS / 1000 - 2)) + ".000+00:00"
+    assert status(lag=5, newest_kafka_ts=NOW_MS - 3_600_000, behind_since=behind).lag_seconds(NOW_MS) == 2
+    assert status(lag=5, newest_kafka_ts=NOW_MS - 1500).lag_seconds(NOW_MS) == 1.5
+
+
+def test_freshness_is_the_last_batch_when_caught_up_and_grows_while_messages_wait():
+    assert status(lag=0, freshness_ms=800, newest_kafka_ts=NOW_MS - 60_000).freshness_seconds(NOW_MS) == 0.8
+    assert status(lag=10, freshness_ms=800, newest_kafka_ts=NOW_MS - 60_000).freshness_seconds(NOW_MS) == 60
+
+
+def batch(messages: int, dead: int, throttle: int = 0) -> BatchRecord:
+    return BatchRecord("s", now(), now(), 10, messages, messages - dead, dead, 0, None, None, "{}", 0,
+                       throttle_ms=throttle)
+
+
+@pytest.mark.parametrize("rule, fields, batches, stalled, breached, value", [
+    ("lag_messages > 100", {"lag": 101}, [], None, True, 101.0),
+    ("lag_messages > 100", {"lag": 100}, [], None, False, 100.0),
+    ("dead_letter_ratio > 0.05", {}, [batch(100, 10), batch(100, 0)], None, False, 0.05),
+    ("dead_letter_ratio > 0.05", {}, [batch(100, 11), batch(100, 0)], None, True, 0.055),
+    ("dead_letter_ratio > 0.05", {}, [], None, False, None),
+    ("failed", {"phase": StreamPhase.FAILED, "last_error": "boom"}, [], None, True, "boom"),
+    ("auth_failed", {"phase": StreamPhase.FAILED, "error_kind": "KafkaAccessDenied", "last_error": "denied"}, [],
+     None, True, "denied"),
+    ("auth_failed", {"phase": StreamPhase.FAILED, "error_kind": "BrokerUnreachable"}, [], None, False, None),
+    ("throttled", {}, [batch(10, 0, throttle=250)], None, True, 250.0),
+    ("throttled", {}, [batch(10, 0)], None, False, 0.0),
+    ("stalled", {}, [], 61.0, True, 61.0),
+    ("stalled", {}, [], 59.0, False, 59.0),
+])
+def test_each_rule_reads_its_measure(rule, fields, batches, stalled, breached, value):
+    alert = make_alert("a", rule, for_="1m" if rule == "stalled" else None, notify=("json://h/x",))
+    reading = stream_reading(alert, status(**fields), batches, stalled, paused=False)
+    assert (reading.breached, reading.value) == (breached, value)
+    assert not stream_reading(alert, status(**fields), batches, stalled, paused=True).breached
+
+
+def test_dead_letter_ratio_and_batch_timestamps():
+    assert dead_letter_ratio([batch(0, 0)]) is None
+    sample = timestamp_sample([5, None, 3, 1, 0, 4, 2])
+    assert sample == [1, 2, 3, 4, 5]
+    big = timestamp_sample(list(range(1, 100_001)))
+    assert len(big) == 256 and big[0] == 1 and big[-1] == 100_000
+    assert weighted_median([(sample, 5)]) == 3
+    # Two tasks: one with a thousand messages around 10, one with ten around 1000: the median is ~10.
+    assert weighted_median([(timestamp_sample(list(range(1, 1001))), 1000), ([1000] * 10, 10)]) in range(495, 510)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def store(floe_home):
+    settings = load_settings()
+    with StateStore(settings.state_db) as state:
+        state.add_stream(StreamDef(name="s", id="1", topic="t", kafka=KafkaSettings.create("h:9092"),
+                                   format="json",
+                                   table="ns.t", dead_letter_table="ns.t_dlq",
+                                   mapping=Mapping((Column("id", "long", ("id",)),)),
+                                   starting_offsets="earliest", start_positions={}, paused=False, created_at=now()))
+        yield settings, state
+
+
+def test_an_incident_opens_after_its_for_and_resolves_after_the_cooldown(store):
+    settings, state = store
+    settings = dataclasses.replace(settings, alerting=dataclasses.replace(settings.alerting, cooldown=10.0))
+    state.add_alert(make_alert("lag", "lag_messages > 100", "s", "30s", ("json://h/x",)))
+    clock = Clock()
+    alerter = Alerter(settings, state, None, clock)
+    state.update_status("s", phase="running", lag=500)
+    alerter.evaluate()
+    clock.t += 29
+    alerter.evaluate()
+    assert state.open_incidents() == [], "not before it has held for 30 s"
+    clock.t += 1
+    alerter.evaluate()
+    opened = state.open_incidents()
+    assert [(i.alert, i.subject, i.value) for i in opened] == [("lag", "s", "500")]
+    state.update_status("s", lag=0)
+    alerter.evaluate()
+    clock.t += 9
+    alerter.evaluate()
+    assert state.open_incidents() == opened, "resolved only once clear for the cooldown"
+    state.update_status("s", lag=500)  # flapping: back over, the clear spell starts again
+    alerter.evaluate()
+    state.update_status("s", lag=0)
+    alerter.evaluate()
+    clock.t += 10
+    alerter.evaluate()
+    assert state.open_incidents() == [] and len(state.incidents("lag")) == 1
+    kinds = [e.kind for e in state.events()]
+    assert kinds.count("incident_opened") == 1 and kinds.count("incident_resolved") == 1
+
+
+def test_maintenance_failed_follows_each_tables_latest_run(store):
+    settings, state = store
+    state.add_alert(make_alert("maint", "maintenance_failed", None, None, ("json://h/x",)))
+    alerter = Alerter(settings, state, None, Clock())
+    state.record_run(RunRecord(MaintenanceTask.COMPACT, "ns.t", RunTrigger.SCHEDULE, RunOutcome.FAILED, "disk full"))
+    alerter.evaluate()
+    assert [(i.subject, i.value) for i in state.open_incidents()] == [("ns.t", "compact failed: disk full")]
+    state.record_run(RunRecord(MaintenanceTask.COMPACT, "ns.t", RunTrigger.SCHEDULE, RunOutcome.OK))
+    alerter.evaluate()
+    alerter.clock.t += 61
+    alerter.evaluate()
+    assert state.open_incidents() == []
+
+
+def test_an_incident_of_a_deleted_stream_or_removed_alert_is_closed(store):
+    settings, state = store
+    state.add_alert(make_alert("f", "failed", "s", "0s", ("json://h/x",)))
+    alerter = Alerter(settings, state, None, Clock())
+    state.update_status("s", phase="failed", last_error="boom")
+    alerter.evaluate()
+    assert len(state.open_incidents()) == 1
+    state.remove_stream("s")
+    alerter.evaluate()
+    assert state.open_incidents() == []
+
+
+def test_the_audit_trail_masks_what_the_cli_masks(floe_home):
+    from appliance.control.audit import record
+    from appliance.control.streams import StreamRequest
+    from appliance.kafka.settings import RegistrySettings
+
+    request = StreamRequest(
+        name="cloud", topic="orders", table="ns.orders", dead_letter_table="ns.orders_dlq",
+        kafka=KafkaSettings.create("broker:9092", {"security.protocol": "SASL_SSL", "sasl.username": "KEY",
+                                                   "sasl.password": "kafka-pw-1"}),
+        registry=RegistrySettings.create("https://user:reg-pw-2@registry:8081",
+                                         {"basic.auth.user.info": "KEY:reg-pw-3"}))
+    record(load_settings(), "stream create", "cloud", {"request": request, "s3.secret-access-key": "s3-pw-4"}, "ok")
+    row = StateStore(load_settings().state_db).audit_trail()[0]
+    for secret in ("kafka-pw-1", "reg-pw-2", "reg-pw-3", "s3-pw-4"):
+        assert secret not in row.arguments
+    assert '"sasl.username": "KEY"' in row.arguments and '"address": "broker:9092"' in row.arguments
