@@ -17,7 +17,7 @@ from appliance.kafka.settings import KafkaSettings
 from appliance.model.mapping import Column, Mapping
 from appliance.model.stream import StreamDef
 from appliance.observe.alerts import Alerter
-from appliance.observe.measures import dead_letter_ratio, stream_reading
+from appliance.observe.measures import Window, stream_reading
 from appliance.state.records import BatchRecord, RunRecord, StreamStatus
 from appliance.state.store import StateStore
 
@@ -87,15 +87,20 @@ def batch(messages: int, dead: int, throttle: int = 0) -> BatchRecord:
     ("stalled", {}, [], 61.0, True, 61.0),
     ("stalled", {}, [], 59.0, False, 59.0),
 ])
-def test_each_rule_reads_its_measure(rule, fields, batches, stalled, breached, value):
+def test_each_rule_reads_its_measure(rule, fields, batches, stalled, breached, value, store):
+    _, state = store
+    for b in batches:
+        state.record_batch(b)
+    state.record_batch(dataclasses.replace(batch(1000, 1000, 9999), committed_at="2020-01-01T00:00:00.000+00:00"))
+    window = Window(*state.batch_totals("s", "2026-01-01T00:00:00.000+00:00"))  # the old batch is left out
     alert = make_alert("a", rule, for_="1m" if rule == "stalled" else None, notify=("json://h/x",))
-    reading = stream_reading(alert, status(**fields), batches, stalled, paused=False)
+    reading = stream_reading(alert, status(**fields), window, stalled, paused=False)
     assert (reading.breached, reading.value) == (breached, value)
-    assert not stream_reading(alert, status(**fields), batches, stalled, paused=True).breached
+    assert not stream_reading(alert, status(**fields), window, stalled, paused=True).breached
 
 
 def test_dead_letter_ratio_and_batch_timestamps():
-    assert dead_letter_ratio([batch(0, 0)]) is None
+    assert Window(0, 0).dead_letter_ratio is None
     sample = timestamp_sample([5, None, 3, 1, 0, 4, 2])
     assert sample == [1, 2, 3, 4, 5]
     big = timestamp_sample(list(range(1, 100_001)))

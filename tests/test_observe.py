@@ -271,3 +271,32 @@ def test_system_tables_follow_their_own_retention(floe_home):
     assert {r["setting"]: r["value"] for r in shown}["retention_column"] == "committed_at"
     assert query("select count(*) from floe.audit")[0][0] == 1
     assert orjson.loads(query("select arguments from floe.audit")[0][0]) == {"kafka": {"sasl.password": "***"}}
+
+
+def test_every_history_lands_once_and_the_state_database_keeps_only_the_recent(floe_home):
+    from appliance.core.vocabulary import EventKind, MaintenanceTask, RunOutcome, RunTrigger
+    from appliance.observe.systables import SystemTableWriter
+    from appliance.state.records import RunRecord, StageRunRecord
+    from appliance.tables.catalog import Catalog
+
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[observe]\nkeep_in_state = "0s"\n')  # forget what is exported at once
+    settings = load_settings()
+    with StateStore(settings.state_db) as state:
+        writer = SystemTableWriter(settings, Catalog(settings), state)
+        for i in range(3):
+            state.add_event(EventKind.POLICY_CHANGED, f"event {i}", table="ns.t")
+            state.record_run(RunRecord(MaintenanceTask.COMPACT, "ns.t", RunTrigger.SCHEDULE, RunOutcome.OK,
+                                       started_at=f"2026-11-23T10:00:0{i}.000+00:00"))
+            state.record_stage_run(StageRunRecord("st", f"2026-11-23T10:00:0{i}.000+00:00", "", 5, None, 1, 10, 2,
+                                                  "ok"))
+            assert writer.export()["floe.events"] == 1
+        assert writer.export() == dict.fromkeys(writer.export(), 0), "nothing twice"
+        # Exported and old: gone from the state database, but for each table's newest row (ids go on from it).
+        assert [e.message for e in state.events()] == ["event 2"]
+        assert len(state.runs()) == 1
+        state.add_event(EventKind.POLICY_CHANGED, "event 3")
+        writer.export()
+    assert query("select message from floe.events order by event_id") == [(f"event {i}",) for i in range(4)]
+    assert query("select count(*), min(table_name) from floe.maintenance_runs") == [(3, "ns.t")]
+    assert query("select count(*), sum(rows_out) from floe.stage_runs") == [(3, 6)]

@@ -18,7 +18,7 @@ from appliance.config.alerts import WINDOWED, AlertDef, Measure
 from appliance.config.settings import Settings
 from appliance.core.clock import utcnow
 from appliance.core.vocabulary import EventKind, EventLevel, RunOutcome, StreamPhase
-from appliance.observe.measures import Reading, stream_reading
+from appliance.observe.measures import Reading, Window, stream_reading
 from appliance.observe.notify import Message, Notifier
 from appliance.state.observe import Incident, all_alerts
 from appliance.state.store import StateStore
@@ -165,8 +165,8 @@ class Alerter:
                     continue
                 status = statuses.get(name) or self.state.status(name)
                 windowed = alert.rule.measure in (Measure.DEAD_LETTER_RATIO, Measure.THROTTLED)
-                batches = self.state.batches_since(name, since) if windowed else []
-                out.append((alert, name, stream_reading(alert, status, batches, stalled.get(name),
+                window = Window(*self.state.batch_totals(name, since)) if windowed else Window()
+                out.append((alert, name, stream_reading(alert, status, window, stalled.get(name),
                                                         streams[name].paused)))
         return out
 
@@ -193,15 +193,11 @@ class Alerter:
 
     def _maintenance(self) -> dict[str, Reading]:
         """Tables whose latest run of some task failed (a later success resolves it)."""
-        latest: dict[tuple[str, str], object] = {}
-        for run in self.state.runs(limit=500):  # newest first
-            if not run.dry_run and run.outcome not in (RunOutcome.CANCELLED, RunOutcome.BUSY):
-                latest.setdefault((run.table_name, str(run.task)), run)
         out: dict[str, Reading] = {}
-        for (table, task), run in latest.items():
-            failed = run.outcome is RunOutcome.FAILED
+        for table, task, outcome, detail in self.state.latest_maintenance():
+            failed = outcome == RunOutcome.FAILED
             if failed or table not in out:
-                out[table] = Reading(failed, f"{task} failed: {run.detail}" if failed else None)
+                out[table] = Reading(failed, f"{task} failed: {detail}" if failed else None)
         return out
 
 

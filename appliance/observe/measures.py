@@ -28,14 +28,22 @@ class Reading:
         return "" if self.value is None else str(self.value)
 
 
-def dead_letter_ratio(batches: list) -> float | None:
-    messages = sum(b.messages for b in batches)
-    return None if not messages else round(sum(b.dead_letter_rows for b in batches) / messages, 4)
+@dataclass(frozen=True)
+class Window:
+    """A stream's committed batches over an alert's window, summed."""
+
+    messages: int = 0
+    dead_letters: int = 0
+    throttle_ms: int = 0
+
+    @property
+    def dead_letter_ratio(self) -> float | None:
+        return None if not self.messages else round(self.dead_letters / self.messages, 4)
 
 
-def stream_reading(alert: AlertDef, status: StreamStatus, batches: list, stalled_for: float | None,
+def stream_reading(alert: AlertDef, status: StreamStatus, window: Window, stalled_for: float | None,
                    paused: bool) -> Reading:
-    """The alert's measure for one stream. `batches`: those committed in the alert's window;
+    """The alert's measure for one stream. `window`: its batches committed in the alert's window;
     `stalled_for`: seconds without a commit while messages wait or the topic cannot be read."""
     measure = alert.rule.measure
     if paused:
@@ -47,7 +55,7 @@ def stream_reading(alert: AlertDef, status: StreamStatus, batches: list, stalled
     if measure is Measure.FRESHNESS_SECONDS:
         return _threshold(alert, status.freshness_seconds())
     if measure is Measure.DEAD_LETTER_RATIO:
-        return _threshold(alert, dead_letter_ratio(batches))
+        return _threshold(alert, window.dead_letter_ratio)
     if measure is Measure.FAILED:
         failing = status.phase is StreamPhase.FAILED
         return Reading(failing, status.last_error if failing else None)
@@ -58,8 +66,7 @@ def stream_reading(alert: AlertDef, status: StreamStatus, batches: list, stalled
         return Reading(stalled_for is not None and stalled_for >= alert.window,
                        None if stalled_for is None else round(stalled_for, 1))
     if measure is Measure.THROTTLED:
-        throttle = max((b.throttle_ms for b in batches), default=0)
-        return Reading(throttle > 0, float(throttle))
+        return Reading(window.throttle_ms > 0, float(window.throttle_ms))
     return Reading(False, None)
 
 

@@ -94,6 +94,7 @@ class SystemTableWriter:
         self.catalog = catalog
         self.state = state
         self._reported: str | None = None
+        self._exported: dict[str, int] = {}  # state table -> the last id committed, once known
 
     def export(self) -> dict[str, int]:
         """One round: rows exported per system table. Failures are events, never raised."""
@@ -112,6 +113,9 @@ class SystemTableWriter:
         return done
 
     def _export(self, system: SystemTable) -> int:
+        known = self._exported.get(system.source)
+        if known is not None and self.state.last_id(system.source) <= known:
+            return 0  # nothing new: not even a look at the catalog
         table, _ = self.catalog.ensure_table(system.full_name, system.schema)
         position = committed_offsets(table, EXPORT_ID)
         after = position[0] - 1 if position else 0
@@ -124,6 +128,7 @@ class SystemTableWriter:
             after = last
         cutoff = dt.datetime.now(UTC) - dt.timedelta(seconds=self.settings.observe.keep_in_state)
         self.state.prune(system.source, after, cutoff.isoformat(timespec="milliseconds"))
+        self._exported[system.source] = after
         return len(rows)
 
 

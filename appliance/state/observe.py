@@ -124,6 +124,21 @@ class ObserveRecords:
                               [alert, subject]).fetchone()
         return row[0] if row else None
 
+    # ---- what alerts measure, summed in SQL (they look every few seconds) ----
+
+    def batch_totals(self, stream: str, since: str) -> tuple[int, int, int]:
+        """Messages, dead letters and the longest throttle (ms) of the stream's batches since `since`."""
+        row = self.db.execute("select coalesce(sum(messages), 0), coalesce(sum(dead_letter_rows), 0), "
+                              "coalesce(max(throttle_ms), 0) from batches where stream = ? and committed_at >= ?",
+                              [stream, since]).fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
+
+    def latest_maintenance(self) -> list[tuple[str, str, str, str]]:
+        """(table, task, outcome, detail) of each table's latest real run of each task."""
+        return [tuple(r) for r in self.db.execute(
+            "select table_name, task, outcome, detail from maintenance_runs where id in (select max(id) from "
+            "maintenance_runs where dry_run = 0 and outcome not in ('cancelled', 'busy') group by table_name, task)")]
+
     # ---- the audit trail ----
 
     def record_audit(self, user: str, host: str, via: str, action: str, target: str, arguments: dict[str, Any],
@@ -140,6 +155,9 @@ class ObserveRecords:
     def rows_after(self, table: str, after: int, limit: int = 50_000) -> list[dict[str, Any]]:
         """`table`'s rows with an id above `after`, oldest first."""
         return list(self._rows(table, "id > ?", [after], order_by="id", limit=limit))
+
+    def last_id(self, table: str) -> int:
+        return self.db.execute(f"select coalesce(max(id), 0) from {table}").fetchone()[0]
 
     def prune(self, table: str, exported: int, before: str) -> int:
         """Forget `table`'s rows that are exported (id at most `exported`) and older than `before`."""
