@@ -300,3 +300,32 @@ def test_every_history_lands_once_and_the_state_database_keeps_only_the_recent(f
     assert query("select message from floe.events order by event_id") == [(f"event {i}",) for i in range(4)]
     assert query("select count(*), min(table_name) from floe.maintenance_runs") == [(3, "ns.t")]
     assert query("select count(*), sum(rows_out) from floe.stage_runs") == [(3, 6)]
+
+
+def test_a_new_state_database_exports_its_own_rows_and_floe_is_reserved(floe_home):
+    from appliance.core.vocabulary import EventKind
+    from appliance.observe.systables import SystemTableWriter
+    from appliance.tables.catalog import Catalog
+
+    settings = load_settings()
+    for message in ("before", "after"):  # the second state database starts its ids at 1 again
+        with StateStore(settings.state_db) as state:
+            state.add_event(EventKind.POLICY_CHANGED, message)
+            state.add_event(EventKind.POLICY_CHANGED, message)
+            SystemTableWriter(settings, Catalog(settings), state).export()
+        settings.state_db.unlink()
+    assert query("select message, count(*) from floe.events group by 1 order by 1") == [("after", 2), ("before", 2)]
+
+    for args in (["stream", "create", "s", "--bootstrap", "h:9092", "--topic", "t", "--table", "floe.audit"],
+                 ["table", "alter", "floe.events", "add-column", "x", "string"]):
+        done = floe(*args)
+        assert done.returncode == 1 and "holds Floe's system tables" in done.stderr, done.stderr
+    rows = StateStore(settings.state_db).audit_trail()
+    assert [(r.action, r.outcome) for r in rows] == [("table alter add-column", "failed"), ("stream create", "failed")]
+
+
+def test_the_audit_masks_passwords_in_any_url():
+    from appliance.control.audit import masked
+
+    assert masked("https://u:ab/cd@reg:8081/x") == "https://u:***@reg:8081/x"
+    assert masked("see json://u:p@ss@h/p and https://reg:8081/p@th") == "see json://u:***@h/p and https://reg:8081/p@th"

@@ -6,6 +6,7 @@ Each command group lives in its own module and imports what it needs when it run
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 
 import click
@@ -32,6 +33,9 @@ def main() -> None:
         sys.exit(1)
     except FloeError as exc:
         err(f"floe: error: {exc}")
+        sys.exit(1)
+    except sqlite3.OperationalError as exc:  # the state database locked for too long, or its disk full
+        err(f"floe: error: the state database: {exc}")
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

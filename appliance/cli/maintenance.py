@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
@@ -40,6 +39,7 @@ def maintain(tables: tuple[str, ...], compact: bool, expire: bool, orphans: bool
     Exits 1 if a task failed.
     """
     from appliance.control.audit import change
+    from appliance.core.errors import FloeError
     from appliance.maintenance.maintainer import Maintainer, format_run
     from appliance.spark.session import spark_session
 
@@ -66,12 +66,11 @@ def maintain(tables: tuple[str, ...], compact: bool, expire: bool, orphans: bool
                     run = maintainer.run(name, task, dry_run=dry_run)
                     click.echo(format_run(run))
                     failed += run.failed
+            if failed:  # recorded as failed, then one line and exit 1
+                raise FloeError(f"{failed} maintenance task{'s' if failed > 1 else ''} failed")
     finally:
         for session in sessions:
             session.stop()
-    if failed:
-        err(f"floe: error: {failed} maintenance task{'s' if failed > 1 else ''} failed")
-        sys.exit(1)
 
 
 @cli.group()

@@ -155,6 +155,7 @@ def alerts_from_config(raw: Any, source: str) -> list[AlertDef]:
                                entry.get("notify", ()), origin="config")
         except AlertRuleError as exc:
             raise AlertRuleError(f"{source}: alerts entry {i}: {exc}") from None
+        check_urls(alert.notify, f"{alert.name} ({source})")
         if any(a.name == alert.name for a in out):
             raise AlertRuleError(f"{source}: two alerts named {alert.name}")
         out.append(alert)

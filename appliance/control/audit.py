@@ -24,7 +24,7 @@ from appliance.kafka.settings import MASK, is_secret
 from appliance.state.store import StateStore
 
 VIA_ENV = "FLOE_VIA"
-_USERINFO = re.compile(r"(://[^/@\s:]*:)[^@/\s]+@")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
 SKIPPED = ("settings", "spark")  # arguments that are the process's, not the change's
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,7 +56,7 @@ def masked(value: Any, key: str = "") -> Any:
     if isinstance(value, (list, tuple)):
         return [masked(v) for v in value]
     if isinstance(value, str):
-        return _USERINFO.sub(r"\1" + MASK + "@", value)
+        return _URL.sub(lambda m: _mask_url(m.group(0)), value)
     if isinstance(value, (int, float, bool)) or value is None:
         return value
     if isinstance(value, Path):
@@ -64,12 +64,26 @@ def masked(value: Any, key: str = "") -> Any:
     return type(value).__name__  # a Mapping object, say: named, not dumped
 
 
+def _mask_url(url: str) -> str:
+    """A URL with the password of its user info masked. The user info ends at the last '@' before
+    the host; a password may hold '/' or '@', a port is digits (`host:8081/p@th` has no password)."""
+    scheme, _, rest = url.partition("://")
+    at = rest.rfind("@")
+    if at < 0:
+        return url
+    userinfo, host = rest[:at], rest[at + 1:]
+    user, colon, secret = userinfo.partition(":")
+    if not colon or "/" in user or secret.split("/", 1)[0].isdigit():
+        return url  # no password (or the '@' is in the path)
+    return f"{scheme}://{user}:{MASK}@{host}"
+
+
 def record(settings: Settings, action: str, target: str, arguments: dict[str, Any], outcome: str,
            detail: str = "") -> None:
     ensure_home(settings)
     with StateStore(settings.state_db) as state:
         state.record_audit(_user(), socket.gethostname(), via(), action, target, masked(arguments), outcome,
-                           " ".join(detail.split())[:500])
+                           masked(" ".join(detail.split())[:500]))
 
 
 @contextmanager

@@ -23,6 +23,7 @@ from appliance.model.names import check_stream_name, check_table_name
 from appliance.model.stage import GROUP, SOURCE, StageDef
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
+from appliance.tables.system import refuse_system
 
 PREVIEW_SAMPLE = 10_000  # rows of the source a preview reads, the newest files first
 
@@ -63,6 +64,7 @@ def _check_names(state: StateStore, catalog: Catalog, name: str, source: str, ta
     check_stream_name(name)
     check_table_name(source)
     check_table_name(table)
+    refuse_system(table)
     if source == table:
         raise InvalidName(f"stage {name!r} reads and writes {table}: write another table")
     catalog.check_exists(source)

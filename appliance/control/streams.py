@@ -38,6 +38,7 @@ from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.evolution import ensure_bindings
 from appliance.tables.schemas import dead_letter_iceberg_schema, target_iceberg_schema
+from appliance.tables.system import refuse_system
 
 STREAM_NAME_MAX = 63
 
@@ -73,6 +74,7 @@ def check_target(namespace: str, table: str, dead_letter_table: str, stream: str
         check_identifier(table, "table")
         if Field.NAMESPACE not in problems:
             check_table_name(f"{namespace}.{table}")
+            refuse_system(f"{namespace}.{table}")
     except InvalidName as exc:
         problems[Field.TABLE] = str(exc)
     if not dead_letter_table:
@@ -80,6 +82,7 @@ def check_target(namespace: str, table: str, dead_letter_table: str, stream: str
     else:
         try:
             check_table_name(qualified(namespace, dead_letter_table))
+            refuse_system(qualified(namespace, dead_letter_table), "dead-letter table")
             if qualified(namespace, dead_letter_table) == f"{namespace}.{table}":
                 raise InvalidName("the dead-letter table must differ from the target table")
         except InvalidName as exc:
@@ -125,8 +128,9 @@ def check_request(name: str, topic: str, table: str, dead_letter_table: str, for
     """What is wrong with a stream request itself, by field, before any broker or table is asked."""
     problems: Problems = {}
     for where, check in ((Field.STREAM, lambda: check_stream_name(name)),
-                         (Field.TABLE, lambda: check_table_name(table)),
-                         (Field.DEAD_LETTER_TABLE, lambda: check_table_name(dead_letter_table))):
+                         (Field.TABLE, lambda: (check_table_name(table), refuse_system(table))),
+                         (Field.DEAD_LETTER_TABLE, lambda: (check_table_name(dead_letter_table),
+                                                            refuse_system(dead_letter_table, "dead-letter table")))):
         try:
             check()
         except InvalidName as exc:
@@ -146,6 +150,7 @@ def check_request(name: str, topic: str, table: str, dead_letter_table: str, for
     return problems
 
 
+@audited("stream create")
 def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, table: str, format: str = "json",
                   mapping: str | Path | Mapping = "auto", starting_offsets: str = "earliest",
                   dead_letter_table: str | None = None, kafka_options: dict[str, str] | None = None,
@@ -174,7 +179,7 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
         given = None if mapping == "auto" else Mapping.from_file(mapping)
     else:
         raise MappingError(f"mapping must be 'auto', a mapping file or a Mapping, not {type(mapping).__name__}")
-    return create(settings, StreamRequest(name=name, kafka=kafka, topic=topic, table=table, mapping=given,
+    return _create(settings, StreamRequest(name=name, kafka=kafka, topic=topic, table=table, mapping=given,
                                           starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
                                           format=format, registry=registry, subject=subject or "",
                                           schema_evolution=schema_evolution))
@@ -182,6 +187,11 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
 
 @audited("stream create", "request.name")
 def create(settings: Settings, request: StreamRequest) -> CreatedStream:
+    """Create the stream `request` describes (the UI's wizard)."""
+    return _create(settings, request)
+
+
+def _create(settings: Settings, request: StreamRequest) -> CreatedStream:
     raise_problems(check_request(request.name, request.topic, request.table, request.dead_letter_table,
                                  request.format, request.starting_offsets, request.registry,
                                  request.schema_evolution))

@@ -14,6 +14,7 @@ from appliance.model.names import check_identifier, check_table_name
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
 from appliance.tables.evolution import add_column, drop_column, ensure_bindings, rename_column
+from appliance.tables.system import refuse_system
 
 OPERATIONS = ("add-column", "drop-column", "rename-column")
 
@@ -23,6 +24,7 @@ def alter_table(settings: Settings, name: str, operation: str, column: str, valu
                 source: str | None = None) -> str:
     """Apply one schema change; a line saying what was done. `value`: the new type or the new name."""
     check_table_name(name)
+    refuse_system(name)
     catalog = Catalog(settings)
     catalog.check_exists(name)
     with StateStore(settings.state_db) as state:

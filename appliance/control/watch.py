@@ -2,13 +2,14 @@
 
 Run beside the engine, or from cron as `floe watch --once`. The engine counts as down when it
 stopped, its process is gone, or its heartbeat is older than `[alerting] heartbeat_timeout`.
-An incident opens once (a later watch that finds it open does not notify again, unless the
-notification never got through) and resolves when the engine is back.
+An incident opens once (a later watch that finds it open does not notify again; a target that
+failed is an event) and resolves when the engine is back.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from typing import Callable
 
@@ -23,6 +24,8 @@ from appliance.state.observe import all_alerts
 from appliance.state.store import StateStore
 from appliance.views.engine import EngineHealth, engine_health
 
+log = logging.getLogger(__name__)
+
 
 def watch_once(settings: Settings) -> EngineHealth:
     """Look once; open, re-send or resolve each `engine_down` alert's incident. Notifications are
@@ -32,7 +35,10 @@ def watch_once(settings: Settings) -> EngineHealth:
         health = engine_health(settings, state)
         reading = Reading(not health.up, health.reason)
         open_now = {i.alert: i for i in state.open_incidents() if i.subject == ENGINE}
-        for alert in all_alerts(settings, state):
+        alerts = all_alerts(settings, state)
+        for gone in set(open_now) - {a.name for a in alerts}:  # its alert was removed (from floe.toml, say)
+            state.resolve_incident(open_now[gone].id, "alert removed")
+        for alert in alerts:
             if alert.rule.measure is not Measure.ENGINE_DOWN:
                 continue
             incident = open_now.get(alert.name)
@@ -44,9 +50,7 @@ def watch_once(settings: Settings) -> EngineHealth:
                     _send(state, settings, note, incident.id, resolved=True)
                 continue
             if incident is not None:
-                if not incident.notified_open:  # an earlier watch could not get it through
-                    _send(state, settings, message(alert, ENGINE, reading, resolved=False), incident.id, False)
-                continue
+                continue  # told once: a target that failed then is an event, not a message every look
             if alert.for_seconds and health.heartbeat_age is not None and health.heartbeat_age < alert.for_seconds:
                 continue
             last = state.last_resolved(alert.name, ENGINE)
@@ -68,9 +72,13 @@ def watch(settings: Settings, stop: threading.Event, told: Callable[[EngineHealt
     """Look every `evaluate_interval` until `stop`; `told` hears each change of the engine's health."""
     last: bool | None = None
     while True:
-        health = watch_once(settings)
-        if health.up != last:
-            told(health)
-            last = health.up
+        try:
+            health = watch_once(settings)
+        except Exception as exc:  # a locked database, a broken target: say so, look again
+            log.warning("floe watch: %s", exc)
+        else:
+            if health.up != last:
+                told(health)
+                last = health.up
         if stop.wait(settings.alerting.evaluate_interval):
             return

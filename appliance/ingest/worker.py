@@ -68,11 +68,16 @@ class StreamWorker(threading.Thread):
         self.last_end = time.monotonic()
         self.shown: dict | None = None  # the status fields this worker wrote last
         self.behind_since: str | None = None  # since when messages wait (lag_seconds is measured from it)
+        self.caught_up_at: str | None = None  # when an earlier worker last saw nothing waiting
 
     def run(self) -> None:
         settings = self.engine.settings
         state = StateStore(settings.state_db, durable=False)
         runner = StreamRunner(settings, self.engine.spark, self.engine.catalog, state, self.stream, self.engine.jobs)
+        # Across a restart: messages waited since then, or since the stream was last seen caught up.
+        before = state.status(self.stream.name)
+        self.behind_since = before.behind_since if before.lag else None
+        self.caught_up_at = before.updated_at if before.lag == 0 else None
         try:
             self._loop(runner, state)
         finally:
@@ -146,9 +151,9 @@ class StreamWorker(threading.Thread):
             self.rate = self.rate * 0.5 if self.rate > 1 else 0.0
         catching_up = outcome.lag > self.engine.settings.engine.max_batch_messages // 4
         if not outcome.lag:
-            self.behind_since = None
+            self.behind_since = self.caught_up_at = None
         elif self.behind_since is None:
-            self.behind_since = now()
+            self.behind_since, self.caught_up_at = self.caught_up_at or now(), None
         fields = {"phase": StreamPhase.CATCHING_UP if catching_up else StreamPhase.RUNNING, "lag": outcome.lag,
                   "messages_per_s": round(self.rate, 1), "behind_since": self.behind_since}
         if outcome.committed:

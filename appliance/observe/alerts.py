@@ -37,7 +37,7 @@ HINTS = {
     Measure.STALLED: "Is the broker up and reachable? floe stream show {s}.",
     Measure.THROTTLED: "The broker's quotas slow Floe's reads: look at the client quotas for its principal.",
     Measure.AUTH_FAILED: "The cluster refuses the stream's credentials or topic: check them (floe stream show {s}).",
-    Measure.MAINTENANCE_FAILED: "Look at the table's maintenance runs: floe table maintenance {s}.",
+    Measure.MAINTENANCE_FAILED: "Look at the table's maintenance runs: floe table runs {s}.",
     Measure.ENGINE_DOWN: "Start it again (floe run), and look at its log in FLOE_HOME/logs/floe.log.",
 }
 

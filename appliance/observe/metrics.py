@@ -56,7 +56,8 @@ class FloeCollector(Collector):
         self.runs: dict[tuple[str, str, str], float] = defaultdict(float)
 
     def close(self) -> None:
-        self.state.close()
+        with self.lock:
+            self.state.close()
 
     def _catch_up(self) -> None:
         for row in self.state.rows_after("batches", self.seen["batches"]):
@@ -76,27 +77,27 @@ class FloeCollector(Collector):
                 self.runs[(row["table_name"], row["task"], row["outcome"])] += 1
 
     def collect(self) -> Iterator[Metric]:
-        with self.lock:
-            self._catch_up()
-            streams = [s.name for s in self.state.streams()]
-            statuses = self.state.statuses()
-            failures_total = {n: s.failures_total for n, s in statuses.items()}
-            open_incidents = self.state.open_incidents()
-        yield from self._stream_counters(streams, failures_total)
-        yield from self._stream_gauges(streams, statuses)
-        yield self._histogram(streams)
+        with self.lock:  # one scrape at a time: the totals are read and changed by each
+            return iter(self._families())
+
+    def _families(self) -> list[Metric]:
+        self._catch_up()
+        streams = [s.name for s in self.state.streams()]
+        statuses = self.state.statuses()
+        failures_total = {n: s.failures_total for n, s in statuses.items()}
+        out: list[Metric] = [*self._stream_counters(streams, failures_total), *self._stream_gauges(streams, statuses),
+                             self._histogram(streams)]
         runs = CounterMetricFamily("floe_maintenance_runs", "Maintenance runs since the engine started",
                                    labels=["table", "task", "outcome"])
         for (table, task, outcome), n in sorted(self.runs.items()):
             runs.add_metric([table, task, outcome], n)
-        yield runs
         incidents = GaugeMetricFamily("floe_incidents_open", "Open alert incidents", labels=["alert"])
         per_alert: dict[str, int] = defaultdict(int)
-        for incident in open_incidents:
+        for incident in self.state.open_incidents():
             per_alert[incident.alert] += 1
         for alert, n in sorted(per_alert.items()):
             incidents.add_metric([alert], n)
-        yield incidents
+        return out + [runs, incidents]
 
     def _stream_counters(self, streams: list[str], failures_total: dict[str, int]) -> Iterator[Metric]:
         for key, help_text in (("messages", "Kafka messages read and committed"),

@@ -61,7 +61,12 @@ class Message:
     resolved: bool = False
 
 
-def deliver(message: Message, attempts: int, wait: Callable[[float], bool] = lambda s: False,
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+def deliver(message: Message, attempts: int, wait: Callable[[float], bool] = _sleep,
             report: Callable[[str], None] | None = None) -> list[tuple[str, bool]]:
     """Send to each URL, each tried up to `attempts` times; `wait(s)` True means give up (stopping)."""
     out = []
@@ -80,7 +85,7 @@ def deliver(message: Message, attempts: int, wait: Callable[[float], bool] = lam
 
 
 def deliver_recorded(message: Message, attempts: int, state: StateStore,
-                     wait: Callable[[float], bool] = lambda s: False) -> bool:
+                     wait: Callable[[float], bool] = _sleep) -> bool:
     """`deliver`, with each failure an event and the incident marked notified when all got it."""
     results = deliver(message, attempts, wait, lambda text: state.add_event(
         EventKind.NOTIFICATION_FAILED, text, message.subject or None, EventLevel.ERROR))

@@ -93,8 +93,9 @@ class SystemTableWriter:
         self.settings = settings
         self.catalog = catalog
         self.state = state
-        self._reported: str | None = None
+        self._reported: dict[str, str] = {}  # system table -> the failure told last (once, until it heals)
         self._exported: dict[str, int] = {}  # state table -> the last id committed, once known
+        self.export_id = f"{EXPORT_ID}.{state.database_id()}"
 
     def export(self) -> dict[str, int]:
         """One round: rows exported per system table. Failures are events, never raised."""
@@ -103,28 +104,35 @@ class SystemTableWriter:
             try:
                 with warehouse_io(self.settings, f"write system table {system.full_name}"):
                     done[system.full_name] = self._export(system)
+                self._reported.pop(system.full_name, None)
             except Exception as exc:  # the system tables never compete with the streams
-                message = f"system table {system.full_name} not written: {type(exc).__name__}: {exc}"
-                log.warning(message)
-                if message != self._reported:
-                    self._reported = message
-                    self.state.add_event(EventKind.SYSTEM_TABLES_FAILED, message, level=EventLevel.WARNING,
-                                         table=system.full_name)
+                self._report(system, f"system table {system.full_name} not written: {type(exc).__name__}: {exc}")
         return done
+
+    def _report(self, system: SystemTable, message: str) -> None:
+        log.warning(message)
+        if self._reported.get(system.full_name) == message:
+            return
+        try:
+            self.state.add_event(EventKind.SYSTEM_TABLES_FAILED, message, level=EventLevel.WARNING,
+                                 table=system.full_name)
+            self._reported[system.full_name] = message
+        except Exception:  # the state database itself is in trouble: the log has it, next round tries
+            log.exception("cannot record a system table failure")
 
     def _export(self, system: SystemTable) -> int:
         known = self._exported.get(system.source)
         if known is not None and self.state.last_id(system.source) <= known:
             return 0  # nothing new: not even a look at the catalog
         table, _ = self.catalog.ensure_table(system.full_name, system.schema)
-        position = committed_offsets(table, EXPORT_ID)
+        position = committed_offsets(table, self.export_id)
         after = position[0] - 1 if position else 0
         rows = self.state.rows_after(system.source, after)
         if rows:
             last = rows[-1]["id"]
             files = write_data_files(TableTarget.of(table), arrow_rows(system, rows))
             with commit_lock(self.settings, system.full_name):
-                commit_files(table.refresh(), files, EXPORT_ID, system.source, position, {0: last + 1})
+                commit_files(table.refresh(), files, self.export_id, system.source, position, {0: last + 1})
             after = last
         cutoff = dt.datetime.now(UTC) - dt.timedelta(seconds=self.settings.observe.keep_in_state)
         self.state.prune(system.source, after, cutoff.isoformat(timespec="milliseconds"))
@@ -146,9 +154,16 @@ class SystemTablesThread(threading.Thread):
         writer = SystemTableWriter(self.settings, self.catalog, state)
         try:
             while not self.stopping.wait(self.settings.observe.system_tables_interval):
-                started = time.monotonic()
-                writer.export()
-                log.debug("system tables written in %.2fs", time.monotonic() - started)
-            writer.export()  # what the engine did last, before it stops
+                self._round(writer)
+            self._round(writer)  # what the engine did last, before it stops
         finally:
             state.close()
+
+    @staticmethod
+    def _round(writer: SystemTableWriter) -> None:
+        started = time.monotonic()
+        try:
+            writer.export()
+        except Exception:  # never end the thread: the next round tries again
+            log.exception("system tables round failed")
+        log.debug("system tables written in %.2fs", time.monotonic() - started)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +157,15 @@ class ObserveRecords:
         """`table`'s rows with an id above `after`, oldest first."""
         return list(self._rows(table, "id > ?", [after], order_by="id", limit=limit))
 
+    def database_id(self) -> str:
+        """A random id made when this state database was made (the system tables' export key)."""
+        row = self.db.execute("select value from meta where key = 'database-id'").fetchone()
+        if row:
+            return row[0]
+        self.db.conn.execute("insert or ignore into meta (key, value) values ('database-id', ?)",
+                             [uuid.uuid4().hex[:12]])
+        return self.db.execute("select value from meta where key = 'database-id'").fetchone()[0]
+
     def last_id(self, table: str) -> int:
         return self.db.execute(f"select coalesce(max(id), 0) from {table}").fetchone()[0]
 
@@ -163,8 +173,10 @@ class ObserveRecords:
         """Forget `table`'s rows that are exported (id at most `exported`) and older than `before`."""
         # The newest row stays whatever its age: SQLite hands out ids above the largest one left,
         # and an id at or below the exported position would never be exported.
+        keep = (" and id not in (select max(id) from maintenance_runs group by table_name, task)"
+                if table == "maintenance_runs" else "")  # when each task last ran: the scheduler needs it
         cursor = self.db.conn.execute(f"delete from {table} where id <= ? and {EXPORTED[table]} < ? "
-                                      f"and id < (select max(id) from {table})", [exported, before])
+                                      f"and id < (select max(id) from {table}){keep}", [exported, before])
         return cursor.rowcount
 
 

@@ -70,7 +70,7 @@ class StreamStatus:
         """
         if self.lag is None:
             return None
-        if not self.lag:
+        if not self.lag and self.phase is not StreamPhase.FAILED:  # a failing stream cannot tell: bound it
             return 0.0
         now_ms = now_ms if now_ms is not None else time.time() * 1000
         marks = [m for m in (self.newest_kafka_ts, _epoch_ms(self.behind_since)) if m]
@@ -79,7 +79,7 @@ class StreamStatus:
     def freshness_seconds(self, now_ms: float | None = None) -> float | None:
         """How far the table is behind its topic: while messages wait, the age of the newest row
         committed; when none do, how old the last batch's newest message was when it committed."""
-        if self.lag and self.newest_kafka_ts:
+        if (self.lag or self.phase is StreamPhase.FAILED) and self.newest_kafka_ts:
             now_ms = now_ms if now_ms is not None else time.time() * 1000
             return round(max(0.0, (now_ms - self.newest_kafka_ts) / 1000), 3)
         return None if self.freshness_ms is None else self.freshness_ms / 1000

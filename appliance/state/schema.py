@@ -102,6 +102,9 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
          "arguments": str, "outcome": str, "detail": str},
         "id", [],
     ),
+    # This database's own identity: the system tables' export positions are kept per database,
+    # so a new or restored one starts its own instead of skipping rows under another's position.
+    "meta": ({"key": str, "value": str}, "key", []),
     "maintenance_requests": (
         {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],
     ),

@@ -17,6 +17,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from appliance.core.errors import InvalidName
+
 NAMESPACE = "floe"
 EXPORT_ID = "floe.system"  # the "stream id" of their commits: the state row id exported up to
 DEFAULT_RETENTION = "30d"
@@ -99,6 +101,12 @@ SYSTEM_TABLES = (
     ), "changed_at"),
 )
 BY_NAME = {t.full_name: t for t in SYSTEM_TABLES}
+
+
+def refuse_system(name: str, what: str = "table") -> None:
+    """Streams, stages and `floe table alter` never write Floe's own tables."""
+    if name.split(".", 1)[0] == NAMESPACE:
+        raise InvalidName(f"{what} {name}: the namespace {NAMESPACE!r} holds Floe's system tables; choose another")
 
 
 def system_policy(table: str) -> dict[str, str]:
