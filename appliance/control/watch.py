@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from dataclasses import replace
 from typing import Callable
 
 from appliance.config.alerts import Measure
@@ -64,7 +65,7 @@ def watch_once(settings: Settings) -> EngineHealth:
 
 
 def _send(state: StateStore, settings: Settings, note: Message, incident: int, resolved: bool) -> None:
-    deliver_recorded(Message(note.urls, note.title, note.body, note.failure, "", incident, resolved),
+    deliver_recorded(replace(note, subject="", incident=incident, resolved=resolved),
                      settings.alerting.notify_attempts, state)
 
 

@@ -12,7 +12,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from appliance.config.alerts import WINDOWED, AlertDef, Measure
 from appliance.config.settings import Settings
@@ -135,8 +135,7 @@ class Alerter:
 
     def _send(self, note: Message, incident: int, resolved: bool) -> None:
         if self.notifier is not None:
-            self.notifier.send(Message(note.urls, note.title, note.body, note.failure, note.subject, incident,
-                                       resolved))
+            self.notifier.send(replace(note, incident=incident, resolved=resolved))
 
     def _dlq(self, alert: AlertDef, subject: str) -> str:
         if alert.rule.measure is not Measure.DEAD_LETTER_RATIO:

@@ -6,11 +6,9 @@ lag in seconds come from Kafka timestamps and commit times; ratios from the comm
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
 from appliance.config.alerts import AlertDef, Measure
-from appliance.core.clock import age
 from appliance.core.vocabulary import StreamPhase
 from appliance.state.records import StreamStatus
 
@@ -73,6 +71,3 @@ def stream_reading(alert: AlertDef, status: StreamStatus, window: Window, stalle
 def _threshold(alert: AlertDef, value: float | None) -> Reading:
     return Reading(alert.rule.crossed(value), value)
 
-
-def since_commit(status: StreamStatus, at: dt.datetime) -> float | None:
-    return age(status.last_commit_at, at)

@@ -47,9 +47,8 @@ class FloeCollector(Collector):
     def __init__(self, settings: Settings) -> None:
         self.state = StateStore(settings.state_db, durable=False)
         self.lock = threading.Lock()
-        top = {t: self.state.db.execute(f"select coalesce(max(id), 0) from {t}").fetchone()[0]
-               for t in ("batches", "events", "maintenance_runs")}
-        self.seen = top  # rows up to these ids predate the engine: not counted
+        # Rows up to these ids predate the engine: not counted.
+        self.seen = {t: self.state.last_id(t) for t in ("batches", "events", "maintenance_runs")}
         self.totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.durations: dict[str, _Histogram] = defaultdict(_Histogram)
         self.failures: dict[str, float] = defaultdict(float)

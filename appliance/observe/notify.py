@@ -124,8 +124,3 @@ class Notifier(threading.Thread):
         finally:
             state.close()
 
-    def drain(self, timeout: float) -> None:
-        """Give queued messages up to `timeout` seconds (a stopping engine says what it knows)."""
-        deadline = time.monotonic() + timeout
-        while self.queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.05)
