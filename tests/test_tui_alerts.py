@@ -136,6 +136,8 @@ async def test_open_incidents_show_in_the_section_and_in_the_header(floe_home):
         key = str(opened.id)
         assert cell(incidents, key, "alert") == "orders_lag" and cell(incidents, key, "subject") == "pizza"
         assert cell(incidents, key, "rule") == "lag_messages > 1000" and "52,340" in cell(incidents, key, "value")
+        # The pane shows its rows before the message bubbles on to the app, which sets the header.
+        await until(pilot, lambda: "1 open incident" in app.sub_title, 10, "the header's count")
         assert "1 open incident" in app.sub_title  # seen from the Streams section
         await pilot.press("6")
         await until(pilot, lambda: app.focused is table, 5, "the Alerts section")
