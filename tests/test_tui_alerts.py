@@ -18,7 +18,7 @@ from appliance.views.alerts import alerts_overview
 from tui.app import FloeApp
 from tui.screens.alert_form import AlertFormScreen, notify_urls
 
-from tui_helpers import cell, until
+from tui_helpers import cell, engine_checked, until
 
 SECRET = "s3cretpass"
 URL = f"json://floe:{SECRET}@127.0.0.1:9/hook-token-abcdef"  # nothing listens on port 9
@@ -170,7 +170,7 @@ def test_alerts_screen(snap_compare, monkeypatch):
 
     async def wait_for_rows(pilot):
         await until(pilot, lambda: pilot.app.query_one("#incidents-table").row_count == 1, 10, "the incident")
-        await pilot.pause()
+        await engine_checked(pilot)
 
     app = FloeApp(settings, "alerts", clock=False)
     assert snap_compare(app, run_before=wait_for_rows, terminal_size=(160, 30))

@@ -23,7 +23,7 @@ from appliance.tables.schemas import target_iceberg_schema
 from tui.app import FloeApp
 
 from conftest import pizza_values
-from tui_helpers import until
+from tui_helpers import engine_checked, until
 
 TABLE = "ingest.x"
 
@@ -234,6 +234,6 @@ def test_maintenance_tab_snapshot(snap_compare, recorded_home):
         await until(pilot, lambda: "ingest.pizza_orders\n" in summary(app), 30, "the table's detail")
         await pilot.press("m")
         await until(pilot, lambda: len(runs(app)) == 4 and "retention_column" in policy_text(app), 30, "the tab")
-        await pilot.pause()
+        await engine_checked(pilot)
 
     assert snap_compare(FloeApp(recorded_home, "tables", clock=False), run_before=open_tab, terminal_size=(160, 30))

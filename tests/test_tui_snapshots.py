@@ -18,6 +18,8 @@ from appliance.tables.catalog import Catalog
 from appliance.tables.schemas import target_iceberg_schema
 from tui.app import FloeApp
 
+from tui_helpers import engine_checked
+
 HOME = Path("/tmp/floe-snapshot-home")
 MAPPING = Mapping((Column("order_id", "long", ("order_id",)), Column("status", "string", ("status",)),
                    Column("ordered_at", "timestamptz", ("ordered_at",))))
@@ -59,25 +61,25 @@ def app(settings, section="streams"):
 
 
 def test_streams_screen(snap_compare, fixed_home):
-    assert snap_compare(app(fixed_home), terminal_size=(160, 30))
+    assert snap_compare(app(fixed_home), run_before=engine_checked, terminal_size=(160, 30))
 
 
 def test_help_screen(snap_compare, fixed_home):
-    assert snap_compare(app(fixed_home), press=["question_mark"], terminal_size=(160, 40))
+    assert snap_compare(app(fixed_home), press=["question_mark"], run_before=engine_checked, terminal_size=(160, 40))
 
 
 def test_events_screen(snap_compare, fixed_home):
-    assert snap_compare(app(fixed_home, "events"), terminal_size=(160, 30))
+    assert snap_compare(app(fixed_home, "events"), run_before=engine_checked, terminal_size=(160, 30))
 
 
 def test_wizard_first_step(snap_compare, fixed_home):
-    assert snap_compare(app(fixed_home), press=["n"], terminal_size=(160, 45))
+    assert snap_compare(app(fixed_home), press=["n"], run_before=engine_checked, terminal_size=(160, 45))
 
 
 def test_query_screen(snap_compare, fixed_home):
     async def type_sql(pilot):
         pilot.app.query_one("TextArea").text = "select status, count(*) from ingest.pizza_orders group by 1"
-        await pilot.pause()
+        await engine_checked(pilot)
 
     assert snap_compare(app(fixed_home, "query"), run_before=type_sql, terminal_size=(160, 30))
 
@@ -88,6 +90,6 @@ def test_tables_screen(snap_compare, fixed_home):
             if "ingest.pizza_orders" in str(pilot.app.screen.query("#tables-pane Static").first().render()):
                 break
             await pilot.pause(0.05)
-        await pilot.pause()
+        await engine_checked(pilot)
 
     assert snap_compare(app(fixed_home, "tables"), run_before=wait_for_detail, terminal_size=(160, 30))

@@ -22,3 +22,12 @@ async def until(pilot, condition: Callable[[], object], timeout: float = 60.0, w
 
 def cell(table, row: str, column: str) -> str:
     return str(table.get_cell(row, column))
+
+
+async def engine_checked(pilot, timeout: float = 30.0) -> None:
+    """A snapshot waits for the header's first engine check: a loaded machine paints "checking…" otherwise."""
+    def checked():
+        return "checking" not in str(pilot.app.query_one("#engine-status").render())
+
+    await until(pilot, checked, timeout, "the engine status in the header")
+    await pilot.pause()
