@@ -29,15 +29,17 @@ ALLOWED: dict[str, set[str]] = {
     "maintenance": {"core", "config", "model", "spark", "tables", "state"},
     "stages": {"core", "config", "model", "spark", "tables", "state"},
     "observe": {"core", "config", "kafka", "model", "tables", "state"},
+    "auditor": {"core", "config", "kafka", "model", "tables", "state", "query"},
     "ingest": _BELOW_INGEST | {"maintenance", "stages", "observe"},
     "views": {"core", "config", "model", "tables", "state", "query", "maintenance"},
     "control": {"core", "config", "kafka", "model", "tables", "state", "views", "spark", "stages", "observe"},
     "demo": {"core", "config", "kafka", "state", "ingest", "control"},
-    "cli": _BELOW_INGEST | {"ingest", "maintenance", "stages", "observe", "query", "views", "control", "demo", "cli"},
+    "cli": _BELOW_INGEST | {"ingest", "maintenance", "stages", "observe", "query", "views", "control", "demo", "cli",
+                            "auditor"},
 }
 # The UI reaches the engine through its operations and read models only, and the plain data
 # they hand over: typed state records and Kafka connection settings.
-TUI_ALLOWED = {"core", "config", "model", "query", "views", "control"}
+TUI_ALLOWED = {"core", "config", "model", "query", "views", "control", "auditor"}
 TUI_ALLOWED_MODULES = {"appliance.state.records", "appliance.kafka.settings"}
 
 MAX_MODULE_LINES = 400

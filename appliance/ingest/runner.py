@@ -196,6 +196,8 @@ class StreamRunner:
         for gap in expired:
             if gap not in self._reported:  # once: with nothing to read, nothing commits the skip
                 self._reported.add(gap)
+                # Before the commit that skips it, so that an audit never takes the skip for a loss.
+                self.state.note_expired(self.stream.id, gap.partition, gap.first, gap.low)
                 self.state.add_event(EventKind.DATA_EXPIRED, gap.describe(), self.stream.name, EventLevel.WARNING)
 
     def _record(self, outcome: BatchOutcome, result: BatchResult, snapshots: Snapshots, offsets: dict[int, int],

@@ -69,6 +69,10 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     ),
     # Schema changes a stream has reported (one event each, not one per message).
     "schema_changes": ({"stream": str, "change": str, "at": str}, ("stream", "change"), []),
+    # Offsets [first, low) of a partition that left the topic before the stream read them: noted
+    # before the commit that skips them, never pruned, so `floe audit` tells expiry from loss.
+    "expired_offsets": ({"stream_id": str, "partition": int, "first": int, "low": int, "noted_at": str},
+                        ("stream_id", "partition", "first"), []),
     "stages": (
         {"name": str, "id": str, "source": str, "sql": str, "target_table": str, "kind": str, "paused": int,
          "created_at": str, "updated_at": str},

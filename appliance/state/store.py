@@ -135,10 +135,24 @@ class StateStore(StageRecords, ObserveRecords):
     def remove_stream(self, name: str) -> None:
         self.stream(name)
         with self.db.conn:
+            self.db["expired_offsets"].delete_where("stream_id = (select id from streams where name = ?)", [name])
             self.db["streams"].delete(name)
             self.db["stream_status"].delete_where("name = ?", [name])
             self.db["stream_schemas"].delete_where("stream = ?", [name])
             self.db["schema_changes"].delete_where("stream = ?", [name])
+
+    def note_expired(self, stream_id: str, partition: int, first: int, low: int) -> None:
+        """Offsets [first, low) expired before they were read; a later, higher `low` widens the note."""
+        with self.db.conn:
+            self.db.execute(
+                "INSERT INTO expired_offsets (stream_id, partition, first, low, noted_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (stream_id, partition, first) DO UPDATE SET low = max(low, excluded.low)",
+                [stream_id, partition, first, low, now()])
+
+    def expired_offsets(self, stream_id: str) -> list[tuple[int, int, int]]:
+        """(partition, first, low) of every range that expired before this stream read it."""
+        return [(r["partition"], r["first"], r["low"])
+                for r in self._rows("expired_offsets", "stream_id = ?", [stream_id], order_by="partition, first")]
 
     @staticmethod
     def new_id() -> str:

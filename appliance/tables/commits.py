@@ -24,9 +24,12 @@ from appliance.core.locks import FileLock
 from appliance.tables.appends import append_files
 from appliance.tables.datafiles import delete_files, live_data_files
 from appliance.tables.snapshots import (
+    MAINTENANCE_KEY,
+    RETENTION_DELETED_KEY,
     committed_offsets,
     offsets_properties,
     offsets_summary,
+    retention_deleted,
     stage_position,
     stage_properties,
     stream_snapshot_id,
@@ -117,6 +120,9 @@ def _swap(table: Table, remove: list[DataFile], add: list[DataFile], label: Oper
     for data_file in add:
         producer.append_data_file(data_file)
     producer.commit()
+    if properties.get(MAINTENANCE_KEY) == "retention":  # in the same commit as the deletes
+        deleted = sum(f.record_count for f in remove) - sum(f.record_count for f in add)
+        tx.set_properties({RETENTION_DELETED_KEY: str(retention_deleted(table) + deleted)})
     return tx.commit_transaction()
 
 

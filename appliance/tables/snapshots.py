@@ -26,6 +26,9 @@ MAINTENANCE_KEY = "floe.maintenance"  # which task made a snapshot
 STAGE_KEY = "floe.stage-id"
 SOURCE_SNAPSHOT_KEY = "floe.source-snapshot"
 SOURCE_TABLE_KEY = "floe.source-table"
+# A table property: how many rows retention has deleted from the table, ever. Snapshots are
+# expired, a property stays; `floe audit` tells rows retention removed from lost ones with it.
+RETENTION_DELETED_KEY = "floe.retention-deleted-rows"
 POSITION_KEYS = (STREAM_KEY, TOPIC_KEY, OFFSETS_KEY, STAGE_KEY, SOURCE_SNAPSHOT_KEY, SOURCE_TABLE_KEY)
 
 
@@ -197,3 +200,7 @@ def snapshot_infos(table: Table) -> list[SnapshotInfo]:
         )
         for s in table.snapshots()
     ]
+
+
+def retention_deleted(table: Table) -> int:
+    return int(table.properties.get(RETENTION_DELETED_KEY, "0"))
