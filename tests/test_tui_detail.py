@@ -8,6 +8,7 @@ from appliance.control.streams import create_stream
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from tui.app import FloeApp
+from tui.screens.audit_report import AuditScreen
 from tui.screens.stream_detail import StreamDetailScreen
 
 from conftest import pizza_values
@@ -81,6 +82,20 @@ async def test_detail_shows_batches_dead_letters_live_and_pauses(broker, topic, 
         assert plain(dead, "0", "where") == "0/353"
         assert '{"order_id": "not a number"}' == plain(dead, "0", "value")
         await until(pilot, lambda: "rows 350" in shown(stats), 10, "new totals")
+
+        # The audit, from the detail: OK on the live tables, then FAILED once a row is duplicated.
+        await pilot.press("a")
+        audit = await until(pilot, lambda: isinstance(app.screen, AuditScreen) and app.screen, 10, "the audit")
+        verdict = audit.query_one("#audit-verdict")
+        await until(pilot, lambda: "OK" in shown(verdict), 60, "the audit's verdict")
+        assert "354 offsets" in shown(verdict) and "OK: 354 offsets" in shown(audit.query_one("#audit-report"))
+        target = Catalog(settings).table("ingest.orders")
+        target.append(target.scan(limit=1).to_arrow())
+        await pilot.press("a")
+        await until(pilot, lambda: "FAILED" in shown(verdict), 60, "the audit's second verdict")
+        assert "1 duplicated" in shown(verdict) and "DUPLICATED: 1 offsets" in shown(audit.query_one("#audit-report"))
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 5, "back to the detail")
 
         # Pause and resume from the detail screen.
         state = StateStore(settings.state_db)

@@ -170,7 +170,7 @@ def _offsets(con, table, stream: StreamDef) -> Iterator:
     if sql is None:
         return
     try:
-        yield from con.execute(sql).fetch_record_batch(BATCH_ROWS)
+        yield from con.execute(sql).to_arrow_reader(BATCH_ROWS)
     except duckdb.Error as exc:
         raise QueryError(f"reading {'.'.join(table.name())}: {one_line(exc)}") from None
 

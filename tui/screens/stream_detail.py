@@ -27,6 +27,7 @@ from appliance.views.dead_letters import DeadLetter, dead_letters
 from appliance.views.streams import StreamDetail, stream_detail
 from tui.format import age, clock, count, number, one_line
 from tui.messages import ActionDone
+from tui.screens.audit_report import AuditScreen
 from tui.styles import phase_text
 from tui.widgets.rows import put_row, trim_rows
 from tui.widgets.texts import Texts
@@ -80,6 +81,7 @@ class StreamDetailScreen(ReportsFailures, Screen):
         Binding("escape", "back", "Back"),
         Binding("p", "pause", "Pause"),
         Binding("r", "resume", "Resume"),
+        Binding("a", "audit", "Audit"),
     ]
     AUTO_FOCUS = "#batches-table"
 
@@ -105,6 +107,7 @@ class StreamDetailScreen(ReportsFailures, Screen):
             with Horizontal(id="detail-buttons"):
                 yield Button("Pause", id="pause", variant="warning")
                 yield Button("Resume", id="resume", variant="success")
+                yield Button("Audit", id="audit")
                 yield Button("Back", id="back")
         yield Static("", id="detail-stats")
         yield Static("", id="detail-source")
@@ -297,10 +300,16 @@ class StreamDetailScreen(ReportsFailures, Screen):
         if self.paused is not False:
             self.set_paused(False)
 
+    def action_audit(self) -> None:
+        """Exactly-once, checked on the live tables (`floe audit`): reads only, so safe while ingesting."""
+        self.app.push_screen(AuditScreen(self.stream_name))
+
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        if event.button.id == "pause":
+        if event.button.id == "audit":
+            self.action_audit()
+        elif event.button.id == "pause":
             self.set_paused(True)
         elif event.button.id == "resume":
             self.set_paused(False)
