@@ -11,9 +11,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from appliance.auditor import AuditReport, audit_stream
+from tui.workers import ReportsFailures
 
 
-class AuditScreen(ModalScreen[None]):
+class AuditScreen(ReportsFailures, ModalScreen[None]):
     BINDINGS = [Binding("escape", "close", "Close"), Binding("a", "run", "Audit again")]
 
     def __init__(self, stream: str) -> None:
