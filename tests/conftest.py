@@ -118,17 +118,9 @@ def floe_home(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark():
-    from dataclasses import replace
-
-    from appliance.config.settings import load_settings
-    from appliance.spark.session import spark_session
-
-    home = Path(os.environ.get("PYTEST_SPARK_HOME", "/tmp")) / f"floe-spark-{os.getpid()}"
-    settings = replace(load_settings(home), spark_master="local[2]")
-    session = spark_session(settings, app_name="floe-tests")
-    yield session
-    session.stop()
+def spark(floe_spark):
+    """The plugin's session SparkSession (appliance/testing/plugin.py): one JVM for the suite."""
+    return floe_spark
 
 
 @pytest.fixture

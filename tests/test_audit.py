@@ -19,6 +19,7 @@ from appliance.ingest.engine import Engine
 from appliance.model.mapping import Column, Mapping
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
+
 from conftest import floe, pizza_values
 
 

@@ -152,6 +152,8 @@ class Engine:
                 self.stages.join(1.0)
         for worker in self.workers.values():
             worker.join()
+        if self.jobs is not None:
+            self.jobs.close()
         self._heartbeat(EngineState.STOPPED)
         self.state.add_event(EventKind.ENGINE_STOPPED, "engine stopped")
         self._observers_stop.set()  # the system tables export what is left, the engine's stop included

@@ -65,6 +65,7 @@ class BatchJobs:
         self._thread: threading.Thread | None = None
         self._step = threading.local()  # per worker thread: has its step submitted a batch yet?
         self.jobs_run = 0  # Spark jobs started, for whoever wants to see the sharing
+        self._closed = False
 
     @contextmanager
     def planning(self) -> Iterator[None]:
@@ -102,7 +103,7 @@ class BatchJobs:
         while True:
             with self._cond:
                 while not self._pending:
-                    if not self._cond.wait(60.0):
+                    if self._closed or not self._cond.wait(60.0):
                         self._thread = None  # idle a minute: the next submit starts a new one
                         return
                 deadline = time.monotonic() + WINDOW
@@ -110,6 +111,16 @@ class BatchJobs:
                     self._cond.wait(deadline - time.monotonic())
                 batch, self._pending = self._pending, []
             self._run(batch)
+
+    def close(self) -> None:
+        """Once the workers are gone: the serving thread ends now, not after its idle minute (an
+        engine run in a test's process, say, leaves no thread behind)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(30)
 
     def _run(self, batch: list[_Request]) -> None:
         self.jobs_run += 1

@@ -1,0 +1,106 @@
+"""Floe's pytest plugin: the example project run as a user runs it, and the fixtures' promises
+(a home and topics per test, cleanup, xdist) checked on the fixtures themselves."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from appliance.core.errors import MappingError, StreamNotFound
+from conftest import ROOT
+
+EXAMPLE = ROOT / "examples" / "pipeline"
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if "__pycache__" not in p.parts}
+
+
+def test_the_example_project_passes_through_the_installed_plugin_in_parallel(tmp_path):
+    """From a directory of its own, as a user would: no conftest of ours within reach, the plugin
+    found through its entry point, two xdist workers running modules that use the same topic and
+    table names."""
+    project = tmp_path / "pipeline"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    before = _files(project)
+    base = tmp_path / "basetemp"
+    env = {k: v for k, v in os.environ.items() if k not in ("FLOE_HOME", "PYTHONPATH")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+                           f"--basetemp={base}"], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "4 passed" in done.stdout
+    # Each test had a FLOE_HOME of its own, under pytest's temporary directory, not in the project.
+    homes = sorted(base.rglob("floe-home"))
+    assert len(homes) == 4 and all((h / "state.db").exists() for h in homes)
+    assert _files(project) - before <= {"tests/__pycache__"}, _files(project) - before
+
+
+def test_the_plugin_is_registered_by_its_entry_point():
+    from importlib.metadata import entry_points
+
+    found = [e for e in entry_points(group="pytest11") if e.name == "floe"]
+    assert [e.value for e in found] == ["appliance.testing.plugin"]
+
+
+def _orders(floe, n: int) -> int:
+    floe.produce_json("orders", [{"order_id": i, "amount": i * 1.5} for i in range(n)])
+    floe.create_stream("orders", topic="orders", table="lake.orders")
+    floe.run_until_caught_up()
+    return floe.query("select count(*) as n from lake.orders").to_pylist()[0]["n"]
+
+
+def test_a_topic_name_is_this_tests_own_first(floe, tmp_path):
+    assert floe.home == tmp_path / "floe-home" and os.environ["FLOE_HOME"] == str(floe.home)
+    assert floe.topic("orders") != "orders" and floe.topic("orders").endswith(".orders")
+    assert _orders(floe, 3) == 3
+
+
+def test_a_topic_name_is_this_tests_own_second(floe):
+    """Runs after the first: the same topic and table names, none of its messages or rows."""
+    assert _orders(floe, 5) == 5
+    assert floe.audit("orders").ok
+
+
+def test_the_engine_leaves_no_thread_behind(floe):
+    before = {t.ident for t in threading.enumerate()}
+    _orders(floe, 2)
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert not left, left
+
+
+def test_avro_through_the_session_registry(floe, floe_schema_registry):
+    schema = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "long"},
+                                                            {"name": "store", "type": "string"}]}
+    floe.produce_avro("payments", schema, [{"order_id": 1, "store": "Napoli"}, {"order_id": 2, "store": "Roma"}])
+    floe.produce("payments", [b"not avro at all"])
+    floe.create_stream("payments", topic="payments", table="lake.payments", format="avro")
+    floe.run_until_caught_up()
+    assert floe.query("select order_id, store from lake.payments order by 1").to_pylist() == [
+        {"order_id": 1, "store": "Napoli"}, {"order_id": 2, "store": "Roma"}]
+    assert [d["raw_value"] for d in floe.dead_letters("payments")] == [b"not avro at all"]
+    assert floe_schema_registry.client().get_subjects() == [f"{floe.topic('payments')}-value"]
+
+
+def test_a_mapping_given_as_a_dict(floe):
+    floe.produce_json("orders", [{"order_id": 7, "amount": 2.5}])
+    floe.create_stream("orders", topic="orders", table="lake.orders", mapping={"order_id": "long", "amount": "double"})
+    floe.run_until_caught_up()
+    assert floe.query("select order_id, amount from lake.orders").to_pylist() == [{"order_id": 7, "amount": 2.5}]
+
+
+def test_bad_input_is_a_floe_error(floe):
+    with pytest.raises(MappingError, match="mapping must be"):
+        floe.create_stream("orders", topic="orders", table="lake.orders", mapping={})
+    with pytest.raises(MappingError, match="'amount' must be a string"):
+        floe.create_stream("orders", topic="orders", table="lake.orders", mapping={"amount": 5})
+    with pytest.raises(StreamNotFound):
+        floe.audit("nope")
+    with pytest.raises(StreamNotFound):
+        floe.dead_letters("nope")
