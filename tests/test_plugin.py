@@ -104,3 +104,15 @@ def test_bad_input_is_a_floe_error(floe):
         floe.audit("nope")
     with pytest.raises(StreamNotFound):
         floe.dead_letters("nope")
+
+
+def test_the_readme_example(floe):
+    """The issue's and the README's example, word for word."""
+    floe.produce("orders", [b'{"order_id": 1, "amount": 9.5}', b"{bad"])
+    floe.create_stream("orders", topic="orders", table="lake.orders")   # mapping="auto" | a TOML path | a dict
+    floe.create_stage("big", source="lake.orders", table="lake.big", sql="select * from source where amount > 5")
+    floe.run_until_caught_up()
+    assert floe.query("select count(*) from lake.orders").to_pylist() == [{"count_star()": 1}]
+    assert floe.dead_letters("orders")[0]["error_stage"] == "decode"
+    assert floe.audit("orders").ok
+    assert floe.query("select order_id from lake.big").to_pylist() == [{"order_id": 1}]
