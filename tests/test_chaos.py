@@ -1,0 +1,32 @@
+"""The reliability harness's short form: `scripts/chaos` kills the engine, freezes the broker (and
+the S3 endpoint), keeps maintenance busy, and `floe audit` with the producer's own record decide."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+@pytest.mark.parametrize("warehouse", ["local", "s3"])
+def test_chaos_short_form_passes(warehouse, tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos"), "--cycles", "2", "--seed", "7",
+                           "--warehouse", warehouse], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    faults = re.search(r"faults: engine kills (\d+), broker freezes (\d+), S3 freezes (\d+)", out)
+    assert faults and int(faults[1]) == 2 and int(faults[2]) == 2, out
+    assert int(faults[3]) == (2 if warehouse == "s3" else 0)
+    assert "floe audit: OK" in out and "cross-check against the producer: OK" in out and "verdict PASS" in out
+    assert re.search(r"maintenance runs: .*(compact|expire) ok [1-9]", out), out
+    assert "chaos-secret-not-for-logs" not in out + done.stderr
+
+
+def test_chaos_refuses_bad_arguments_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos"), "--cycles", "0"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2 and "--cycles >= 1" in done.stderr.strip().splitlines()[-1]
