@@ -116,3 +116,16 @@ def test_the_readme_example(floe):
     assert floe.dead_letters("orders")[0]["error_stage"] == "decode"
     assert floe.audit("orders").ok
     assert floe.query("select order_id from lake.big").to_pylist() == [{"order_id": 1}]
+
+
+def test_protobuf_through_the_session_registry(floe):
+    from proto_helpers import F, message_class, proto_file
+
+    proto_file("plugin_order.proto", "plugin", {"Order": [("order_id", 1, F.TYPE_INT64), ("store", 2, F.TYPE_STRING)]})
+    order = message_class("plugin.Order")
+    floe.produce_protobuf("orders", [order(order_id=1, store="Napoli"), order(order_id=2, store="Roma")])
+    floe.create_stream("orders", topic="orders", table="lake.orders", format="protobuf")
+    floe.run_until_caught_up()
+    assert floe.query("select order_id, store from lake.orders order by 1").to_pylist() == [
+        {"order_id": 1, "store": "Napoli"}, {"order_id": 2, "store": "Roma"}]
+    assert floe.audit("orders").ok
