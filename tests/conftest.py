@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +19,12 @@ from confluent_kafka import Producer
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOE = [sys.executable, "-m", "appliance.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):

@@ -1,5 +1,6 @@
 """The reliability harness's short form: `scripts/chaos` kills the engine, freezes the broker, stops
-and restarts or freezes the S3 endpoint, keeps maintenance busy, and `floe audit` with the producer's own record decide."""
+and restarts or freezes the S3 endpoint, keeps maintenance busy, and `floe audit` with the producer's
+own record decide."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 
 
 @pytest.mark.parametrize("warehouse", ["local", "s3"])
@@ -52,9 +53,7 @@ def test_the_s3_endpoint_keeps_its_buckets_across_a_restart(tmp_path):
     import boto3
     from botocore.exceptions import EndpointConnectionError
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     state = tmp_path / "s3.state"
     client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
                           aws_access_key_id="k", aws_secret_access_key="s")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from conftest import floe, pizza_values, wait_for
+from conftest import floe, free_port, pizza_values, wait_for
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 
@@ -28,12 +27,6 @@ MALFORMED = [
     b'{"order_id": "not a number"}',
     b"\xff\xfe invalid utf-8",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop_process(proc: subprocess.Popen) -> None:
