@@ -3,25 +3,33 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 
 import pytest
 
 from appliance.config.alerts import Measure, make_alert, parse_rule
 from appliance.config.settings import load_settings
+from appliance.control.alerts import add_alert
 from appliance.core.clock import now
 from appliance.core.errors import AlertRuleError
 from appliance.core.vocabulary import MaintenanceTask, RunOutcome, RunTrigger, StreamPhase
 from appliance.ingest.batch import timestamp_sample, weighted_median
 from appliance.kafka.settings import KafkaSettings
 from appliance.model.mapping import Column, Mapping
+from appliance.model.stage import StageDef
 from appliance.model.stream import StreamDef
-from appliance.observe.alerts import Alerter
+from appliance.observe.alerts import Alerter, AlertThread, unsent
 from appliance.observe.measures import Window, stream_reading
+from appliance.observe.notify import Message, Notifier
 from appliance.state.records import BatchRecord, RunRecord, StreamStatus
 from appliance.state.store import StateStore
+from appliance.views.alerts import alerts_overview
+
+from conftest import wait_for
 
 NOW_MS = 1_800_000_000_000
+HOOK = ("json://h/x",)
 
 
 @pytest.mark.parametrize("text, measure, op, threshold", [
@@ -181,10 +189,194 @@ def test_an_incident_of_a_deleted_stream_or_removed_alert_is_closed(store):
     alerter = Alerter(settings, state, None, Clock())
     state.update_status("s", phase="failed", last_error="boom")
     alerter.evaluate()
-    assert len(state.open_incidents()) == 1
+    [incident] = state.open_incidents()
+    state.mark_notified(incident.id, resolved=False)  # its opening got through
     state.remove_stream("s")
     alerter.evaluate()
     assert state.open_incidents() == []
+    assert unsent(settings, state) == [], "closed with nothing to tell: no resolution is owed after a restart"
+
+
+def add_stage(state: StateStore, name: str, paused: bool = False) -> None:
+    state.add_stage(StageDef(name=name, id=f"id-{name}", source="ns.t", sql="select * from source",
+                             table=f"ns.{name}", kind="append", paused=paused, created_at=now()))
+
+
+def queued(notifier: Notifier) -> list[Message]:
+    """What the alerter handed a notifier that was never started: still in its queue."""
+    out = []
+    while not notifier.queue.empty():
+        out.append(notifier.queue.get_nowait())
+    return out
+
+
+def test_a_failing_stage_opens_an_incident_on_stage_name_and_resolves(store):
+    settings, state = store
+    settings = dataclasses.replace(settings, alerting=dataclasses.replace(settings.alerting, cooldown=10.0))
+    add_stage(state, "daily")
+    state.add_alert(make_alert("stage_down", "failed", for_="30s", notify=HOOK, stage="daily"))
+    notifier = Notifier(settings, threading.Event())
+    clock = Clock()
+    alerter = Alerter(settings, state, notifier, clock)
+    state.update_stage_status("daily", phase="failed", last_error="bad sql")
+    state.update_status("s", phase="failed", last_error="boom")  # the alert names a stage: not this stream
+    alerter.evaluate()
+    clock.t += 29
+    alerter.evaluate()
+    assert state.open_incidents() == [], "not before it has failed for 30 s"
+    clock.t += 1
+    alerter.evaluate()
+    assert [(i.alert, i.subject, i.value) for i in state.open_incidents()] == [("stage_down", "stage daily", "bad sql")]
+    [note] = queued(notifier)
+    assert note.title == "[Floe] OPEN: stage_down (failed) on stage daily" and note.subject == "daily"
+    assert note.body == "failed for stage daily: bad sql. Look at the stage's last error: floe stage show daily."
+    assert [e.stream for e in state.events() if e.kind == "incident_opened"] == ["daily"]
+
+    state.update_stage_status("daily", phase="up_to_date", last_run_at=now())
+    alerter.evaluate()
+    clock.t += 10
+    alerter.evaluate()
+    assert state.open_incidents() == [] and len(state.incidents("stage_down")) == 1
+    [note] = queued(notifier)
+    assert note.title == "[Floe] RESOLVED: stage_down (failed) on stage daily" and note.resolved
+
+
+def test_a_stage_lagging_with_no_run_for_the_window_stalls_and_a_paused_one_never_alerts(store):
+    settings, state = store
+    for name, paused in (("lagging", False), ("held", True), ("current", False)):
+        add_stage(state, name, paused)
+        state.update_stage_status(name, phase="running" if name != "current" else "up_to_date",
+                                  lag_snapshots=0 if name == "current" else 3, last_run_at=now())
+    state.add_alert(make_alert("stuck", "stalled", for_="1s", notify=HOOK))
+    state.add_alert(make_alert("held_down", "failed", for_="0s", notify=HOOK, stage="held"))
+    state.update_stage_status("held", phase="failed", last_error="paused while failing")
+    alerter = Alerter(settings, state, None, Clock())
+    alerter.evaluate()
+    assert state.open_incidents() == [], "waiting only began: not before the window"
+
+    def opened():
+        alerter.evaluate()
+        return state.open_incidents()
+
+    [incident] = wait_for(opened, timeout=20, what="the lagging stage to stall")
+    assert (incident.alert, incident.subject) == ("stuck", "stage lagging") and float(incident.value) >= 1
+    # A run that catches up is what a stalled stage waits for.
+    state.update_stage_status("lagging", phase="up_to_date", lag_snapshots=0, last_run_at=now())
+    alerter.evaluate()
+    alerter.clock.t += settings.alerting.cooldown
+    alerter.evaluate()
+    assert state.open_incidents() == []
+    assert [i.subject for i in state.incidents()] == ["stage lagging"], "neither the paused nor the current one"
+
+
+def test_failed_naming_no_subject_watches_every_stream_and_stage_and_the_views_say_so(store):
+    settings, state = store
+    add_stage(state, "daily")
+    state.add_alert(make_alert("any_fail", "failed", for_="0s", notify=HOOK))
+    state.add_alert(make_alert("s_fail", "failed", "s", "0s", HOOK))
+    state.add_alert(make_alert("any_lag", "lag_messages > 0", notify=HOOK))
+    state.add_alert(make_alert("daily_fail", "failed", for_="0s", notify=HOOK, stage="daily"))
+    state.update_status("s", phase="failed", last_error="boom", lag=5)
+    state.update_stage_status("daily", phase="failed", last_error="bad sql", lag_snapshots=1)
+    Alerter(settings, state, None, Clock()).evaluate()
+    assert sorted((i.alert, i.subject) for i in state.open_incidents()) == [
+        ("any_fail", "s"), ("any_fail", "stage daily"), ("any_lag", "s"), ("daily_fail", "stage daily"),
+        ("s_fail", "s")]
+    shown = {a.name: a.summary() for a in alerts_overview(settings)[0]}
+    assert [(shown[n]["subject"], shown[n]["stream"], shown[n]["stage"]) for n in sorted(shown)] == [
+        ("*", "*", "*"), ("*", "*", ""), ("stage daily", "", "daily"), ("stream s", "s", "")]
+
+
+def test_a_stage_alert_takes_failed_or_stalled_and_no_stream_each_mistake_one_line(store):
+    settings, state = store
+    add_stage(state, "daily")
+    for kwargs, problem in [
+        ({"rule": "lag_messages > 5", "stage": "daily"}, "lag_messages is not measured on a stage"),
+        ({"rule": "maintenance_failed", "stage": "daily"}, "maintenance_failed is not measured on a stage"),
+        ({"rule": "failed", "stream": "s", "stage": "daily"}, "name a stream or a stage, not both"),
+        ({"rule": "failed", "stage": "nope"}, "no stage named 'nope' \\(floe stage list shows them\\)"),
+    ]:
+        with pytest.raises(AlertRuleError, match=problem) as raised:
+            add_alert(settings, "a", notify=HOOK, **kwargs)
+        assert "\n" not in str(raised.value)
+    assert state.stored_alerts() == []
+    made = add_alert(settings, "a", "stalled", HOOK, stage="daily")
+    assert made.stage == "daily" and [(a.name, a.stage, a.stream) for a in state.stored_alerts()] == [
+        ("a", "daily", None)]
+    assert [e.message for e in state.events() if e.kind == "alert_added"] == ["alert a: stalled on stage daily"]
+
+
+def test_floe_toml_alerts_may_name_a_stage(floe_home):
+    floe_home.mkdir(parents=True, exist_ok=True)
+    entry = '[[alerts]]\nname = "st"\nstage = "daily"\nnotify = ["json://h/x"]\nrule = '
+    (floe_home / "floe.toml").write_text(entry + '"failed"\n')
+    [alert] = load_settings().alerting.alerts
+    assert (alert.stage, alert.stream, alert.origin, alert.window) == ("daily", None, "config", 60)
+    (floe_home / "floe.toml").write_text(entry + '"lag_seconds > 5"\n')
+    with pytest.raises(AlertRuleError, match="alerts entry 1: alert st: lag_seconds is not measured on a stage"):
+        load_settings()
+
+
+def test_notifications_that_never_got_through_are_queued_again_as_first_made(store):
+    settings, state = store
+    add_stage(state, "daily")
+    state.add_alert(make_alert("f", "failed", "s", "0s", HOOK))
+    state.add_alert(make_alert("gone", "failed", for_="0s", notify=("json://h/gone",), stage="daily"))
+    state.add_alert(make_alert("st", "failed", for_="0s", notify=("json://h/st",), stage="daily"))
+    notifier = Notifier(settings, threading.Event())
+    alerter = Alerter(settings, state, notifier, Clock())
+    state.update_status("s", phase="failed", last_error="boom")
+    state.update_stage_status("daily", phase="failed", last_error="bad sql")
+    alerter.evaluate()
+    first = {n.incident: n for n in queued(notifier)}
+    ids = {i.alert: i.id for i in state.open_incidents()}
+    assert sorted(first) == sorted(ids.values())
+    state.mark_notified(ids["f"], resolved=False)  # the only one delivered before the engine stopped
+    state.update_status("s", phase="running", last_error="")
+    alerter.evaluate()
+    alerter.clock.t += settings.alerting.cooldown
+    alerter.evaluate()
+    [resolution] = queued(notifier)  # f's, never delivered either
+    state.remove_alert("gone")  # from floe.toml, say, while the engine was down: nowhere to send it
+    state.add_alert(make_alert("down", "engine_down", notify=HOOK))  # `floe watch` sends those
+    state.open_incident("down", "engine", "engine_down", "no heartbeat", "the engine is down")
+
+    again = unsent(settings, state)
+    assert [(m.incident, m.resolved, m.failure, m.urls, m.title, m.body) for m in again] == [
+        (ids["f"], True, False, HOOK, resolution.title, resolution.body),
+        (ids["st"], False, True, ("json://h/st",), first[ids["st"]].title, first[ids["st"]].body)]
+    assert again[0].title == "[Floe] RESOLVED: f (failed) on stream s" and again[1].subject == "daily"
+
+    thread = AlertThread(settings, threading.Event())  # not started: its notifier's queue keeps them
+    assert thread.requeue(state) == 2 and len(queued(thread.notifier)) == 2
+    for message in again:
+        state.mark_notified(message.incident, message.resolved)
+    assert unsent(settings, state) == [] and thread.requeue(state) == 0
+    told = [e.message for e in state.events() if e.kind == "notification_requeued"]
+    assert told == ["queued again 2 notifications that had not got through before the engine stopped"], \
+        "once, and only when there were some"
+
+
+def test_the_engines_alert_thread_sends_them_again_when_it_starts(store):
+    settings, state = store
+    settings = dataclasses.replace(settings, alerting=dataclasses.replace(
+        settings.alerting, notify_attempts=1, evaluate_interval=3600.0))  # it only starts, never evaluates
+    state.add_alert(make_alert("f", "failed", "s", "0s", ("json://127.0.0.1:9/nobody",)))  # nothing listens
+    state.update_status("s", phase="failed", last_error="boom")
+    Alerter(settings, state, None, Clock()).evaluate()  # an engine that stopped before it notified
+    assert [i.notified_open for i in state.open_incidents()] == [False]
+    stopping = threading.Event()
+    thread = AlertThread(settings, stopping)
+    thread.start()
+    try:
+        failed = wait_for(lambda: [e for e in state.events() if e.kind == "notification_failed"], timeout=30,
+                          what="the queued notification's attempt")
+    finally:
+        stopping.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert "[Floe] OPEN: f (failed) on stream s" in failed[0].message and "failed after 1 attempt" in failed[0].message
+    assert [e.kind for e in state.events()].count("notification_requeued") == 1
 
 
 def test_the_audit_trail_masks_what_the_cli_masks(floe_home):

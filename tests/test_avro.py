@@ -17,15 +17,16 @@ from confluent_kafka.schema_registry import Schema, SchemaReference
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-import appliance.model.registered as registered
+import appliance.decode.registered as registered
+from appliance.decode import wire
+from appliance.decode.avro_columns import MIN_MESSAGES
+from appliance.decode.registered import AvroFormat
+from appliance.decode.rows import decode_batch
 from appliance.kafka.records import RawBatch
-from appliance.kafka.registry_server import EmbeddedRegistry
 from appliance.kafka.settings import RegistrySettings
-from appliance.model import wire
-from appliance.model.avro_columns import MIN_MESSAGES
-from appliance.model.decode import Evolution, decode_batch
+from appliance.model.changes import Evolution, SchemaChange
 from appliance.model.mapping import Column, Mapping
-from appliance.model.registered import AvroFormat
+from appliance.standins.registry import EmbeddedRegistry
 
 from proto_helpers import avro_serializer
 
@@ -183,7 +184,7 @@ def test_a_writer_schema_that_changes_a_type_incompatibly_sends_its_messages_to_
         else:
             assert [(d["_kafka_offset"], d["error_stage"]) for d in dead] == [(1, "schema"), (2, "schema")]
             assert rows(result, "n", "x") == [(1, "a"), (6, None)]
-        assert ("incompatible", "n", "long", "double") in result.changes
+        assert SchemaChange.incompatible("n", "long", "double") in result.changes
 
 
 def test_an_unknown_schema_id_is_asked_again_after_a_while(local_registry, topic, monkeypatch):

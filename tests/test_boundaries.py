@@ -15,14 +15,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Which packages of `appliance` each one may import: lower layers only, along the data path
-# kafka -> model -> tables -> ingest, with maintenance, stages, query, views and control beside them.
-_BELOW_INGEST = {"core", "config", "kafka", "model", "spark", "tables", "state"}
+# kafka -> model -> decode -> tables -> ingest, with maintenance, stages, query, views and control
+# beside them. `tables` knows what rows are (`model`), never how messages become rows (`decode`).
+_BELOW_INGEST = {"core", "config", "kafka", "model", "decode", "spark", "tables", "state"}
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "config": {"core"},
     "kafka": {"core"},
+    "standins": {"core"},
     "spark": {"core", "config"},
     "model": {"core", "kafka"},
+    "decode": {"core", "kafka", "model"},
     "tables": {"core", "config", "model"},
     "state": {"core", "config", "kafka", "model"},
     "query": {"core", "config", "tables"},
@@ -32,11 +35,12 @@ ALLOWED: dict[str, set[str]] = {
     "auditor": {"core", "config", "kafka", "model", "tables", "state", "query"},
     "ingest": _BELOW_INGEST | {"maintenance", "stages", "observe"},
     "views": {"core", "config", "model", "tables", "state", "query", "maintenance"},
-    "control": {"core", "config", "kafka", "model", "tables", "state", "views", "spark", "stages", "observe"},
-    "demo": {"core", "config", "kafka", "state", "ingest", "control"},
-    "testing": _BELOW_INGEST | {"ingest", "stages", "query", "control", "auditor"},
-    "cli": _BELOW_INGEST | {"ingest", "maintenance", "stages", "observe", "query", "views", "control", "demo", "cli",
-                            "auditor"},
+    "control": {"core", "config", "kafka", "model", "decode", "tables", "state", "views", "spark", "stages",
+                "observe"},
+    "demo": {"core", "config", "kafka", "standins", "state", "ingest", "control"},
+    "testing": _BELOW_INGEST | {"standins", "ingest", "stages", "query", "control", "auditor"},
+    "cli": _BELOW_INGEST | {"standins", "ingest", "maintenance", "stages", "observe", "query", "views", "control",
+                            "demo", "cli", "auditor"},
 }
 # The UI reaches the engine through its operations and read models only, and the plain data
 # they hand over: typed state records and Kafka connection settings.
@@ -226,3 +230,50 @@ def test_every_ui_class_that_runs_workers_reports_their_failures():
             if runs_workers and "ReportsFailures" not in [ast.unparse(b) for b in node.bases]:
                 silent.append(f"{path.relative_to(ROOT)}: {node.name}")
     assert silent == []
+
+
+# A library's private names, by module: an upgrade of the library is checked in these places only.
+PRIVATE_IMPORTS = {
+    "pyiceberg": {"appliance.tables.fastpath.internals"},
+    "confluent_kafka": {"appliance.decode.registered"},  # pinned exactly in pyproject.toml
+}
+
+
+def _private_imports(path: Path) -> set[str]:
+    """Third-party modules from which `path` imports a private name (or a private module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            top = node.module.split(".")[0]
+            if top in ("appliance", "tui", "__future__"):
+                continue
+            if any(part.startswith("_") for part in node.module.split(".")) \
+                    or any(a.name.startswith("_") for a in node.names):
+                found.add(top)
+    return found
+
+
+def test_private_names_of_libraries_are_imported_in_one_place_each():
+    where: dict[str, set[str]] = {}
+    for package in ("appliance", "tui"):
+        for path in _sources(package):
+            for top in _private_imports(path):
+                where.setdefault(top, set()).add(_module_name(path))
+    assert where == PRIVATE_IMPORTS
+
+
+def test_only_the_fast_path_subclasses_pyiceberg():
+    """Overriding PyIceberg's classes reaches under its API: that is the fast path's job alone."""
+    offenders = []
+    for path in _sources("appliance"):
+        if _module_name(path).startswith("appliance.tables.fastpath."):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        pyiceberg_names = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                           and (node.module or "").startswith(("pyiceberg", "appliance.tables.fastpath.internals"))
+                           for a in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).split(".")[0] in pyiceberg_names
+                                                      for b in node.bases):
+                offenders.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert offenders == []

@@ -3,9 +3,9 @@ import datetime as dt
 import orjson
 import pytest
 
+from appliance.decode.rows import decode_batch
 from appliance.kafka.records import RawBatch
 from appliance.model.columns import DEAD_LETTER_SCHEMA
-from appliance.model.decode import decode_batch
 from appliance.model.mapping import Column, Mapping
 
 UTC = dt.timezone.utc

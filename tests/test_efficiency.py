@@ -15,13 +15,15 @@ from pyiceberg.table.update import update_table_metadata
 
 from appliance.config.settings import load_settings
 from appliance.control.streams import create_stream
+from appliance.ingest import jobs as jobs_module
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.runner import StreamRunner
 from appliance.state.store import StateStore
-from appliance.tables.catalog import Catalog, FloeSqlCatalog
+from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_files
-from appliance.tables.metadatafile import MetadataWriter
-from appliance.tables.transactions import LeanTransaction, staged_metadata
+from appliance.tables.fastpath.metadatafile import MetadataWriter
+from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
+from appliance.tables.fastpath.transactions import LeanTransaction, staged_metadata
 
 from conftest import ROOT, pizza_values
 
@@ -123,7 +125,11 @@ def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):
     assert catalog.table("n.t").scan().to_arrow().num_rows == 2 * 41
 
 
-def test_streams_due_together_share_one_spark_job(broker, spark, floe_home):
+def test_streams_due_together_share_one_spark_job(broker, spark, floe_home, monkeypatch):
+    # A batch waits for the others still planning at most WINDOW (0.1 s): on a loaded machine a
+    # first batch's planning (its tables loaded) can take longer. The wait ends as soon as every
+    # planning worker has submitted, so a long window changes nothing but the flake.
+    monkeypatch.setattr(jobs_module, "WINDOW", 30.0)
     settings = load_settings()
     topics = [f"share_{i}_{os.getpid()}" for i in range(2)]
     for t in topics:
@@ -134,10 +140,13 @@ def test_streams_due_together_share_one_spark_job(broker, spark, floe_home):
     catalog = Catalog(settings)
     outcomes = {}
 
+    both_planning = threading.Barrier(len(streams))
+
     def step(stream):
         state = StateStore(settings.state_db)
         runner = StreamRunner(settings, spark, catalog, state, stream, jobs)
         with jobs.planning():
+            both_planning.wait(60)  # due together: each is planning before either submits
             outcomes[stream.name] = runner.step()
         runner.close()
         state.close()

@@ -208,7 +208,7 @@ def test_a_registry_that_is_down_holds_the_batch_and_dead_letters_nothing(broker
 def test_the_registry_is_asked_once_per_schema_id_per_worker_not_per_message(broker, topic, spark, floe_home):
     from appliance.control.streams import create_stream
     from appliance.ingest.engine import Engine
-    from appliance.kafka.registry_server import EmbeddedRegistry
+    from appliance.standins.registry import EmbeddedRegistry
 
     served = EmbeddedRegistry()  # in this process, to count what Spark's workers ask of it over HTTP
     try:

@@ -14,12 +14,13 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from appliance.config.settings import ensure_home, load_settings
 from appliance.query.connection import run_query
-from appliance.tables.appends import append_files
-from appliance.tables.catalog import Catalog, FloeSqlCatalog, table_properties
+from appliance.tables.catalog import Catalog, table_properties
 from appliance.tables.commits import commit_files
 from appliance.tables.datafiles import TableTarget, write_data_files
-from appliance.tables.manifests import Manifests
-from appliance.tables.transactions import transaction
+from appliance.tables.fastpath.appends import append_files
+from appliance.tables.fastpath.manifests import Manifests
+from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
+from appliance.tables.fastpath.transactions import transaction
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 
@@ -126,3 +127,23 @@ def test_a_partitioned_table_is_appended_by_pyiceberg_itself(twins):
         table = append_files(table, write_data_files(TableTarget.of(table), rows(i * 4, 4)), {"i": str(i)})
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(12))
     assert len(table.inspect.files()) == 12  # one file per name
+
+
+def test_every_private_pyiceberg_hook_the_fast_path_uses_still_exists(twins):
+    """A PyIceberg upgrade that renames what the fast path overrides or reads fails here, by name."""
+    from pyiceberg.table import Transaction
+    from pyiceberg.table.snapshots import Operation
+
+    from appliance.tables.fastpath import internals
+    from appliance.tables.fastpath.rewrites import RewriteFiles
+
+    missing = [f"{cls.__name__}.{name}" for cls, names in internals.HOOKS.items() for name in names
+               if not callable(getattr(cls, name, None))]
+    _, _, (table, _) = twins
+    tx = transaction(table)
+    live = {Transaction: tx,
+            internals.OverwriteFiles: RewriteFiles(Operation.REPLACE, lambda *_: {}, Operation.OVERWRITE, tx,
+                                                   table.io)}
+    for cls, names in internals.ATTRIBUTES.items():
+        missing += [f"{cls.__name__}.{name} (attribute)" for name in names if not hasattr(live[cls], name)]
+    assert missing == []

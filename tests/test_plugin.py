@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from appliance.core.errors import MappingError, StreamNotFound
+
 from conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "pipeline"

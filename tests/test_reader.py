@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from appliance.core.errors import KafkaConfigError, ReadTimeout
-from appliance.kafka.reader import Piece, read_pieces
+from appliance.kafka.client import KafkaClient
+from appliance.kafka.reader import Piece, read_topics
 from appliance.kafka.settings import KafkaSettings
 from appliance.spark.tasks import run_in_tasks
 
@@ -39,16 +41,27 @@ def test_a_piece_is_read_past_transaction_markers(broker, topic):
     high = high_watermark(broker.bootstrap, topic)
     assert high == 5  # a1 a2 marker b1 marker
 
-    raw, [result] = read_pieces(KafkaSettings.create(broker.bootstrap), topic, [Piece(0, 0, high)], 10.0)
+    [(raw, [result])] = read_topics(KafkaSettings.create(broker.bootstrap), [(topic, [Piece(0, 0, high)])], 10.0)
     assert raw.values == [b"a1", b"a2", b"b1"] and raw.offsets == [0, 1, 3]
     assert result.next_offset == high and result.error is None  # not stuck on the marker at 4
+
+
+def test_a_sample_of_a_transactional_topic_is_read_past_its_markers(broker, topic):
+    """Sampling reads as the engine does: it returns at once, not after waiting out its timeout for
+    an offset that is a transaction marker."""
+    transactional(broker.bootstrap, topic, [([b"a1", b"a2"], True), ([b"b1"], True)])
+    started = time.monotonic()
+    with KafkaClient(KafkaSettings.create(broker.bootstrap)) as client:
+        sampled = client.sample(topic, 10, timeout=60.0)
+    assert [(m.offset, m.value) for m in sampled] == [(0, b"a1"), (1, b"a2"), (3, b"b1")]
+    assert time.monotonic() - started < 30, "the sample waited for the marker at offset 4"
 
 
 def test_a_piece_that_does_not_arrive_is_a_read_timeout(broker, topic):
     broker.produce(topic, [b"x"], partition=0)
     high = high_watermark(broker.bootstrap, topic)
-    raw, [result] = read_pieces(KafkaSettings.create(broker.bootstrap), topic,
-                                [Piece(0, high, high + 5)], fetch_timeout=1.0)
+    [(raw, [result])] = read_topics(KafkaSettings.create(broker.bootstrap), [(topic, [Piece(0, high, high + 5)])],
+                                    fetch_timeout=1.0)
     assert len(raw) == 0 and result.next_offset == high
     assert isinstance(result.error, ReadTimeout) and result.error.retryable
     assert f"no message at offset {high}" in str(result.error)

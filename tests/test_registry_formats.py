@@ -14,17 +14,18 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from appliance.core.errors import RegistryConfigError, RegistryUnavailable
+from appliance.decode import wire
+from appliance.decode.avro import layout
+from appliance.decode.convert import convert_column
+from appliance.decode.json_format import JsonFormat, new_fields
+from appliance.decode.registered import AvroFormat, ProtobufFormat
+from appliance.decode.rows import decode_batch
 from appliance.kafka.records import RawBatch
-from appliance.kafka.registry_server import EmbeddedRegistry
 from appliance.kafka.settings import RegistrySettings
-from appliance.model import wire
-from appliance.model.avro import layout
-from appliance.model.convert import convert_column
-from appliance.model.decode import decode_batch
-from appliance.model.formats import JsonFormat, new_fields
+from appliance.model.changes import SchemaChange
 from appliance.model.mapping import Column, Mapping
-from appliance.model.registered import AvroFormat, ProtobufFormat
 from appliance.model.types import parse_type
+from appliance.standins.registry import EmbeddedRegistry
 
 from proto_helpers import avro_serializer
 
@@ -150,7 +151,7 @@ def test_a_batch_with_new_fields_asks_for_them_with_evolution_on_and_lands_witho
     assert [c.name for c in on.evolution.add] == ["tag"]
     off = decode_batch(raw, mapping, 1000, fmt=JsonFormat(), evolve=False)
     assert not off.evolution and off.target.num_rows == 2
-    assert off.changes == {("ignored", "tag", "string", "tag")}
+    assert off.changes == {SchemaChange.ignored("tag", "string", "tag")}
 
 
 def test_avro_messages_decode_with_their_writer_schemas_and_schema_changes_are_compared(local_registry, topic):
@@ -164,14 +165,14 @@ def test_avro_messages_decode_with_their_writer_schemas_and_schema_changes_are_c
     assert parsed.good == [0, 1] and len(parsed.schemas) == 2
     assert [(c.name, c.type) for c in parsed.proposed] == [("c", "double")]
     assert parsed.wider == {"a": parse_type("long")}
-    assert parsed.changes == {"b": ("b", "long", "string")}
+    assert parsed.changes == {"b": SchemaChange.incompatible("b", "long", "string")}
     assert parsed.values(list(mapping.columns)) == [[1, 2**40], [2, "x"]]
 
 
 def test_avro_decoded_in_columns_equals_avro_decoded_message_by_message(local_registry, topic):
     from test_formats import AVRO_SCHEMA, avro_record
 
-    from appliance.model.avro_columns import MIN_MESSAGES
+    from appliance.decode.avro_columns import MIN_MESSAGES
 
     schema = {**AVRO_SCHEMA, "fields": [f for f in AVRO_SCHEMA["fields"] if f["name"] != "either"]}
     serialize = avro_serializer(local_registry, schema, topic)
@@ -187,7 +188,7 @@ def test_avro_decoded_in_columns_equals_avro_decoded_message_by_message(local_re
     fast = decode_batch(raw, mapping, 1 << 20, fmt=fmt)
     assert fmt.build((int.from_bytes(values[0][1:5], "big"),)).columnar is not None
 
-    import appliance.model.registered as registered
+    import appliance.decode.registered as registered
 
     slow_fmt = AvroFormat(RegistrySettings.create(local_registry.url))
     original, registered.MIN_COLUMNAR = registered.MIN_COLUMNAR, 10**9
@@ -255,8 +256,8 @@ def test_headers_are_grouped_by_their_bytes_and_malformed_ones_named():
 
 
 def test_many_protobuf_messages_parse_as_one_and_a_bad_one_is_set_apart():
-    from appliance.model import protobuf_batch
-    from appliance.model.protobuf_batch import batch_class, parse_many
+    from appliance.decode import protobuf_batch
+    from appliance.decode.protobuf_batch import batch_class, parse_many
 
     from proto_helpers import F, message_class, proto_file
 

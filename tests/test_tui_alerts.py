@@ -13,6 +13,8 @@ from textual.widgets import Input
 
 from appliance.config.settings import load_settings
 from appliance.control.alerts import add_alert
+from appliance.core.clock import now
+from appliance.model.stage import StageDef
 from appliance.state.store import StateStore
 from appliance.views.alerts import alerts_overview
 from tui.app import FloeApp
@@ -66,7 +68,7 @@ async def test_an_alert_added_in_the_form_is_listed_audited_tested_and_removed(f
         await until(pilot, lambda: not isinstance(app.screen, AlertFormScreen), 10, "the form closed")
         await until(pilot, lambda: "orders_lag" in [k.value for k in table.rows], 10, "the alert listed")
         assert cell(table, "orders_lag", "rule") == "lag_messages > 1000"
-        assert cell(table, "orders_lag", "stream") == "*" and cell(table, "orders_lag", "for") == "120s"
+        assert cell(table, "orders_lag", "subject") == "*" and cell(table, "orders_lag", "for") == "120s"
         assert cell(table, "orders_lag", "open") == "0" and cell(table, "orders_lag", "from") == "floe alert"
         shown = cell(table, "orders_lag", "notify")
         assert shown.startswith("json://") and SECRET not in shown and "hook-token-abcdef" not in shown
@@ -114,6 +116,32 @@ async def test_the_form_adds_what_the_engine_checked_and_says_what_is_wrong_in_o
     assert alert.rule == "stalled" and len(alert.notify) == 2
 
 
+async def test_a_stage_alert_added_in_the_form_watches_that_stage(floe_home):
+    settings = settings_with_one_attempt(floe_home)
+    with StateStore(settings.state_db) as state:
+        state.add_stage(StageDef(name="daily", id="1", source="ns.t", sql="select * from source", table="ns.daily",
+                                 kind="append", paused=False, created_at=now()))
+    app = FloeApp(settings, "alerts")
+    async with app.run_test(size=(180, 45)) as pilot:
+        screen = await open_form(app, pilot)
+        fill(screen, name="daily_stuck", rule="lag_messages > 5", stage="daily", notify=URL)
+        await pilot.press("ctrl+s")
+        error = screen.query_one("#alert-error")
+        await until(pilot, lambda: "lag_messages is not measured on a stage" in str(error.render()), 10, "the error")
+        fill(screen, rule="stalled", stream="orders")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "not both" in str(error.render()), 10, "the second error")
+        fill(screen, stream="")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, AlertFormScreen), 10, "the form closed")
+        table = app.query_one("#alerts-table")
+        await until(pilot, lambda: "daily_stuck" in [k.value for k in table.rows], 10, "the alert listed")
+        assert cell(table, "daily_stuck", "subject") == "stage daily"
+        assert cell(table, "daily_stuck", "rule") == "stalled"
+    [alert] = alerts_overview(settings)[0]
+    assert (alert.stage, alert.stream, alert.rule) == ("daily", "", "stalled")
+
+
 def test_notify_urls_are_split_on_commas_spaces_and_newlines_but_not_inside_a_url():
     assert notify_urls("json://a/x, slack://t/y\nmailto://u:p@h?to=a@x,b@y  ntfys://topic,") == [
         "json://a/x", "slack://t/y", "mailto://u:p@h?to=a@x,b@y", "ntfys://topic"]
@@ -127,7 +155,7 @@ async def test_open_incidents_show_in_the_section_and_in_the_header(floe_home):
     async with app.run_test(size=(180, 45)) as pilot:
         incidents, table = app.query_one("#incidents-table"), app.query_one("#alerts-table")
         await until(pilot, lambda: table.row_count == 2, 10, "the alerts listed")
-        assert cell(table, "engine_gone", "from") == "floe.toml" and cell(table, "engine_gone", "stream") == "*"
+        assert cell(table, "engine_gone", "from") == "floe.toml" and cell(table, "engine_gone", "subject") == "*"
         assert incidents.row_count == 0 and app.sub_title == FloeApp.SUB_TITLE
         with StateStore(settings.state_db) as state:
             opened = state.open_incident("orders_lag", "pizza", "lag_messages > 1000", "52,340",

@@ -19,7 +19,7 @@ from appliance.model.mapping import Column, Mapping
 from appliance.state.records import RunRecord
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
-from appliance.tables.schemas import target_iceberg_schema
+from appliance.tables.iceberg_schemas import target_iceberg_schema
 from tui.app import FloeApp
 
 from conftest import pizza_values

@@ -15,7 +15,7 @@ from appliance.model.mapping import Column, Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
-from appliance.tables.schemas import target_iceberg_schema
+from appliance.tables.iceberg_schemas import target_iceberg_schema
 from tui.app import FloeApp
 
 from tui_helpers import engine_checked

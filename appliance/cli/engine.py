@@ -46,7 +46,7 @@ def run(until_caught_up: bool, spark_master: str | None, metrics_port: int | Non
 def broker(topic: str | None, rate: float) -> None:
     """Start the embedded Kafka-protocol broker on loopback and print its bootstrap address."""
     from appliance.demo.pizza import publish
-    from appliance.kafka.broker import EmbeddedBroker
+    from appliance.standins.broker import EmbeddedBroker
 
     embedded = EmbeddedBroker()
     click.echo(embedded.bootstrap)
@@ -64,7 +64,7 @@ def broker(topic: str | None, rate: float) -> None:
 @click.option("--port", default=0, show_default=True, help="Port on 127.0.0.1 (0: any free one).")
 def registry(port: int) -> None:
     """Start an embedded schema registry (Confluent's REST API, in memory) on loopback; print its URL."""
-    from appliance.kafka.registry_server import EmbeddedRegistry
+    from appliance.standins.registry import EmbeddedRegistry
 
     try:
         embedded = EmbeddedRegistry(port=port)

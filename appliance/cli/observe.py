@@ -53,12 +53,15 @@ def status(fmt: str) -> None:
 
 @cli.group()
 def alert() -> None:
-    """Alerts: a rule over a stream's measure, and where to notify (Apprise URLs).
+    """Alerts: a rule over a stream's or a stage's measure, and where to notify (Apprise URLs).
 
     \b
     Rules: lag_messages > N, lag_seconds > N, freshness_seconds > N,
     dead_letter_ratio > R (over --for), failed, stalled (lag > 0 and no commit for --for),
     throttled, auth_failed, maintenance_failed, engine_down (sent by `floe watch`).
+    A stage has two: failed, and stalled (its source has rows it has not processed and no
+    run completed for --for). failed and stalled with no --stream nor --stage watch every
+    stream and every stage.
     """
 
 
@@ -66,15 +69,19 @@ def alert() -> None:
 @click.argument("name")
 @click.option("--rule", required=True, help="e.g. 'lag_messages > 100000', 'dead_letter_ratio > 0.05', stalled.")
 @click.option("--stream", default=None, help="One stream (default: every stream).")
+@click.option("--stage", default=None, help="One stage, for failed and stalled (default: every stage too).")
 @click.option("--for", "for_", default=None, help="Window or hold time, e.g. 5m (defaults depend on the rule).")
 @click.option("--notify", multiple=True, required=True, help="An Apprise URL (repeatable): slack://..., "
               "mailto://..., json://host/path, ntfys://topic...")
-def alert_add(name: str, rule: str, stream: str | None, for_: str | None, notify: tuple[str, ...]) -> None:
+def alert_add(name: str, rule: str, stream: str | None, stage: str | None, for_: str | None,
+              notify: tuple[str, ...]) -> None:
     """Add alert NAME."""
     from appliance.control.alerts import add_alert
 
-    made = add_alert(settings(), name, rule, notify, stream=stream, for_=for_)
-    scope = "the engine" if made.rule.engine_level else f"stream {made.stream}" if made.stream else "every stream"
+    made = add_alert(settings(), name, rule, notify, stream=stream, for_=for_, stage=stage)
+    scope = ("the engine" if made.rule.engine_level else f"stream {made.stream}" if made.stream
+             else f"stage {made.stage}" if made.stage else "every stream and stage" if made.covers_stages
+             else "every stream")
     err(f"alert {made.name} added: {made.rule} on {scope}"
         + f" ({len(made.notify)} target{'s' if len(made.notify) > 1 else ''}); "
         f"`floe alert test {made.name}` tries them")
@@ -94,9 +101,9 @@ def alert_list(fmt: str) -> None:
     if not rows:
         err("no alerts yet: floe alert add NAME --rule RULE --notify URL")
         return
-    click.echo(f"{'name':20} {'rule':30} {'stream':16} {'for':>6} {'open':>4}  notify")
+    click.echo(f"{'name':20} {'rule':30} {'subject':22} {'for':>6} {'open':>4}  notify")
     for r in rows:
-        click.echo(f"{r['name']:20} {r['rule']:30} {r['stream']:16} {r['for']:>6} {r['open']:>4}  {r['notify']}")
+        click.echo(f"{r['name']:20} {r['rule']:30} {r['subject']:22} {r['for']:>6} {r['open']:>4}  {r['notify']}")
 
 
 @alert.command("show")

@@ -1,4 +1,4 @@
-"""Alert definitions: a rule over a per-stream (or engine) measure, a window, where to notify.
+"""Alert definitions: a rule over a per-stream (per-stage, or engine) measure, a window, where to notify.
 
 Parsed and checked here, once, whether they come from `floe alert add`, `[[alerts]]` in
 floe.toml or the UI, so a bad rule is one line naming it, never a failure in the engine.
@@ -34,6 +34,7 @@ class Measure(StrEnum):
 
 THRESHOLDS = (Measure.LAG_MESSAGES, Measure.LAG_SECONDS, Measure.FRESHNESS_SECONDS, Measure.DEAD_LETTER_RATIO)
 ENGINE_LEVEL = (Measure.MAINTENANCE_FAILED, Measure.ENGINE_DOWN)
+STAGE_RULES = (Measure.FAILED, Measure.STALLED)  # the only measures a stage has
 # Measures taken over a window (`for`): the window's default. The others hold for `for` before opening.
 WINDOWED = {Measure.DEAD_LETTER_RATIO: 300.0, Measure.STALLED: 300.0, Measure.THROTTLED: 60.0}
 DEFAULT_FOR = {Measure.FAILED: 60.0}
@@ -108,10 +109,19 @@ def _threshold(measure: Measure, raw: str, text: str) -> float:
 class AlertDef:
     name: str
     rule: Rule
-    stream: str | None = None  # None: every stream (or the engine, for engine-level rules)
+    stream: str | None = None  # None (and no stage): every stream (or the engine, for engine-level rules)
     for_seconds: float | None = None  # None: the rule's default
     notify: tuple[str, ...] = field(default=())
     origin: str = "cli"  # cli (the state database) or config (floe.toml)
+    stage: str | None = None  # one stage; with no stream nor stage, failed and stalled watch every stage too
+
+    @property
+    def covers_stages(self) -> bool:
+        return self.stage is not None or (self.stream is None and self.rule.measure in STAGE_RULES)
+
+    @property
+    def covers_streams(self) -> bool:
+        return self.stage is None
 
     @property
     def window(self) -> float:
@@ -122,21 +132,28 @@ class AlertDef:
 
 
 def make_alert(name: Any, rule: Any, stream: Any = None, for_: Any = None, notify: Any = (),
-               origin: str = "cli") -> AlertDef:
+               origin: str = "cli", stage: Any = None) -> AlertDef:
     """A checked alert; AlertRuleError names what is wrong. URLs are checked apart (`observe.notify`)."""
     if not isinstance(name, str) or not NAME.match(name):
         raise AlertRuleError(f"alert name {name!r} must be letters, digits, '_', '.' or '-' (up to 63)")
     parsed = parse_rule(rule)
     if stream is not None and (not isinstance(stream, str) or not stream):
         raise AlertRuleError(f"alert {name}: stream must be a stream's name")
+    if stage is not None and (not isinstance(stage, str) or not stage or " " in stage):
+        raise AlertRuleError(f"alert {name}: stage must be a stage's name")
+    if stream and stage:
+        raise AlertRuleError(f"alert {name}: name a stream or a stage, not both")
     if stream and parsed.engine_level:
         raise AlertRuleError(f"alert {name}: {parsed.measure} is about the engine, not one stream (leave out stream)")
+    if stage and parsed.measure not in STAGE_RULES:
+        raise AlertRuleError(f"alert {name}: {parsed.measure} is not measured on a stage "
+                             f"(a stage's rules: {', '.join(STAGE_RULES)})")
     seconds = None if for_ in (None, "") else parse_duration(for_, f"alert {name}: for")
     if isinstance(notify, str):
         notify = (notify,)
     if not isinstance(notify, (list, tuple)) or not notify or not all(isinstance(u, str) and u for u in notify):
         raise AlertRuleError(f"alert {name}: notify needs at least one Apprise URL")
-    return AlertDef(name, parsed, stream or None, seconds, tuple(notify), origin)
+    return AlertDef(name, parsed, stream or None, seconds, tuple(notify), origin, stage or None)
 
 
 def alerts_from_config(raw: Any, source: str) -> list[AlertDef]:
@@ -147,12 +164,12 @@ def alerts_from_config(raw: Any, source: str) -> list[AlertDef]:
     for i, entry in enumerate(raw, 1):
         if not isinstance(entry, dict):
             raise AlertRuleError(f"{source}: alerts entry {i} must be a table")
-        unknown = set(entry) - {"name", "rule", "stream", "for", "notify"}
+        unknown = set(entry) - {"name", "rule", "stream", "stage", "for", "notify"}
         if unknown:
             raise AlertRuleError(f"{source}: alerts entry {i}: unknown key(s) {', '.join(sorted(unknown))}")
         try:
             alert = make_alert(entry.get("name"), entry.get("rule"), entry.get("stream"), entry.get("for"),
-                               entry.get("notify", ()), origin="config")
+                               entry.get("notify", ()), origin="config", stage=entry.get("stage"))
         except AlertRuleError as exc:
             raise AlertRuleError(f"{source}: alerts entry {i}: {exc}") from None
         check_urls(alert.notify, f"{alert.name} ({source})")

@@ -10,7 +10,7 @@ from appliance.control.audit import audited, masked
 from appliance.core.errors import AlertExists, AlertNotFound, AlertRuleError
 from appliance.core.vocabulary import EventKind
 from appliance.observe.notify import Message, deliver
-from appliance.state.observe import all_alerts
+from appliance.state.alerting import all_alerts
 from appliance.state.store import StateStore
 
 
@@ -27,9 +27,9 @@ def find_alert(settings: Settings, state: StateStore, name: str) -> AlertDef:
 
 @audited("alert add", mask=_notify_masked)
 def add_alert(settings: Settings, name: str, rule: str, notify: tuple[str, ...] | list[str],
-              stream: str | None = None, for_: str | None = None) -> AlertDef:
+              stream: str | None = None, for_: str | None = None, stage: str | None = None) -> AlertDef:
     """Check and save an alert; AlertRuleError (or AlertExists) names what is wrong, nothing saved."""
-    alert = make_alert(name, rule, stream, for_, tuple(notify))
+    alert = make_alert(name, rule, stream, for_, tuple(notify), stage=stage)
     check_urls(alert.notify, alert.name)
     ensure_home(settings)
     with StateStore(settings.state_db) as state:
@@ -37,9 +37,12 @@ def add_alert(settings: Settings, name: str, rule: str, notify: tuple[str, ...] 
             raise AlertExists(f"alert {name!r} is defined in floe.toml")
         if alert.stream and alert.stream not in {s.name for s in state.streams()}:
             raise AlertRuleError(f"alert {name}: no stream named {alert.stream!r} (floe stream list shows them)")
+        if alert.stage and alert.stage not in {s.name for s in state.stages()}:
+            raise AlertRuleError(f"alert {name}: no stage named {alert.stage!r} (floe stage list shows them)")
         state.add_alert(alert)
-        state.add_event(EventKind.ALERT_ADDED, f"alert {name}: {alert.rule}" +
-                        (f" on stream {alert.stream}" if alert.stream else ""), alert.stream)
+        on = f" on stream {alert.stream}" if alert.stream else f" on stage {alert.stage}" if alert.stage else ""
+        # A stage's events are filed under its name, as a stream's are (the two never share a name).
+        state.add_event(EventKind.ALERT_ADDED, f"alert {name}: {alert.rule}{on}", alert.stream or alert.stage)
     return alert
 
 
@@ -51,7 +54,7 @@ def remove_alert(settings: Settings, name: str) -> None:
         state.remove_alert(name)
         for incident in state.open_incidents():
             if incident.alert == name:
-                state.resolve_incident(incident.id, "alert removed")
+                state.resolve_incident(incident.id, "alert removed", silent=True)
         state.add_event(EventKind.ALERT_REMOVED, f"alert {name} removed")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from appliance.config.settings import Settings
+from appliance.control.audit import change
 from appliance.views.engine import engine_status
 
 ENGINE_LOG = "engine.out"
@@ -86,6 +87,9 @@ class EngineLaunch:
 
 
 def start_engine(settings: Settings, log_name: str = ENGINE_LOG) -> EngineLaunch:
+    """`floe run` in the background (the UI's Ctrl+E, `floe demo`), recorded in the audit trail: starting
+    the engine changes what is ingested. Whether it then comes alive is its log's and heartbeat's to say."""
     log = settings.log_dir / log_name
-    start = log.stat().st_size if log.exists() else 0
-    return EngineLaunch(spawn(settings, ["run"], log), log, start)
+    with change(settings, "engine start", str(settings.home), log=str(log)):
+        start = log.stat().st_size if log.exists() else 0
+        return EngineLaunch(spawn(settings, ["run"], log), log, start)

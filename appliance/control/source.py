@@ -101,7 +101,7 @@ def columns_for(kafka: KafkaSettings, topic: str, fmt: str, registry: RegistrySe
     if fmt not in REGISTRY_FORMATS:
         inferred = infer_from_topic(kafka, topic, count, timeout)
         return Inferred(inferred.mapping, inferred.sampled, described=f"inferred from {inferred.sampled} messages")
-    from appliance.control.schemas import registry_mapping
+    from appliance.control.registered_mapping import registry_mapping
 
     with KafkaClient(kafka, group=SAMPLE_GROUP, timeout=timeout) as client:
         sampled = client.sample(topic, count, timeout)

@@ -51,13 +51,14 @@ class CreatedStage:
 
 def _iceberg_schema(spark, columns: list[tuple[str, str]]):
     """An Iceberg schema (fresh field ids, every column optional) for Spark columns."""
-    from pyiceberg.catalog import Catalog as IcebergCatalog
     from pyspark.sql.pandas.types import to_arrow_schema
+
+    from appliance.tables.fastpath.internals import arrow_to_iceberg_schema
 
     struct = spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in columns)).schema
     arrow = to_arrow_schema(struct)
     arrow = pa.schema([f.with_nullable(True) for f in arrow])
-    return IcebergCatalog._convert_schema_if_needed(arrow)
+    return arrow_to_iceberg_schema(arrow)
 
 
 def _check_names(state: StateStore, catalog: Catalog, name: str, source: str, table: str, kind: str) -> None:

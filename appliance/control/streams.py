@@ -12,7 +12,7 @@ from pathlib import Path
 from appliance.config.settings import Settings, ensure_home
 from appliance.control.audit import audited
 from appliance.control.fields import Field, Problems, raise_problems
-from appliance.control.schemas import default_subject, registry_mapping
+from appliance.control.registered_mapping import default_subject, registry_mapping
 from appliance.control.source import infer_from_sample
 from appliance.core.clock import now
 from appliance.core.errors import (
@@ -37,7 +37,7 @@ from appliance.model.stream import FORMATS, REGISTRY_FORMATS, SCHEMA_EVOLUTION, 
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.evolution import ensure_bindings
-from appliance.tables.schemas import dead_letter_iceberg_schema, target_iceberg_schema
+from appliance.tables.iceberg_schemas import dead_letter_iceberg_schema, target_iceberg_schema
 from appliance.tables.system import refuse_system
 
 STREAM_NAME_MAX = 63

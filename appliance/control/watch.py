@@ -21,7 +21,7 @@ from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.observe.alerts import ENGINE, message
 from appliance.observe.measures import Reading
 from appliance.observe.notify import Message, deliver_recorded
-from appliance.state.observe import all_alerts
+from appliance.state.alerting import all_alerts
 from appliance.state.store import StateStore
 from appliance.views.engine import EngineHealth, engine_health
 

@@ -28,6 +28,32 @@ class FloeError(Exception):
         return type(self)(message)
 
 
+class UnforeseenError(FloeError):
+    """Floe's own code raised what it did not foresee (a bug, or an input nobody imagined), in one
+    stream's or task's work. That work alone fails and is retried; the message names the exception's
+    type and text, and `detail` carries its traceback for the log."""
+
+    retryable = True
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.detail))
+
+    def reworded(self, message: str) -> FloeError:
+        return type(self)(message, self.detail)
+
+    @classmethod
+    def of(cls, exc: BaseException, where: str = "") -> UnforeseenError:
+        import traceback
+
+        text = " ".join(str(exc).split()) or "(no message)"
+        return cls(f"{where + ': ' if where else ''}{type(exc).__name__}: {text}",
+                   "".join(traceback.format_exception(exc)))
+
+
 class ConfigError(FloeError):
     """A config file or a setting is malformed."""
 

@@ -136,6 +136,7 @@ class EventKind(StrEnum):
     INCIDENT_OPENED = "incident_opened"
     INCIDENT_RESOLVED = "incident_resolved"
     NOTIFICATION_FAILED = "notification_failed"
+    NOTIFICATION_REQUEUED = "notification_requeued"  # undelivered before the engine stopped: queued again at start
     METRICS_FAILED = "metrics_failed"
 
     @classmethod

@@ -15,9 +15,9 @@ from appliance.core.errors import EngineBusy, FloeError, StreamNotFound
 from appliance.core.vocabulary import StreamPhase
 from appliance.demo.pizza import publish
 from appliance.ingest.engine import Engine
-from appliance.kafka.broker import EmbeddedBroker
 from appliance.kafka.client import KafkaClient
 from appliance.kafka.settings import KafkaSettings
+from appliance.standins.broker import EmbeddedBroker
 from appliance.state.store import StateStore
 
 DEMO_STREAM = "pizza_orders"

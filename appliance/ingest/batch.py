@@ -3,7 +3,7 @@
 Each task reads its pieces of the topic with confluent-kafka, decodes them with
 `decode_batch`, and writes target and dead-letter rows as Iceberg data files in the
 tables' own locations. Only the small file descriptions travel back to the driver,
-which commits them (`ingest.commit`). More Spark cores mean more tasks in parallel.
+which commits them (`ingest.batch_commit`). More Spark cores mean more tasks in parallel.
 """
 
 from __future__ import annotations
@@ -11,16 +11,18 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 
-from appliance.core.errors import FloeError
+from appliance.core.errors import FloeError, UnforeseenError
+from appliance.core.failpoints import failpoint
+from appliance.decode.parsed import MessageFormat
+from appliance.decode.rows import decode_batch
 from appliance.ingest.planning import pack_tasks
 from appliance.kafka.reader import Piece, PieceResult, read_topics
 from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
-from appliance.model.decode import Evolution, decode_batch
+from appliance.model.changes import Evolution, SchemaChange
 from appliance.model.mapping import Mapping
 from appliance.spark.tasks import run_in_tasks
 from appliance.tables.datafiles import TableTarget, write_data_files
@@ -28,6 +30,7 @@ from appliance.tables.datafiles import TableTarget, write_data_files
 
 @dataclass(frozen=True)
 class BatchSpec:
+    stream: str  # its name, as errors name it
     stream_id: str
     topic: str
     kafka: KafkaSettings
@@ -40,7 +43,7 @@ class BatchSpec:
     landed: dict[int, frozenset[int]]
     max_message_bytes: int
     fetch_timeout: float
-    fmt: Any = None  # how messages are parsed (`model.formats`); None: JSON
+    fmt: MessageFormat | None = None  # how messages are parsed; None: JSON
     evolve: bool = False  # new fields and wider values ask for a schema change instead of landing
 
 
@@ -49,7 +52,7 @@ class TaskResult:
     pieces: list[PieceResult]
     read: list[Piece] = field(default_factory=list)  # the pieces it was given: a rerun reads them again
     evolution: Evolution = field(default_factory=Evolution)  # set: nothing written, the table must change first
-    changes: set = field(default_factory=set)  # schema changes met (see `Decoded.changes`)
+    changes: set[SchemaChange] = field(default_factory=set)  # schema changes met
     schemas: dict[str, int] = field(default_factory=dict)  # writer schemas seen -> messages
     target_files: list = field(default_factory=list)
     dead_letter_files: list = field(default_factory=list)
@@ -120,7 +123,7 @@ class BatchResult:
         return out
 
     @property
-    def changes(self) -> set:
+    def changes(self) -> set[SchemaChange]:
         return {c for r in self.tasks for c in r.changes}
 
     @property
@@ -150,7 +153,8 @@ class BatchResult:
 
 def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.datetime) -> list[TaskResult | FloeError]:
     """One task's work: every item's pieces read together (one consumer and one assignment per
-    cluster), then each stream's messages decoded and written. An error is its item's alone."""
+    cluster), then each stream's messages decoded and written. An error is its item's alone:
+    whatever a stream's work raises becomes that stream's result, and the other items go on."""
     reads: list[tuple[RawBatch, list[PieceResult]] | FloeError | None] = [None] * len(items)
     clusters: dict[KafkaSettings, list[int]] = {}
     for i, (spec, _) in enumerate(items):
@@ -162,6 +166,8 @@ def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.dateti
             done = read_topics(kafka, [(items[i][0].topic, items[i][1]) for i in indexes], timeout)
         except FloeError as exc:
             done = [exc] * len(indexes)
+        except Exception as exc:  # the reader's bug: the streams of this cluster retry
+            done = [UnforeseenError.of(exc, f"reading {kafka.bootstrap}")] * len(indexes)
         for i, read in zip(indexes, done):
             reads[i] = read
     read_seconds = (time.perf_counter() - t0) / max(1, len(items))
@@ -171,9 +177,12 @@ def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.dateti
             out.append(read)
             continue
         try:
+            failpoint("stream_task", spec.stream)
             out.append(_write(spec, pieces, *read, ingested_at, read_seconds))
         except FloeError as exc:
             out.append(exc)
+        except Exception as exc:  # a bug, or a batch no single message makes fail: this stream retries
+            out.append(UnforeseenError.of(exc, f"stream {spec.stream}"))
     return out
 
 

@@ -17,8 +17,9 @@ from appliance.core.clock import now
 from appliance.core.errors import SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind, EventLevel
+from appliance.decode.formats import format_of
 from appliance.ingest.batch import BatchResult, BatchSpec, run_batch
-from appliance.ingest.commit import Snapshots, StreamTables, commit_batch, landed_dead_letters
+from appliance.ingest.batch_commit import Snapshots, StreamTables, commit_batch, landed_dead_letters
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.planning import (
     Committed,
@@ -29,7 +30,7 @@ from appliance.ingest.planning import (
     plan_batch,
     plan_tasks,
 )
-from appliance.ingest.schemas import StreamSchema
+from appliance.ingest.stream_schema import StreamSchema
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.model.stream import StreamDef
 from appliance.spark.session import parallelism
@@ -41,7 +42,8 @@ from appliance.tables.snapshots import committed_offsets, offsets_json
 
 log = logging.getLogger(__name__)
 
-PARTITIONS_TTL = 30.0  # seconds
+PARTITIONS_TTL = 30.0  # seconds a topic's partition list is kept: partitions are rarely added
+CORES_TTL = 30.0  # seconds Spark's core count is kept: a cluster's executors come and go
 MAX_EVOLUTIONS = 3  # schema updates one batch may ask for before it is given up and read again
 
 
@@ -76,7 +78,7 @@ class StreamRunner:
         self._cores: tuple[float, int] | None = None  # (asked at, Spark's default parallelism)
         self._targets: dict[tuple, tuple[tuple, TableTarget]] = {}
         self.schema = StreamSchema(settings, state, stream)
-        self._format = stream.message_format()
+        self._format = format_of(stream)
 
     @property
     def kafka(self) -> KafkaClient:
@@ -168,7 +170,7 @@ class StreamRunner:
 
     def _parallelism(self) -> int:
         # A question to the JVM; asked again now and then, as a cluster's executors come and go.
-        if self._cores is None or time.monotonic() - self._cores[0] > PARTITIONS_TTL:
+        if self._cores is None or time.monotonic() - self._cores[0] > CORES_TTL:
             self._cores = (time.monotonic(), parallelism(self.spark))
         return self._cores[1]
 
@@ -184,7 +186,7 @@ class StreamRunner:
     def _spec(self) -> BatchSpec:
         stream, engine = self.stream, self.settings.engine
         return BatchSpec(
-            stream_id=stream.id, topic=stream.topic, kafka=stream.kafka, group=stream.group,
+            stream=stream.name, stream_id=stream.id, topic=stream.topic, kafka=stream.kafka, group=stream.group,
             mapping=self.schema.mapping(self.tables.target),
             target=self._target(self.tables.target), dead_letter=self._target(self.tables.dead_letter),
             landed=self.landed,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from appliance.config.settings import Settings
 from appliance.core.clock import now
-from appliance.core.errors import FloeError, KafkaUnavailable, RegistryUnavailable
+from appliance.core.errors import FloeError, KafkaUnavailable, RegistryUnavailable, UnforeseenError
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
 from appliance.ingest.jobs import BatchJobs, next_wake
 from appliance.ingest.runner import BatchOutcome, StreamRunner
@@ -118,6 +118,8 @@ class StreamWorker(threading.Thread):
         first = self.engine.settings.engine.retry_backoff
         failing = self.failing or Failing(message, 0, first)
         if self.failing is None or message != self.failing.message:
+            if isinstance(exc, UnforeseenError):  # raised in a Spark task: its traceback came with it
+                log.error("stream %s: batch failed: %s\n%s", name, message, exc.detail)
             kind = (EventKind.BROKER_UNREACHABLE if isinstance(exc, KafkaUnavailable)
                     else EventKind.REGISTRY_UNREACHABLE if isinstance(exc, RegistryUnavailable)
                     else EventKind.STREAM_FAILED)

@@ -1,1 +1,2 @@
-"""Kafka with confluent-kafka: connection settings, metadata and samples, reading offset ranges."""
+"""Kafka client code with confluent-kafka: connection settings, metadata and samples, reading offset
+ranges in tasks, the schema registry client."""

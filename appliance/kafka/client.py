@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -10,6 +9,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from appliance.core.errors import ReadTimeout, TopicNotFound
 from appliance.kafka.errors import kafka_error
 from appliance.kafka.logs import KAFKA_LOG
+from appliance.kafka.reader import Piece, read_topics
 from appliance.kafka.settings import KafkaSettings
 
 
@@ -83,35 +83,27 @@ class KafkaClient:
         return out
 
     def sample(self, topic: str, count: int, timeout: float) -> list[SampledMessage]:
-        """Up to `count` of the newest messages, spread over the partitions."""
+        """Up to `count` of the newest messages, spread over the partitions, read as the engine
+        reads (past transaction markers and compacted gaps); `timeout`: at most this long without
+        a message arriving."""
         marks = self.watermarks(topic)
         nonempty = {p: w for p, w in marks.items() if w.high > w.low}
         if not nonempty:
             return []
         per_partition = max(1, count // len(nonempty))
-        wanted = {p: (max(w.low, w.high - per_partition), w.high) for p, w in nonempty.items()}
-        consumer = Consumer(self.settings.consumer_config("floe-sample", logger=KAFKA_LOG))
+        pieces = [Piece(p, max(w.low, w.high - per_partition), w.high) for p, w in sorted(nonempty.items())]
         try:
-            consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in wanted.items()])
-            out: list[SampledMessage] = []
-            remaining = {p: end for p, (_, end) in wanted.items()}
-            deadline = time.monotonic() + timeout
-            while remaining and time.monotonic() < deadline:
-                for msg in consumer.consume(1000, timeout=0.2):
-                    if msg.error():
-                        if msg.error().fatal() or msg.error().code() == KafkaError._AUTHENTICATION:
-                            raise kafka_error(msg.error(), self.settings, f"reading {topic!r}")
-                        continue
-                    p, o = msg.partition(), msg.offset()
-                    if p in remaining and o < remaining[p]:
-                        ts_type, ts = msg.timestamp()
-                        out.append(SampledMessage(p, o, ts if ts_type else None, msg.key(), msg.value()))
-                        if o + 1 >= remaining[p]:
-                            del remaining[p]
-            if not out and remaining:
-                raise ReadTimeout(f"no message could be read from {topic!r} within {timeout:.0f}s")
-            return sorted(out, key=lambda m: (m.partition, m.offset))
+            consumer = Consumer(self.settings.consumer_config("floe-sample", logger=KAFKA_LOG))
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise kafka_error(exc, self.settings, "kafka client") from None
+        try:
+            [(raw, results)] = read_topics(self.settings, [(topic, pieces)], timeout, consumer=consumer)
         except KafkaException as exc:
             raise kafka_error(exc, self.settings, f"reading {topic!r}") from None
         finally:
             consumer.close()
+        errors = [r.error for r in results if r.error is not None]
+        if errors and (not len(raw) or not isinstance(errors[0], ReadTimeout)):
+            raise errors[0]  # nothing came, or not for want of time (a refused login, say)
+        return sorted((SampledMessage(p, o, ts, k, v) for p, o, ts, k, v in zip(
+            raw.partitions, raw.offsets, raw.timestamps, raw.keys, raw.values)), key=lambda m: (m.partition, m.offset))

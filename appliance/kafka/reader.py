@@ -76,19 +76,13 @@ class _Range:
     progress_at: float
 
 
-def read_pieces(settings: KafkaSettings, topic: str, pieces: list[Piece], fetch_timeout: float
-                ) -> tuple[RawBatch, list[PieceResult]]:
-    """Every message of `pieces`, or as much as the broker gave within `fetch_timeout`."""
-    return read_topics(settings, [(topic, pieces)], fetch_timeout)[0]
-
-
-def read_topics(settings: KafkaSettings, reads: list[tuple[str, list[Piece]]], fetch_timeout: float
-                ) -> list[tuple[RawBatch, list[PieceResult]]]:
+def read_topics(settings: KafkaSettings, reads: list[tuple[str, list[Piece]]], fetch_timeout: float,
+                consumer: Consumer | None = None) -> list[tuple[RawBatch, list[PieceResult]]]:
     """The messages of each (topic, pieces) of one cluster, read with one consumer and one assignment.
 
     Several streams' small batches in one task cost one fetch round trip, not one per
     partition and stream. Two reads of the same topic (two streams of one topic) are read
-    one after the other.
+    one after the other. `consumer`: one of the caller's (a sample's), instead of the worker's own.
     """
     out: list[tuple[RawBatch, list[PieceResult]] | None] = [None] * len(reads)
     pending = list(range(len(reads)))
@@ -96,14 +90,14 @@ def read_topics(settings: KafkaSettings, reads: list[tuple[str, list[Piece]]], f
         topics: set[str] = set()
         now = [i for i in pending if not (reads[i][0] in topics or topics.add(reads[i][0]))]
         pending = [i for i in pending if i not in now]
-        for i, done in zip(now, _read_round(settings, [reads[i] for i in now], fetch_timeout)):
+        for i, done in zip(now, _read_round(consumer or _consumer(settings), settings, [reads[i] for i in now],
+                                            fetch_timeout)):
             out[i] = done
     return out
 
 
-def _read_round(settings: KafkaSettings, reads: list[tuple[str, list[Piece]]], fetch_timeout: float
-                ) -> list[tuple[RawBatch, list[PieceResult]]]:
-    consumer = _consumer(settings)
+def _read_round(consumer: Consumer, settings: KafkaSettings, reads: list[tuple[str, list[Piece]]],
+                fetch_timeout: float) -> list[tuple[RawBatch, list[PieceResult]]]:
     started = time.monotonic()
     queues: dict[tuple[str, int], list[_Range]] = {}
     out: list[tuple[RawBatch, list[PieceResult]]] = []

@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 from appliance.config.policy import Policy
 from appliance.config.settings import Settings
 from appliance.core.errors import CommitConflict
+from appliance.core.retry import retrying
 from appliance.core.vocabulary import RunOutcome
 from appliance.maintenance.job import Job, plural
 from appliance.state.store import StateStore
@@ -94,9 +95,9 @@ def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = Fal
         return result
     name = ".".join(table.name())
     pre, ids = table.metadata, []
-    for attempt in range(10):
-        try:
-            with commit_lock(settings, name):
+    try:
+        for attempt in retrying(CommitFailedException, f"snapshot expiry of {name}", attempts=10):
+            with attempt, commit_lock(settings, name):
                 table = table.refresh()  # refresh() updates `table` in place; `pre` keeps what it was
                 pre = table.metadata
                 ids = [i for i in plan.expire if table.metadata.snapshot_by_id(i) is not None]
@@ -106,11 +107,8 @@ def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = Fal
                     ids = plan.expire
                 if ids:
                     table.maintenance.expire_snapshots().by_ids(ids).commit()
-            break
-        except CommitFailedException as exc:
-            if attempt == 9:
-                raise CommitConflict(f"table {name}: snapshot expiry lost 10 races: {exc}") from None
-            time.sleep(0.1 * (attempt + 1))
+    except CommitFailedException as exc:
+        raise CommitConflict(f"table {name}: snapshot expiry lost 10 races: {exc}") from None
     table = table.refresh()
     # What is gone is judged against the table as committed, which includes anything
     # other writers committed meanwhile: they can only reference files the kept snapshots have.

@@ -143,7 +143,8 @@ class RollingWriter:
 
     def _write(self, table: pa.Table) -> None:
         from pyiceberg.io.fileformat import FileFormatFactory
-        from pyiceberg.io.pyarrow import _to_requested_schema
+
+        from appliance.tables.fastpath.internals import to_requested_schema
 
         fmt = FileFormatFactory.get(FileFormat.PARQUET)
         if self._writer is None:
@@ -152,7 +153,7 @@ class RollingWriter:
             self._writer = fmt.create_writer(self._output, self.file_schema, self.meta.properties)
             self._rows_in_file = 0
         batches = [
-            _to_requested_schema(
+            to_requested_schema(
                 requested_schema=self.file_schema, file_schema=self.schema, batch=b,
                 downcast_ns_timestamp_to_us=True, include_field_ids=True, format_model=fmt,
             )

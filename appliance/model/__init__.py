@@ -1,1 +1,2 @@
-"""What a stream is and what its rows look like: names, columns, mappings, decoding."""
+"""What a stream is and what its rows look like: names, types, columns, mappings, inference, and the
+schema changes messages can ask for."""

@@ -35,16 +35,6 @@ class StreamDef:
     def evolves(self) -> bool:
         return self.schema_evolution == "auto"
 
-    def message_format(self):
-        """How this stream's messages are parsed: a `model.formats` format."""
-        if self.format == "json":
-            from appliance.model.formats import JsonFormat
-
-            return JsonFormat()
-        from appliance.model.registered import AvroFormat, ProtobufFormat
-
-        return (AvroFormat if self.format == "avro" else ProtobufFormat)(self.registry)
-
     @property
     def group(self) -> str:
         """The consumer group id: a label for the broker's logs; Floe never commits offsets to Kafka."""

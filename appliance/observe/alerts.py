@@ -1,9 +1,10 @@
 """Alerts in the engine: every `evaluate_interval`, each alert's rule is read for each of its
-subjects; an incident opens when it breaks (and has for the rule's `for`), and resolves once it
-has held again for the cooldown. One notification when an incident opens, one when it resolves.
+subjects (streams, stages, tables); an incident opens when it breaks (and has for the rule's `for`),
+and resolves once it has held again for the cooldown. One notification when an incident opens,
+one when it resolves.
 
 Incidents live in the state database: a restarted engine carries on with those open, and never
-notifies them again.
+notifies them again; what it had not got through before it stopped is queued again at start.
 """
 
 from __future__ import annotations
@@ -17,15 +18,18 @@ from dataclasses import dataclass, replace
 from appliance.config.alerts import WINDOWED, AlertDef, Measure
 from appliance.config.settings import Settings
 from appliance.core.clock import utcnow
-from appliance.core.vocabulary import EventKind, EventLevel, RunOutcome, StreamPhase
-from appliance.observe.measures import Reading, Window, stream_reading
+from appliance.core.errors import StreamNotFound
+from appliance.core.vocabulary import EventKind, EventLevel, RunOutcome, StagePhase, StreamPhase
+from appliance.observe.measures import Reading, Window, stage_reading, stream_reading
 from appliance.observe.notify import Message, Notifier
-from appliance.state.observe import Incident, all_alerts
+from appliance.state.alerting import Incident, all_alerts
+from appliance.state.records import StageStatus
 from appliance.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
 ENGINE = "engine"  # the subject of engine-level incidents
+STAGE = "stage "  # a stage's incidents are about `stage NAME` (a stage's name holds no space)
 
 HINTS = {
     Measure.LAG_MESSAGES: "Look at the stream's rate and errors (floe stream show {s}) and the topic's producers.",
@@ -40,23 +44,73 @@ HINTS = {
     Measure.MAINTENANCE_FAILED: "Look at the table's maintenance runs: floe table runs {s}.",
     Measure.ENGINE_DOWN: "Start it again (floe run), and look at its log in FLOE_HOME/logs/floe.log.",
 }
+STAGE_HINTS = {
+    Measure.FAILED: "Look at the stage's last error: floe stage show {s}.",
+    Measure.STALLED: "Its source has rows it has not processed: is the engine running, is its source table "
+                     "readable? floe stage show {s}.",
+}
+
+
+def stage_subject(name: str) -> str:
+    return f"{STAGE}{name}"
+
+
+def event_subject(subject: str) -> str | None:
+    """What an incident's events name in their stream column: the stream or stage (they share names), the
+    table; nothing for the engine."""
+    if subject == ENGINE:
+        return None
+    return subject.removeprefix(STAGE)
+
+
+def _what(measure: Measure, subject: str) -> str:
+    if subject == ENGINE:
+        return "the engine"
+    if subject.startswith(STAGE):
+        return subject
+    return f"table {subject}" if measure is Measure.MAINTENANCE_FAILED else f"stream {subject}"
+
+
+def _title(name: str, rule: object, what: str, resolved: bool) -> str:
+    return f"[Floe] {'RESOLVED' if resolved else 'OPEN'}: {name} ({rule}) on {what}"
+
+
+def _resolved_body(rule: object, what: str, value: str) -> str:
+    return f"{rule} no longer holds for {what}" + (f" (now {value})." if value else ".")
 
 
 def message(alert: AlertDef, subject: str, reading: Reading | None, resolved: bool, dlq: str = "") -> Message:
     measure = alert.rule.measure
-    what = "the engine" if subject == ENGINE else (f"table {subject}" if measure is Measure.MAINTENANCE_FAILED
-                                                  else f"stream {subject}")
-    state = "RESOLVED" if resolved else "OPEN"
-    title = f"[Floe] {state}: {alert.name} ({alert.rule}) on {what}"
+    what = _what(measure, subject)
     value = reading.shown() if reading else ""
     window = f" over {alert.window:g}s" if measure in WINDOWED else ""
     if resolved:
-        body = f"{alert.rule} no longer holds for {what}" + (f" (now {value})." if value else ".")
+        body = _resolved_body(alert.rule, what, value)
     else:
         found = f"measured {value}" if alert.rule.threshold is not None or measure is Measure.STALLED else value
-        body = (f"{alert.rule}{window} for {what}: {found or 'yes'}. "
-                + HINTS[measure].format(s=subject, dlq=dlq or "the dead-letter table"))
-    return Message(tuple(alert.notify), title, body, failure=not resolved, subject=subject)
+        hint = (STAGE_HINTS[measure].format(s=subject.removeprefix(STAGE)) if subject.startswith(STAGE)
+                else HINTS[measure].format(s=subject, dlq=dlq or "the dead-letter table"))
+        body = f"{alert.rule}{window} for {what}: {found or 'yes'}. {hint}"
+    return Message(tuple(alert.notify), _title(alert.name, alert.rule, what, resolved), body, failure=not resolved,
+                   subject=event_subject(subject) or "")
+
+
+def unsent(settings: Settings, state: StateStore) -> list[Message]:
+    """The notifications that never got through (the engine stopped first, or every attempt failed), as
+    they were first made: an open incident's opening, a resolved one's resolution. Not those of alerts
+    removed since (nowhere to send them), nor `engine_down`'s (`floe watch` sends its own)."""
+    alerts = {a.name: a for a in all_alerts(settings, state)}
+    out: list[Message] = []
+    for incident in state.unnotified_incidents():
+        alert = alerts.get(incident.alert)
+        if alert is None or alert.rule.measure is Measure.ENGINE_DOWN:
+            continue
+        what, resolved = _what(alert.rule.measure, incident.subject), not incident.open
+        body = _resolved_body(incident.rule, what, incident.value) if resolved else incident.message
+        out.append(Message(tuple(alert.notify), _title(alert.name, incident.rule, what, resolved), body,
+                           failure=not resolved, subject=event_subject(incident.subject) or "",
+                           incident=incident.id, resolved=resolved))
+    return out
 
 
 @dataclass
@@ -77,7 +131,8 @@ class Alerter:
         self.notifier = notifier
         self.clock = clock
         self.tracked: dict[tuple[str, str], Tracked] = {}
-        self._stall: dict[str, tuple[str | None, float]] = {}  # stream -> (last commit seen, waiting since)
+        # subject -> (a stream's last commit or a stage's last run, as last seen; waiting since)
+        self._stall: dict[str, tuple[str | None, float]] = {}
 
     def evaluate(self) -> None:
         alerts = [a for a in all_alerts(self.settings, self.state) if a.rule.measure is not Measure.ENGINE_DOWN]
@@ -88,9 +143,9 @@ class Alerter:
             key = (alert.name, subject)
             seen.add(key)
             self._step(alert, subject, reading, open_now.get(key))
-        for key, incident in open_now.items():  # its alert removed, its stream deleted, or the engine's
+        for key, incident in open_now.items():  # its alert removed, its stream or stage deleted, or the engine's
             if key not in seen and incident.subject != ENGINE:
-                self.state.resolve_incident(incident.id, "gone")
+                self.state.resolve_incident(incident.id, "gone", silent=True)
                 self.state.add_event(EventKind.INCIDENT_RESOLVED, f"{incident.alert} on {incident.subject}: "
                                      "resolved (the alert or its subject no longer exists)", None)
         self.tracked = {k: v for k, v in self.tracked.items() if k in seen}
@@ -122,15 +177,14 @@ class Alerter:
     def _open(self, alert: AlertDef, subject: str, reading: Reading) -> None:
         note = message(alert, subject, reading, resolved=False, dlq=self._dlq(alert, subject))
         incident = self.state.open_incident(alert.name, subject, str(alert.rule), reading.shown(), note.body)
-        self.state.add_event(EventKind.INCIDENT_OPENED, f"{alert.name}: {note.body}",
-                             subject if subject != ENGINE else None, EventLevel.ERROR)
+        self.state.add_event(EventKind.INCIDENT_OPENED, f"{alert.name}: {note.body}", event_subject(subject),
+                             EventLevel.ERROR)
         self._send(note, incident.id, resolved=False)
 
     def _resolve(self, alert: AlertDef, subject: str, reading: Reading, incident: Incident) -> None:
         self.state.resolve_incident(incident.id, reading.shown())
         note = message(alert, subject, reading, resolved=True)
-        self.state.add_event(EventKind.INCIDENT_RESOLVED, f"{alert.name}: {note.body}",
-                             subject if subject != ENGINE else None)
+        self.state.add_event(EventKind.INCIDENT_RESOLVED, f"{alert.name}: {note.body}", event_subject(subject))
         self._send(note, incident.id, resolved=True)
 
     def _send(self, note: Message, incident: int, resolved: bool) -> None:
@@ -142,7 +196,8 @@ class Alerter:
             return ""
         try:
             return self.state.stream(subject).dead_letter_table
-        except Exception:
+        except StreamNotFound:  # deleted since it was read: the message names no table
+            log.info("alert %s: stream %s is gone; its message names no dead-letter table", alert.name, subject)
             return ""
 
     # ---- readings ----
@@ -151,43 +206,70 @@ class Alerter:
         out: list[tuple[AlertDef, str, Reading]] = []
         streams = {s.name: s for s in self.state.streams()}
         statuses = self.state.statuses()
+        stages = {s.name: s for s in self.state.stages()}
+        stage_statuses = self.state.stage_statuses()
         at = utcnow()
-        stalled = self._stalled(streams, statuses, at)
+        stalled = self._stalled(self._waiting(streams, statuses, stages, stage_statuses), at)
         for alert in alerts:
             if alert.rule.measure is Measure.MAINTENANCE_FAILED:
                 out += [(alert, table, reading) for table, reading in self._maintenance().items()]
                 continue
-            names = [alert.stream] if alert.stream else sorted(streams)
-            since = (at - dt.timedelta(seconds=alert.window)).isoformat(timespec="milliseconds")
-            for name in names:
-                if name not in streams:
-                    continue
-                status = statuses.get(name) or self.state.status(name)
-                windowed = alert.rule.measure in (Measure.DEAD_LETTER_RATIO, Measure.THROTTLED)
-                window = Window(*self.state.batch_totals(name, since)) if windowed else Window()
-                out.append((alert, name, stream_reading(alert, status, window, stalled.get(name),
-                                                        streams[name].paused)))
+            if alert.covers_streams:
+                names = [alert.stream] if alert.stream else sorted(streams)
+                since = (at - dt.timedelta(seconds=alert.window)).isoformat(timespec="milliseconds")
+                for name in names:
+                    if name not in streams:
+                        continue
+                    status = statuses.get(name) or self.state.status(name)
+                    windowed = alert.rule.measure in (Measure.DEAD_LETTER_RATIO, Measure.THROTTLED)
+                    window = Window(*self.state.batch_totals(name, since)) if windowed else Window()
+                    out.append((alert, name, stream_reading(alert, status, window, stalled.get(name),
+                                                            streams[name].paused)))
+            if alert.covers_stages:
+                for name in [alert.stage] if alert.stage else sorted(stages):
+                    if name in stages:
+                        subject, status = stage_subject(name), stage_statuses.get(name) or StageStatus(name)
+                        out.append((alert, subject, stage_reading(alert, status, stalled.get(subject),
+                                                                  stages[name].paused)))
         return out
 
-    def _stalled(self, streams: dict, statuses: dict, at: dt.datetime) -> dict[str, float]:
-        """Seconds each stream has gone without a commit while it had messages waiting or could
-        not read its topic (a frozen broker gives no lag to measure)."""
-        out: dict[str, float] = {}
-        wall = at.timestamp()
+    @staticmethod
+    def _waiting(streams: dict, statuses: dict, stages: dict, stage_statuses: dict) -> dict[str, tuple]:
+        """Each subject: (whether it has work waiting, when it last got some done). A stream waits while it
+        has messages waiting or cannot read its topic (a frozen broker gives no lag to measure); a stage
+        while its source has snapshots it has not processed, or it fails. A paused one never waits."""
+        out: dict[str, tuple[bool, str | None]] = {}
         for name, stream in streams.items():
             status = statuses.get(name)
-            waiting = status is not None and not stream.paused and (
-                bool(status.lag) or status.phase is StreamPhase.FAILED)
-            if not waiting:
-                self._stall.pop(name, None)
+            if status is None:
+                out[name] = (False, None)
                 continue
-            commit = status.last_commit_at
-            seen = self._stall.get(name)
-            if seen is None or seen[0] != commit:
-                # Waiting just began (measured from now), or the stream committed since: from then.
-                start = wall if seen is None or commit is None else dt.datetime.fromisoformat(commit).timestamp()
-                seen = self._stall[name] = (commit, start)
-            out[name] = wall - seen[1]
+            waits = not stream.paused and (bool(status.lag) or status.phase is StreamPhase.FAILED)
+            out[name] = (waits, status.last_commit_at)
+        for name, stage in stages.items():
+            run = stage_statuses.get(name)
+            if run is None:
+                out[stage_subject(name)] = (False, None)
+                continue
+            waits = not stage.paused and (bool(run.lag_snapshots) or run.phase is StagePhase.FAILED)
+            out[stage_subject(name)] = (waits, run.last_run_at)
+        return out
+
+    def _stalled(self, waiting: dict[str, tuple], at: dt.datetime) -> dict[str, float]:
+        """Seconds each subject has waited without a stream's commit or a stage's completed run."""
+        out: dict[str, float] = {}
+        wall = at.timestamp()
+        for subject, (waits, last) in waiting.items():
+            if not waits:
+                self._stall.pop(subject, None)
+                continue
+            seen = self._stall.get(subject)
+            if seen is None or seen[0] != last:
+                # Waiting just began (measured from now), or it got work done since: from then.
+                start = wall if seen is None or last is None else dt.datetime.fromisoformat(last).timestamp()
+                seen = self._stall[subject] = (last, start)
+            out[subject] = wall - seen[1]
+        self._stall = {k: v for k, v in self._stall.items() if k in waiting}  # deleted ones
         return out
 
     def _maintenance(self) -> dict[str, Reading]:
@@ -214,6 +296,7 @@ class AlertThread(threading.Thread):
         state = StateStore(self.settings.state_db, durable=False)
         alerter = Alerter(self.settings, state, self.notifier)
         try:
+            self.requeue(state)
             while not self.stopping.wait(self.settings.alerting.evaluate_interval):
                 try:
                     alerter.evaluate()
@@ -222,3 +305,17 @@ class AlertThread(threading.Thread):
         finally:
             state.close()
             self.notifier.join(timeout=10)
+
+    def requeue(self, state: StateStore) -> int:
+        """Queue again what never got through before the engine last stopped; how many."""
+        notes: list[Message] = []
+        try:
+            notes = unsent(self.settings, state)
+            for note in notes:
+                self.notifier.send(note)
+            if notes:
+                state.add_event(EventKind.NOTIFICATION_REQUEUED, f"queued again {len(notes)} notification"
+                                f"{'s' if len(notes) > 1 else ''} that had not got through before the engine stopped")
+        except Exception:  # a locked database: the incidents keep what they owe, for the next start
+            log.exception("queueing undelivered notifications again failed")
+        return len(notes)

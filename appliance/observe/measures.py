@@ -1,7 +1,10 @@
-"""What an alert's rule reads: per-stream measures, taken the way the UI and `floe status` show them.
+"""What an alert's rule reads: per-stream and per-stage measures, taken the way the UI and `floe status`
+show them.
 
 Lag is the stream's (watermarks minus committed offsets, after its last step); freshness and
 lag in seconds come from Kafka timestamps and commit times; ratios from the committed batches.
+A stage has two: failing, and stalled (its source has rows it has not processed, and no run
+completed for the window).
 """
 
 from __future__ import annotations
@@ -9,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from appliance.config.alerts import AlertDef, Measure
-from appliance.core.vocabulary import StreamPhase
-from appliance.state.records import StreamStatus
+from appliance.core.vocabulary import StagePhase, StreamPhase
+from appliance.state.records import StageStatus, StreamStatus
 
 AUTH_ERRORS = ("KafkaAccessDenied", "RegistryAccessDenied")
 
@@ -65,6 +68,21 @@ def stream_reading(alert: AlertDef, status: StreamStatus, window: Window, stalle
                        None if stalled_for is None else round(stalled_for, 1))
     if measure is Measure.THROTTLED:
         return Reading(window.throttle_ms > 0, float(window.throttle_ms))
+    return Reading(False, None)
+
+
+def stage_reading(alert: AlertDef, status: StageStatus, stalled_for: float | None, paused: bool) -> Reading:
+    """The alert's measure for one stage. `stalled_for`: seconds without a completed run while its
+    source has rows it has not processed (or it fails)."""
+    measure = alert.rule.measure
+    if paused:
+        return Reading(False, None)  # a paused stage is behind on purpose
+    if measure is Measure.FAILED:
+        failing = status.phase is StagePhase.FAILED
+        return Reading(failing, status.last_error if failing else None)
+    if measure is Measure.STALLED:
+        return Reading(stalled_for is not None and stalled_for >= alert.window,
+                       None if stalled_for is None else round(stalled_for, 1))
     return Reading(False, None)
 
 

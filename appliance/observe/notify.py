@@ -56,7 +56,7 @@ class Message:
     title: str
     body: str
     failure: bool  # an incident opening (else: resolving, or a test)
-    subject: str = ""  # the stream (or table) it is about, for the failure's event
+    subject: str = ""  # the stream, stage (they share names) or table it is about, for the failure's event
     incident: int | None = None  # marked notified (opened or resolved) once every target got it
     resolved: bool = False
 

@@ -2,7 +2,9 @@
 
 The data a task reads and writes never passes through the JVM; only results do (file
 descriptions, counts). A `FloeError` raised in a task comes back as itself, so the
-driver sees a read timeout or a storage outage by its type, not as a Py4J traceback.
+driver sees a read timeout or a storage outage by its type, not as a Py4J traceback; any other
+exception comes back as an `UnforeseenError` naming it, with its traceback. Either way the
+other tasks of the job finish: one task's failure never fails the Spark job.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from appliance.core.errors import FloeError
+from appliance.core.errors import FloeError, UnforeseenError
 
 
 @dataclass
@@ -26,6 +28,8 @@ def run_in_tasks(spark, work: Callable[[int], object], n: int) -> list:
             return work(index)
         except FloeError as exc:
             return _Failed(exc)
+        except Exception as exc:  # a bug, say: this task's work failed, not the job
+            return _Failed(UnforeseenError.of(exc, f"task {index}"))
 
     # An RDD job, not a DataFrame one: nothing here for Catalyst to plan or for Arrow to
     # carry, and a plan and code generation per job would double a small batch's cost.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from appliance.config.settings import Settings
 from appliance.core.clock import now
-from appliance.core.errors import FloeError
+from appliance.core.errors import FloeError, UnforeseenError
 from appliance.core.vocabulary import EventKind, EventLevel, StagePhase
 from appliance.model.stage import StageDef
 from appliance.stages.runner import JOB_GROUP, RunResult, StageRunner, describe
@@ -182,6 +182,8 @@ class StageScheduler(threading.Thread):
             log.exception("stage %s failed", stage.name)
         failing = self._failing.get(stage.name)
         if failing is None or failing.message != message:
+            if isinstance(exc, UnforeseenError):  # raised in a Spark task: its traceback came with it
+                log.error("stage %s failed: %s\n%s", stage.name, message, exc.detail)
             state.add_event(EventKind.STAGE_FAILED, f"{message}; nothing was committed: the stage goes on from its "
                             "last committed point once fixed (`floe stage update`)", stage.name, EventLevel.ERROR)
         backoff = FIRST_BACKOFF if failing is None else min(failing.backoff * 2, MAX_BACKOFF)

@@ -91,7 +91,8 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     ),
     # Alerts made with `floe alert add` or the UI ([[alerts]] of floe.toml live in the file).
     "alerts": (
-        {"name": str, "rule": str, "stream": str, "for_seconds": float, "notify": str, "created_at": str},
+        {"name": str, "rule": str, "stream": str, "stage": str, "for_seconds": float, "notify": str,
+         "created_at": str},
         "name", [],
     ),
     # An alert's incidents: opened when its rule breaks, resolved when it holds again.

@@ -30,7 +30,8 @@ from appliance.core.vocabulary import (
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
-from appliance.state.observe import ObserveRecords
+from appliance.state.alerting import AlertRecords
+from appliance.state.history import HistoryRecords
 from appliance.state.records import (
     BatchRecord,
     EngineRecord,
@@ -43,7 +44,7 @@ from appliance.state.schema import migrate, use_wal
 from appliance.state.stages import StageRecords
 
 
-class StateStore(StageRecords, ObserveRecords):
+class StateStore(StageRecords, AlertRecords, HistoryRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and

@@ -3,30 +3,22 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
-import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Iterator
 
-from pyiceberg.catalog import StagedTable
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, NoSuchTableError
-from pyiceberg.io import FileIO
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
 from pyiceberg.schema import Schema
-from pyiceberg.serializers import FromInputFile
-from pyiceberg.table import CommitTableResponse, Table
-from pyiceberg.table.locations import load_location_provider
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table import Table
 
 from appliance.config.settings import Settings
 from appliance.core.errors import TableConflict, TableNotFound
 from appliance.model.names import check_table_name
 from appliance.tables.commits import commit_lock
-from appliance.tables.metadatafile import MetadataWriter
-from appliance.tables.schemas import same_columns
+from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
+from appliance.tables.fastpath.transactions import transaction
+from appliance.tables.iceberg_schemas import same_columns
 from appliance.tables.storage import describe, storage_errors
-from appliance.tables.transactions import staged_metadata, transaction
 
 log = logging.getLogger(__name__)
 
@@ -42,126 +34,6 @@ def table_properties(settings: Settings) -> dict[str, str]:
         "commit.manifest-merge.enabled": "true",
         "commit.manifest.min-count-to-merge": "32",
     }
-
-
-_CURRENT = ("SELECT metadata_location FROM iceberg_tables"
-            " WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?")
-_SWAP = ("UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ?"
-         " WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ?")
-
-
-class FloeSqlCatalog(SqlCatalog):
-    """PyIceberg's SqlCatalog, minus the work a 1-second commit repeats.
-
-    A metadata file never changes once written, so the metadata read for a location is
-    kept (the newest few): a commit, which loads the table to check it is still current,
-    and the engine's reloads read the file that the last commit wrote only once, if at
-    all. Staging a commit skips PyIceberg's defensive deep copy (see `transactions`), and
-    writing it serialises only the new snapshot (see `metadatafile`).
-    """
-
-    CACHED = 16
-
-    def __init__(self, name: str, **properties: str) -> None:
-        super().__init__(name, **properties)
-        self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        self._writer = MetadataWriter()
-        # The commit's two statements go straight to SQLite: through SQLAlchemy they cost more
-        # than the rest of a stream's commit. Other databases take PyIceberg's way.
-        self._sqlite = self.engine.url.database if self.engine.dialect.name == "sqlite" else None
-        self._db: sqlite3.Connection | None = None  # opened by the first commit
-        self._db_lock = threading.Lock()
-
-    def _write_metadata(self, metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
-        self._writer.write(metadata, io, metadata_path)
-
-    def _remember(self, location: str, metadata: TableMetadata) -> None:
-        with self._cache_lock:  # every stream's worker thread commits through this catalog
-            self._metadata[location] = metadata
-            self._metadata.move_to_end(location)
-            while len(self._metadata) > self.CACHED:
-                self._metadata.popitem(last=False)
-
-    def _cached(self, location: str) -> TableMetadata | None:
-        with self._cache_lock:
-            found = self._metadata.get(location)
-            if found is not None:
-                self._metadata.move_to_end(location)
-            return found
-
-    def _convert_orm_to_iceberg(self, orm_table) -> Table:
-        location = orm_table.metadata_location
-        metadata = self._cached(location) if location else None
-        if metadata is None:
-            table = super()._convert_orm_to_iceberg(orm_table)
-            self._remember(table.metadata_location, table.metadata)
-            return table
-        return Table(
-            identifier=(*self.identifier_to_tuple(orm_table.table_namespace), orm_table.table_name),
-            metadata=metadata, metadata_location=location,
-            io=self._load_file_io(metadata.properties, location), catalog=self,
-        )
-
-    def _update_and_stage_table(self, current_table: Table | None, table_identifier, requirements,
-                                updates) -> StagedTable:
-        if current_table is None:
-            return super()._update_and_stage_table(current_table, table_identifier, requirements, updates)
-        for requirement in requirements:
-            requirement.validate(current_table.metadata)
-        metadata = staged_metadata(current_table.metadata, updates, current_table.metadata_location)
-        version = self._parse_metadata_version(current_table.metadata_location) + 1
-        provider = load_location_provider(metadata.location, metadata.properties)
-        location = provider.new_table_metadata_file_location(version)
-        return StagedTable(identifier=table_identifier, metadata=metadata, metadata_location=location,
-                           io=self._load_file_io(properties=metadata.properties, location=location), catalog=self)
-
-    def commit_table(self, table: Table, requirements, updates) -> CommitTableResponse:
-        """PyIceberg's commit of an existing table, in two plain SQL statements rather than its ORM
-        session (a third of a stream commit's CPU); creating a table goes through PyIceberg."""
-        namespace, name = ".".join(table.name()[:-1]), table.name()[-1]
-        found = self._sql(_CURRENT, (self.name, namespace, name), rows=True) if self._sqlite else None
-        if not found:
-            response = super().commit_table(table, requirements, updates)
-            self._remember(response.metadata_location, response.metadata)
-            return response
-        current = self._table_at(table.name(), found[0][0])
-        staged = self._update_and_stage_table(current, table.name(), requirements, updates)
-        if staged.metadata == current.metadata:
-            return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
-        self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
-        done = self._sql(_SWAP, (staged.metadata_location, current.metadata_location, self.name, namespace, name,
-                                 current.metadata_location))
-        if done < 1:
-            raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
-        self._remember(staged.metadata_location, staged.metadata)
-        return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
-
-    def location(self, identifier: tuple[str, ...]) -> str | None:
-        """Where the table's current metadata is: one indexed query, to tell whether a cached
-        table is still current."""
-        if not self._sqlite:
-            return self.load_table(identifier).metadata_location
-        found = self._sql(_CURRENT, (self.name, ".".join(identifier[:-1]), identifier[-1]), rows=True)
-        return found[0][0] if found else None
-
-    def _sql(self, statement: str, args: tuple, rows: bool = False):
-        """One statement on this catalog's own connection, in a transaction of its own: its rows,
-        or how many rows it changed."""
-        with self._db_lock:
-            if self._db is None:
-                self._db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)
-            with self._db:
-                cursor = self._db.execute(statement, args)
-                return cursor.fetchall() if rows else cursor.rowcount
-
-    def _table_at(self, identifier: tuple[str, ...], location: str) -> Table:
-        metadata = self._cached(location)
-        if metadata is None:
-            metadata = FromInputFile.table_metadata(self._load_file_io(location=location).new_input(location))
-            self._remember(location, metadata)
-        return Table(identifier=identifier, metadata=metadata, metadata_location=location,
-                     io=self._load_file_io(metadata.properties, location), catalog=self)
 
 
 def open_catalog(settings: Settings) -> SqlCatalog:

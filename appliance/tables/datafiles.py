@@ -6,9 +6,8 @@ catalog connection: the table's metadata as JSON and its storage properties.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 import pyarrow as pa
 from pyiceberg.manifest import (
@@ -20,6 +19,7 @@ from pyiceberg.manifest import (
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from appliance.tables.fastpath.parquet import write_files
 from appliance.tables.storage import describe, storage_errors
 
 
@@ -63,133 +63,12 @@ def table_metadata(target: TableTarget):
     return meta
 
 
-@dataclass(frozen=True)
-class _Writer:
-    """What writing data files of one Arrow schema into one table needs, worked out once per worker."""
-
-    metadata: Any
-    io: Any
-    file_schema: Any
-    task_schema: Any
-    location: Any
-    properties: dict[str, str]
-    target_size: int
-    parquet_options: dict[str, Any]
-    row_group_size: int
-    stats_columns: Any
-    column_ids: dict[str, int]
-    file_arrow: pa.Schema  # what PyIceberg's projection makes of the task's Arrow schema, with field ids
-
-
-_WRITERS: dict[tuple[str, pa.Schema], _Writer] = {}
-
-
-def _writer(target: TableTarget, schema: pa.Schema) -> _Writer:
-    key = (target.metadata_json, schema)
-    found = _WRITERS.get(key)
-    if found is None:
-        from pyiceberg.io import load_file_io
-        from pyiceberg.io.pyarrow import (
-            _get_parquet_writer_kwargs,
-            compute_statistics_plan,
-            parquet_path_to_id_mapping,
-            pyarrow_to_schema,
-        )
-        from pyiceberg.schema import sanitize_column_names
-        from pyiceberg.table import TableProperties
-        from pyiceberg.table.locations import load_location_provider
-        from pyiceberg.utils.properties import property_as_int
-
-        meta = table_metadata(target)
-        props = meta.properties
-        file_schema = sanitize_column_names(meta.schema())
-        task_schema = pyarrow_to_schema(schema, name_mapping=meta.schema().name_mapping,
-                                        format_version=meta.format_version)
-        found = _Writer(
-            metadata=meta, io=load_file_io(target.io_properties, meta.location), file_schema=file_schema,
-            task_schema=task_schema,
-            location=load_location_provider(table_location=meta.location, table_properties=props),
-            properties=props,
-            target_size=property_as_int(props, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
-                                        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT),
-            parquet_options=_get_parquet_writer_kwargs(props),
-            row_group_size=property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
-                                           TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
-            stats_columns=compute_statistics_plan(file_schema, props),
-            column_ids=parquet_path_to_id_mapping(file_schema),
-            file_arrow=_project(file_schema, task_schema, schema.empty_table().to_batches() or
-                                [pa.RecordBatch.from_pylist([], schema=schema)]).schema,
-        )
-        if len(_WRITERS) > 64:
-            _WRITERS.clear()
-        _WRITERS[key] = found
-    return found
-
-
-def _project(file_schema: Any, task_schema: Any, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    from pyiceberg.io.pyarrow import ParquetFormatModel, _to_requested_schema
-
-    return _to_requested_schema(requested_schema=file_schema, file_schema=task_schema, batch=batches[0],
-                                include_field_ids=True, format_model=ParquetFormatModel())
-
-
 def write_data_files(target: TableTarget, table: pa.Table) -> list[DataFile]:
-    """Iceberg DataFile descriptions of `table` written under the table's location (not committed).
-
-    What PyIceberg's `_dataframe_to_data_files` does for an unpartitioned table, with the
-    schema conversions done once per worker and no thread hand-off: a stream's task
-    writes a small file every second, and those were most of its cost.
-    """
+    """Iceberg DataFile descriptions of `table` written under the table's location (not committed)."""
     if table.num_rows == 0:
         return []
-    meta = table_metadata(target)
     with storage_errors(target.where(), "write data files"):
-        if not meta.spec().is_unpartitioned():
-            from pyiceberg.io import load_file_io
-            from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
-            io = load_file_io(target.io_properties, meta.location)
-            return list(_dataframe_to_data_files(table_metadata=meta, df=table, io=io, write_uuid=uuid.uuid4()))
-        return _write_unpartitioned(_writer(target, table.schema), table)
-
-
-def _to_file(w: _Writer, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A batch as the file's schema has it: the same cast every time, when the batch holds every
-    column of the table (in any order); PyIceberg's projection when not (it fills in nulls)."""
-    names = w.file_arrow.names
-    if batch.schema.names != names:
-        if not set(names) <= set(batch.schema.names):
-            return _project(w.file_schema, w.task_schema, [batch])
-        batch = batch.select(names)
-    return batch.cast(w.file_arrow)
-
-
-def _write_unpartitioned(w: _Writer, table: pa.Table) -> list[DataFile]:
-    import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import bin_pack_arrow_table, data_file_statistics_from_parquet_metadata
-    from pyiceberg.manifest import FileFormat
-    from pyiceberg.typedef import Record
-
-    write_uuid = uuid.uuid4()
-    files = []
-    for n, batches in enumerate(bin_pack_arrow_table(table, w.target_size)):
-        # PyIceberg projects every batch through a schema visitor; for one Arrow schema that is
-        # always the same cast, worked out once (`_Writer.file_arrow`).
-        data = pa.Table.from_batches([_to_file(w, batch) for batch in batches], schema=w.file_arrow)
-        path = w.location.new_data_location(data_file_name=f"00000-{n}-{write_uuid}.parquet")
-        output = w.io.new_output(path)
-        with output.create(overwrite=True) as stream:
-            writer = pq.ParquetWriter(stream, schema=data.schema, store_decimal_as_integer=True, **w.parquet_options)
-            writer.write(data, row_group_size=w.row_group_size)
-            writer.close()
-        stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=writer.writer.metadata, stats_columns=w.stats_columns, parquet_column_mapping=w.column_ids)
-        files.append(DataFile.from_args(
-            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),
-            file_size_in_bytes=len(output), sort_order_id=None, spec_id=w.metadata.default_spec_id,
-            equality_ids=None, key_metadata=None, **stats.to_serialized_dict(),
-        ))
-    return files
+        return write_files(table_metadata(target), target.metadata_json, target.io_properties, table)
 
 
 def live_entries(table: Table, snapshot: Snapshot | None = None) -> list[ManifestEntry]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import time
 from dataclasses import dataclass
 
 from pyiceberg.exceptions import CommitFailedException
@@ -26,12 +25,13 @@ from pyiceberg.table import Table
 from appliance.config.settings import Settings
 from appliance.core.errors import CommitConflict, MappingError
 from appliance.core.failpoints import failpoint
+from appliance.core.retry import retrying
+from appliance.model.changes import Evolution
 from appliance.model.columns import RESERVED_COLUMNS
-from appliance.model.decode import Evolution
 from appliance.model.mapping import Column, Mapping
 from appliance.model.types import UnknownType, of_iceberg, parse_type, widens
 from appliance.tables.commits import commit_lock
-from appliance.tables.transactions import transaction
+from appliance.tables.fastpath.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +86,19 @@ def mapping_of(table: Table, fallback: Mapping | None = None) -> Mapping:
 def _commit(settings: Settings, table: Table, change) -> tuple[Table, list[str]]:
     """Apply `change(tx, table) -> descriptions` in one commit, on fresh metadata, until it lands."""
     name = ".".join(table.name())
-    with commit_lock(settings, name):
-        for attempt in range(8):
-            table = table.refresh()
-            tx = transaction(table)
-            done = change(tx, table)
-            if not done:
-                return table, []
-            failpoint("schema_commit")
-            try:
-                return tx.commit_transaction(), done
-            except CommitFailedException as exc:
-                log.info("schema change of %s lost a race (%s); retrying", name, exc)
-                time.sleep(min(0.05 * 2 ** attempt, 1.0))
-    raise CommitConflict(f"table {name}: schema change lost 8 races in a row")
+    try:
+        with commit_lock(settings, name):
+            for attempt in retrying(CommitFailedException, f"schema change of {name}", attempts=8):
+                with attempt:
+                    table = table.refresh()
+                    tx = transaction(table)
+                    done = change(tx, table)
+                    if not done:
+                        return table, []
+                    failpoint("schema_commit")
+                    return tx.commit_transaction(), done
+    except CommitFailedException:
+        raise CommitConflict(f"table {name}: schema change lost 8 races in a row") from None
 
 
 def ensure_bindings(settings: Settings, table: Table, mapping: Mapping) -> Table:

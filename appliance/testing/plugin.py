@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def floe_broker():
     """The embedded Kafka-protocol broker (librdkafka's mock cluster) on loopback: `.bootstrap`."""
-    from appliance.kafka.broker import EmbeddedBroker
+    from appliance.standins.broker import EmbeddedBroker
 
     broker = EmbeddedBroker()
     yield broker
@@ -35,7 +35,7 @@ def floe_broker():
 @pytest.fixture(scope="session")
 def floe_schema_registry():
     """An embedded schema registry (Confluent's REST API) on loopback: `.url`, `.client()`."""
-    from appliance.kafka.registry_server import EmbeddedRegistry
+    from appliance.standins.registry import EmbeddedRegistry
 
     registry = EmbeddedRegistry()
     yield registry

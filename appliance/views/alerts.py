@@ -7,7 +7,7 @@ from typing import Any
 
 from appliance.config.alerts import AlertDef, masked_url
 from appliance.config.settings import Settings
-from appliance.state.observe import Incident, all_alerts
+from appliance.state.alerting import Incident, all_alerts
 from appliance.state.store import StateStore
 
 
@@ -15,21 +15,32 @@ from appliance.state.store import StateStore
 class AlertView:
     name: str
     rule: str
-    stream: str  # "" : every stream (or the engine)
+    stream: str  # "" : every stream (or the engine), unless it names a stage
     window: float  # seconds: the rule's window, or how long it must hold
     notify: list[str]  # masked
     origin: str  # cli (floe alert add, the UI) or config (floe.toml)
     open: list[Incident]
+    stage: str = ""  # the one stage it watches
+    stages: bool = False  # it watches every stage (failed and stalled naming no stream nor stage)
+
+    @property
+    def subject(self) -> str:
+        """What it watches: `stream NAME`, `stage NAME`, or `*` (every stream, and stage or table, or the engine)."""
+        return f"stream {self.stream}" if self.stream else f"stage {self.stage}" if self.stage else "*"
 
     def summary(self) -> dict[str, Any]:
-        return {"name": self.name, "rule": self.rule, "stream": self.stream or "*", "for": f"{self.window:g}s",
-                "notify": ", ".join(self.notify), "from": "floe.toml" if self.origin == "config" else "floe alert",
-                "open": len(self.open)}
+        # "stream" as before stages had alerts; "stage" beside it, `*` when it watches every stage too.
+        return {"name": self.name, "rule": self.rule, "subject": self.subject,
+                "stream": self.stream or ("" if self.stage else "*"),
+                "stage": self.stage or ("*" if self.stages else ""),
+                "for": f"{self.window:g}s", "notify": ", ".join(self.notify),
+                "from": "floe.toml" if self.origin == "config" else "floe alert", "open": len(self.open)}
 
 
 def _view(alert: AlertDef, incidents: list[Incident], masker) -> AlertView:
     return AlertView(alert.name, str(alert.rule), alert.stream or "", alert.window,
-                     [masker(u) for u in alert.notify], alert.origin, [i for i in incidents if i.alert == alert.name])
+                     [masker(u) for u in alert.notify], alert.origin, [i for i in incidents if i.alert == alert.name],
+                     alert.stage or "", alert.covers_stages and not alert.stage)
 
 
 def alerts_overview(settings: Settings, masker=None) -> tuple[list[AlertView], list[Incident]]:

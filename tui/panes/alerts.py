@@ -22,15 +22,15 @@ from appliance.views.alerts import AlertView, alerts_overview
 from tui.format import clock, one_line, plural
 from tui.messages import ActionDone
 from tui.screens.confirm import ConfirmScreen
-from tui.widgets.rows import put_row, selected_key
+from tui.widgets.rows import put_rows, selected_key
 from tui.widgets.texts import Texts
 from tui.workers import ReportsFailures
 
 if TYPE_CHECKING:  # the UI reads incidents from the views, it never opens the state database itself
-    from appliance.state.observe import Incident
+    from appliance.state.alerting import Incident
 
 COLUMNS = [
-    ("name", "Alert"), ("rule", "Rule"), ("stream", "Stream"), ("for", "For"), ("open", "Open"),
+    ("name", "Alert"), ("rule", "Rule"), ("subject", "Subject"), ("for", "For"), ("open", "Open"),
     ("from", "From"), ("notify", "Notify"),  # last: it may be long
 ]
 INCIDENT_COLUMNS = [
@@ -38,7 +38,7 @@ INCIDENT_COLUMNS = [
     ("message", "Message"),
 ]
 EMPTY = ("No alerts yet. Press [b]n[/b] to add one: a rule over the streams' lag, freshness or dead letters, "
-         "or the engine's health, and where to notify.")
+         "a stage failing or stalled, or the engine's health, and where to notify.")
 
 
 @dataclass
@@ -54,7 +54,7 @@ def alert_cells(a: AlertView) -> dict[str, str]:
     return {
         "name": escape(a.name),
         "rule": escape(a.rule),
-        "stream": escape(s["stream"]),
+        "subject": escape(s["subject"]),
         "for": s["for"],
         "open": f"[bold red]{len(a.open)}[/]" if a.open else "0",
         "from": s["from"],
@@ -71,15 +71,6 @@ def incident_cells(i: Incident) -> dict[str, str]:
         "opened": clock(i.opened_at),
         "message": escape(one_line(i.message, 120)),
     }
-
-
-def put_rows(table: DataTable, rows: dict[str, dict[str, str]]) -> None:
-    """The table holds exactly `rows`, in place: changed cells updated, gone rows removed."""
-    for key, cells in rows.items():
-        put_row(table, key, cells)
-    for key in list(table.rows):
-        if key.value not in rows:
-            table.remove_row(key)
 
 
 def tested(name: str, deliveries) -> tuple[str, bool]:

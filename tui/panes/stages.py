@@ -18,7 +18,7 @@ from tui.format import count
 from tui.messages import ActionDone
 from tui.screens.confirm import ConfirmScreen
 from tui.styles import phase_text
-from tui.widgets.rows import selected_key
+from tui.widgets.rows import put_rows, selected_key
 from tui.workers import ReportsFailures
 
 COLUMNS = [
@@ -79,19 +79,7 @@ class StagesPane(ReportsFailures, Vertical):
         empty = self.query_one("#stages-empty", Static)
         empty.display = not message.stages
         empty.update("No stages yet. Press [b]n[/b] to create one: Spark SQL over the new rows of a table.")
-        seen = set()
-        for s in message.stages:
-            seen.add(s.name)
-            cells = stage_cells(s)
-            if s.name in table.rows:
-                for key, value in cells.items():
-                    if str(table.get_cell(s.name, key)) != value:  # only what changed: no flicker
-                        table.update_cell(s.name, key, value, update_width=True)
-            else:
-                table.add_row(*cells.values(), key=s.name)
-        for key in list(table.rows):
-            if key.value not in seen:
-                table.remove_row(key)
+        put_rows(table, {s.name: stage_cells(s) for s in message.stages})
 
     def selected(self) -> str | None:
         return selected_key(self.query_one(DataTable))

@@ -1,4 +1,5 @@
-"""Adding an alert: its name, rule, stream (or every stream), window and where to notify, in a modal.
+"""Adding an alert: its name, rule, what it watches (a stream, a stage for failed and stalled, or, left
+empty, every stream, and every stage for those two), window and where to notify, in a modal.
 
 The engine checks it all (`appliance.control.alerts.add_alert`) as `floe alert add` does; what is
 wrong comes back as one line under the form, and nothing is saved.
@@ -26,6 +27,7 @@ from tui.workers import ReportsFailures
 
 HINT = (f"Measures: {', '.join(m.value for m in Measure)}. Thresholds compare, e.g. lag_messages > 100000, "
         "lag_seconds > 5m, dead_letter_ratio > 0.05; the others are conditions, e.g. stalled. "
+        "A stage has failed and stalled. "
         "Enter or Ctrl+S adds · Esc cancels")
 # URLs apart: whitespace, or a comma before the next URL's scheme (a comma inside a URL's query stays).
 _SEPARATOR = re.compile(r"\s+|,\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)|,\s*$")
@@ -58,11 +60,12 @@ class AlertFormScreen(ReportsFailures, ModalScreen[str | None]):
             with Horizontal(classes="row"):
                 yield field("Name", Input(placeholder="orders_lag", id="alert-name"), "alert-name")
                 yield field("Rule", Input(placeholder="lag_messages > 100000", id="alert-rule"), "alert-rule")
+                yield field("For (empty: its default)", Input(placeholder="5m", id="alert-for"), "alert-for")
             with Horizontal(classes="row"):
                 yield field("Stream (empty: every stream)", Input(placeholder="*", id="alert-stream"),
                             "alert-stream")
-                yield field("For (empty: the rule's default)", Input(placeholder="5m", id="alert-for"),
-                            "alert-for")
+                yield field("Stage (failed and stalled only)", Input(placeholder="*", id="alert-stage"),
+                            "alert-stage")
             yield field("Notify: Apprise URLs, separated by commas or spaces",
                         Input(placeholder="slack://…, mailto://…, json://host/path", id="alert-notify"),
                         "alert-notify")
@@ -88,12 +91,14 @@ class AlertFormScreen(ReportsFailures, ModalScreen[str | None]):
         self._error("")
         self.save(self._value("alert-name"), self._value("alert-rule"),
                   notify_urls(self.query_one("#alert-notify", Input).value),
-                  self._value("alert-stream") or None, self._value("alert-for") or None)
+                  self._value("alert-stream") or None, self._value("alert-for") or None,
+                  self._value("alert-stage") or None)
 
     @work(thread=True, exclusive=True, group="alert-save", exit_on_error=False)
-    def save(self, name: str, rule: str, notify: list[str], stream: str | None, for_: str | None) -> None:
+    def save(self, name: str, rule: str, notify: list[str], stream: str | None, for_: str | None,
+             stage: str | None) -> None:
         try:
-            add_alert(self.app.settings, name, rule, notify, stream=stream, for_=for_)
+            add_alert(self.app.settings, name, rule, notify, stream=stream, for_=for_, stage=stage)
         except Exception as exc:  # the engine's one line, never a traceback
             self.post_message(AlertAdded(name, first_line(exc)))
             return

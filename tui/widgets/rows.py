@@ -15,6 +15,15 @@ def put_row(table: DataTable, key: str, cells: dict[str, str]) -> None:
         table.add_row(*cells.values(), key=key)
 
 
+def put_rows(table: DataTable, rows: dict[str, dict[str, str]]) -> None:
+    """The table holds exactly `rows`, in place: changed cells updated, gone rows removed."""
+    for key, cells in rows.items():
+        put_row(table, key, cells)
+    for key in list(table.rows):
+        if key.value not in rows:
+            table.remove_row(key)
+
+
 def trim_rows(table: DataTable, keep: int) -> None:
     """Positional rows "0".."n-1": drop those beyond `keep`."""
     for key in list(table.rows):

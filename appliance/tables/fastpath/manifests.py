@@ -45,7 +45,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
-from appliance.model.avrofile import avro_long, container_header
+from appliance.core.avrofile import avro_long, container_header
 
 FORMAT_VERSION = 2
 

@@ -16,9 +16,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from appliance.decode.values import Invalid, Mismatch, Unfit, Wider, converter, kind_of
+from appliance.model.changes import SchemaChange
 from appliance.model.mapping import Column
 from appliance.model.types import ColumnType
-from appliance.model.values import Invalid, Mismatch, Unfit, Wider, converter, kind_of
 
 UTC = dt.timezone.utc
 
@@ -30,7 +31,7 @@ class Problem:
 
     stage: str
     message: str
-    change: tuple[str, str, str] | None = None
+    change: SchemaChange | None = None
 
 
 def _short(value: Any) -> str:
@@ -142,12 +143,13 @@ def _one(col: Column, ctype: ColumnType, value: Any, i: int, errors: dict[int, P
         else:
             errors.setdefault(i, Problem(
                 "schema", f"field {_path(col)}: {_short(value)} needs {exc.wider} where column {col.name!r} is "
-                          f"{ctype} (schema evolution is off)", (col.name, ctype.name, exc.wider.name)))
+                          f"{ctype} (schema evolution is off)",
+            SchemaChange.incompatible(col.name, ctype.name, exc.wider.name)))
     except Mismatch:
         kind = kind_of(value)
         errors.setdefault(i, Problem(
             "schema", f"field {_path(col)}: {kind} ({_short(value)}) where column {col.name!r} is {ctype}",
-            (col.name, ctype.name, kind)))
+            SchemaChange.incompatible(col.name, ctype.name, kind)))
     except Unfit as exc:
         why = str(exc) or f"cannot convert {_short(value)}"
         errors.setdefault(i, Problem("convert", f"column {col.name!r} ({ctype}): {why}"))

@@ -17,7 +17,7 @@ from pyiceberg.table import Table
 from appliance.config.settings import Settings
 from appliance.core.errors import FloeError
 from appliance.core.vocabulary import EventKind, EventLevel
-from appliance.model.decode import Evolution
+from appliance.model.changes import ChangeKind, Evolution, SchemaChange
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
@@ -61,10 +61,10 @@ class StreamSchema:
                                  self.stream.name)
         return table
 
-    def report(self, changes: set[tuple[str, str, str, str]], schemas: dict[str, int]) -> None:
+    def report(self, changes: set[SchemaChange], schemas: dict[str, int]) -> None:
         """Each schema change once per stream (not once per message), and the writer schemas met."""
         for change in sorted(changes):
-            if self.state.note_change(self.stream.name, "|".join(change)):
+            if self.state.note_change(self.stream.name, change.key):
                 self.state.add_event(EventKind.SCHEMA_CHANGED, _describe(self.stream, change), self.stream.name,
                                      EventLevel.WARNING)
         if schemas:
@@ -90,12 +90,12 @@ class StreamSchema:
         return out
 
 
-def _describe(stream: StreamDef, change: tuple[str, str, str, str]) -> str:
-    what, column, ctype, seen = change
-    if what == "ignored":
-        return (f"new field {seen} is not ingested: schema evolution is off for this stream (column {column} "
-                f"{ctype} would hold it); `floe stream update {stream.name} --schema-evolution auto` adds it")
-    return (f"column {column} is {ctype} but messages now carry {seen} there: those messages go to "
-            f"{stream.dead_letter_table} with error_stage 'schema'. Fix the producer, or change the column with "
+def _describe(stream: StreamDef, change: SchemaChange) -> str:
+    if change.kind is ChangeKind.IGNORED:
+        return (f"new field {change.seen} is not ingested: schema evolution is off for this stream (column "
+                f"{change.column} {change.column_type} would hold it); `floe stream update {stream.name} "
+                "--schema-evolution auto` adds it")
+    return (f"column {change.column} is {change.column_type} but messages now carry {change.seen} there: those "
+            f"messages go to {stream.dead_letter_table} with error_stage 'schema'. Fix the producer, or change the column with "
             f"`floe table alter {stream.table} ...` (Iceberg can only widen int to long, float to double and a "
             "decimal's precision)")

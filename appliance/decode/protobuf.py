@@ -18,9 +18,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from appliance.decode.values import Invalid
 from appliance.model.mapping import Column
 from appliance.model.names import snake_case
-from appliance.model.values import Invalid
 
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)

@@ -19,13 +19,14 @@ from typing import Any
 import pyarrow as pa
 
 from appliance.core.errors import SchemaError, SchemaNotFound
+from appliance.decode import avro, protobuf, wire
+from appliance.decode.avro_columns import MIN_MESSAGES as MIN_COLUMNAR
+from appliance.decode.parsed import Conflict, Parsed, extract_columns, validate
+from appliance.decode.protobuf_batch import batch_class, parse_many
 from appliance.kafka.registry import Registry, registry
 from appliance.kafka.settings import RegistrySettings
-from appliance.model import avro, protobuf, wire
-from appliance.model.avro_columns import MIN_MESSAGES as MIN_COLUMNAR
-from appliance.model.formats import Conflict, Parsed, extract_columns, validate
+from appliance.model.changes import SchemaChange
 from appliance.model.mapping import Column, Mapping
-from appliance.model.protobuf_batch import batch_class, parse_many
 from appliance.model.types import parse_type, widens
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def compare(columns: tuple[Column, ...], mapping: Mapping, parsed: Parsed, write
     # A field that became a record or a union: its parts are new columns; the old one holds none of it.
     inner = {c.source[:k] for c in columns for k in range(1, len(c.source))}
     for conflict in conflicts:
-        parsed.changes[conflict.column] = (conflict.column, conflict.ours, conflict.theirs)
+        parsed.changes[conflict.column] = SchemaChange.incompatible(conflict.column, conflict.ours, conflict.theirs)
     # (whether that is a change to tell depends on schema evolution: `decode` says)
     conflicts += [Conflict(c.name, c.type, "a record or a union", writer, nested=True)
                   for c in mapping.columns if c.source in inner and c.type != "json"]

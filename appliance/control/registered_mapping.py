@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from appliance.core.errors import MappingError, SchemaError, SchemaNotFound
+from appliance.decode import wire
+from appliance.decode.registered import AvroFormat, ProtobufFormat
 from appliance.kafka.client import SampledMessage
 from appliance.kafka.registry import registry
 from appliance.kafka.settings import RegistrySettings
-from appliance.model import wire
 from appliance.model.mapping import Mapping
-from appliance.model.registered import AvroFormat, ProtobufFormat
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,10 @@
-"""Alerts, their incidents and the audit trail in the state database, and what the system
-tables export from it (then prune: the state database keeps what the live UI shows)."""
+"""Alerts made with `floe alert add` or the UI, their incidents, and the sums alert rules read, in the
+state database."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,15 +13,11 @@ from appliance.config.settings import Settings
 from appliance.core.clock import now
 from appliance.core.errors import AlertExists, AlertNotFound
 
-# What the system tables read from the state database: its rows in id order, and the
-# column saying when each happened (what pruning goes by).
-EXPORTED = {"batches": "committed_at", "events": "at", "maintenance_runs": "started_at",
-            "stage_runs": "started_at", "audit": "at"}
-
 
 @dataclass(frozen=True)
 class Incident:
-    """An alert broken for one subject (a stream, a table, the engine): open until resolved."""
+    """An alert broken for one subject (a stream, `stage NAME`, a table, the engine): open until resolved.
+    `notified_resolved` is also set when it was closed with nothing to tell (its alert or subject gone)."""
 
     id: int
     alert: str
@@ -47,27 +42,8 @@ class Incident:
                    notified_resolved=bool(row.get("notified_resolved")))
 
 
-@dataclass(frozen=True)
-class AuditRecord:
-    id: int
-    at: str
-    user: str
-    host: str
-    via: str
-    action: str
-    target: str
-    arguments: str  # JSON, secrets masked
-    outcome: str  # ok, or failed
-    detail: str
-
-    @classmethod
-    def of(cls, row: dict[str, Any]) -> AuditRecord:
-        return cls(**{k: row.get(k) if row.get(k) is not None else ("" if k != "id" else 0)
-                      for k in cls.__dataclass_fields__})
-
-
-class ObserveRecords:
-    """`StateStore`'s alerting and audit part: it uses the store's `db` and `_rows`."""
+class AlertRecords:
+    """`StateStore`'s alerting part: it uses the store's `db` and `_rows`."""
 
     db: Any
 
@@ -79,8 +55,8 @@ class ObserveRecords:
     def add_alert(self, alert: AlertDef) -> None:
         try:
             self.db["alerts"].insert({"name": alert.name, "rule": alert.rule.text, "stream": alert.stream,
-                                      "for_seconds": alert.for_seconds, "notify": json.dumps(list(alert.notify)),
-                                      "created_at": now()})
+                                      "stage": alert.stage, "for_seconds": alert.for_seconds,
+                                      "notify": json.dumps(list(alert.notify)), "created_at": now()})
         except sqlite3.IntegrityError:
             raise AlertExists(f"alert {alert.name!r} already exists") from None
 
@@ -90,8 +66,8 @@ class ObserveRecords:
         self.db["alerts"].delete(name)
 
     def stored_alerts(self) -> list[AlertDef]:
-        return [make_alert(r["name"], r["rule"], r["stream"], r["for_seconds"], tuple(json.loads(r["notify"])))
-                for r in self._rows("alerts", order_by="name")]
+        return [make_alert(r["name"], r["rule"], r["stream"], r["for_seconds"], tuple(json.loads(r["notify"])),
+                           stage=r.get("stage")) for r in self._rows("alerts", order_by="name")]
 
     # ---- incidents ----
 
@@ -101,8 +77,11 @@ class ObserveRecords:
         row["id"] = self.db["incidents"].insert(row).last_pk
         return Incident.of(row)
 
-    def resolve_incident(self, incident_id: int, value: str) -> None:
-        self.db.conn.execute("update incidents set resolved_at = ?, value = ? where id = ?",
+    def resolve_incident(self, incident_id: int, value: str, silent: bool = False) -> None:
+        """`silent`: closed with nothing to tell (its alert or subject is gone), so no resolution is owed,
+        and none is sent after a restart."""
+        told = ", notified_resolved = 1" if silent else ""
+        self.db.conn.execute(f"update incidents set resolved_at = ?, value = ?{told} where id = ?",
                              [now(), value, incident_id])
 
     def mark_notified(self, incident_id: int, resolved: bool) -> None:
@@ -111,6 +90,13 @@ class ObserveRecords:
 
     def open_incidents(self) -> list[Incident]:
         return [Incident.of(r) for r in self._rows("incidents", "resolved_at is null", order_by="id")]
+
+    def unnotified_incidents(self) -> list[Incident]:
+        """Open incidents whose opening was never delivered, and resolved ones whose opening was but whose
+        resolution was not."""
+        return [Incident.of(r) for r in self._rows(
+            "incidents", "(resolved_at is null and coalesce(notified_open, 0) = 0) or (resolved_at is not null "
+            "and coalesce(notified_open, 0) = 1 and coalesce(notified_resolved, 0) = 0)", order_by="id")]
 
     def incident(self, incident_id: int) -> Incident | None:
         rows = list(self._rows("incidents", "id = ?", [incident_id]))
@@ -140,46 +126,7 @@ class ObserveRecords:
             "select table_name, task, outcome, detail from maintenance_runs where id in (select max(id) from "
             "maintenance_runs where dry_run = 0 and outcome not in ('cancelled', 'busy') group by table_name, task)")]
 
-    # ---- the audit trail ----
 
-    def record_audit(self, user: str, host: str, via: str, action: str, target: str, arguments: dict[str, Any],
-                     outcome: str, detail: str = "") -> int:
-        return self.db["audit"].insert({"at": now(), "user": user, "host": host, "via": via, "action": action,
-                                        "target": target, "arguments": json.dumps(arguments, sort_keys=True),
-                                        "outcome": outcome, "detail": detail}).last_pk
-
-    def audit_trail(self, limit: int = 100) -> list[AuditRecord]:
-        return [AuditRecord.of(r) for r in self._rows("audit", order_by="id desc", limit=limit)]
-
-    # ---- what the system tables export ----
-
-    def rows_after(self, table: str, after: int, limit: int = 50_000) -> list[dict[str, Any]]:
-        """`table`'s rows with an id above `after`, oldest first."""
-        return list(self._rows(table, "id > ?", [after], order_by="id", limit=limit))
-
-    def database_id(self) -> str:
-        """A random id made when this state database was made (the system tables' export key)."""
-        row = self.db.execute("select value from meta where key = 'database-id'").fetchone()
-        if row:
-            return row[0]
-        self.db.conn.execute("insert or ignore into meta (key, value) values ('database-id', ?)",
-                             [uuid.uuid4().hex[:12]])
-        return self.db.execute("select value from meta where key = 'database-id'").fetchone()[0]
-
-    def last_id(self, table: str) -> int:
-        return self.db.execute(f"select coalesce(max(id), 0) from {table}").fetchone()[0]
-
-    def prune(self, table: str, exported: int, before: str) -> int:
-        """Forget `table`'s rows that are exported (id at most `exported`) and older than `before`."""
-        # The newest row stays whatever its age: SQLite hands out ids above the largest one left,
-        # and an id at or below the exported position would never be exported.
-        keep = (" and id not in (select max(id) from maintenance_runs group by table_name, task)"
-                if table == "maintenance_runs" else "")  # when each task last ran: the scheduler needs it
-        cursor = self.db.conn.execute(f"delete from {table} where id <= ? and {EXPORTED[table]} < ? "
-                                      f"and id < (select max(id) from {table}){keep}", [exported, before])
-        return cursor.rowcount
-
-
-def all_alerts(settings: Settings, state: ObserveRecords) -> list[AlertDef]:
+def all_alerts(settings: Settings, state: AlertRecords) -> list[AlertDef]:
     """floe.toml's `[[alerts]]` and those of `floe alert add`, by name."""
     return sorted([*settings.alerting.alerts, *state.stored_alerts()], key=lambda a: a.name)

@@ -19,17 +19,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from appliance.core.errors import FloeError
+from appliance.decode.convert import Problem, convert_values
+from appliance.decode.json_format import JsonFormat
+from appliance.decode.parsed import Conflict, MessageFormat
 from appliance.kafka.records import RawBatch
+from appliance.model.changes import Evolution, SchemaChange
 from appliance.model.columns import (
     DEAD_LETTER_SCHEMA,
     HEADERS_TYPE,
     INGESTED_AT,
     UTC_MICROS,
 )
-from appliance.model.convert import Problem, convert_values
-from appliance.model.formats import Conflict, JsonFormat
 from appliance.model.mapping import Column, Mapping
-from appliance.model.types import parse_type, widens
 
 UTC = dt.timezone.utc
 log = logging.getLogger(__name__)
@@ -46,32 +47,12 @@ def _headers_array(headers: list[Any]) -> pa.Array:
     return pa.array(rows, HEADERS_TYPE)
 
 
-@dataclass(frozen=True)
-class Evolution:
-    """What the table must become before a batch can be written: columns to add, columns to widen."""
-
-    add: tuple[Column, ...] = ()
-    widen: tuple[tuple[str, str], ...] = ()  # (column, wider type)
-
-    def __bool__(self) -> bool:
-        return bool(self.add or self.widen)
-
-    def merged(self, other: Evolution) -> Evolution:
-        add = {c.source: c for c in (*self.add, *other.add)}
-        widen = dict(self.widen)
-        for column, wider in other.widen:  # tasks may ask different widths of one column: the widest
-            if column not in widen or widens(parse_type(widen[column]), parse_type(wider)):
-                widen[column] = wider
-        return Evolution(tuple(add.values()), tuple(sorted(widen.items())))
-
-
 @dataclass
 class Decoded:
     target: pa.Table
     dead_letter: pa.Table
     evolution: Evolution = field(default_factory=Evolution)
-    # Schema changes met: ("incompatible", column, its type, what came) or ("ignored", column, type, source)
-    changes: set[tuple[str, str, str, str]] = field(default_factory=set)
+    changes: set[SchemaChange] = field(default_factory=set)  # schema changes met, each told once per stream
     schemas: dict[str, int] = field(default_factory=dict)  # writer schemas seen -> messages
 
 
@@ -90,7 +71,7 @@ def _collector_paused() -> Iterator[None]:
 
 
 def decode_batch(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime | None = None,
-                 fmt: Any = None, evolve: bool = False) -> Decoded:
+                 fmt: MessageFormat | None = None, evolve: bool = False) -> Decoded:
     """Split raw messages into typed target rows and dead-letter rows, losing none.
 
     `evolve`: new fields and wider values become `Decoded.evolution` (then the rows are not
@@ -138,8 +119,8 @@ def _isolated(raw: RawBatch, attempt: Callable[[RawBatch], Decoded], ingested_at
     return decoded
 
 
-def _decode(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime, fmt: Any,
-            evolve: bool) -> Decoded:
+def _decode(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime,
+            fmt: MessageFormat | None, evolve: bool) -> Decoded:
     parsed = (fmt or JsonFormat()).parse(raw.values, max_message_bytes, mapping)
     good, bad = parsed.good, list(parsed.bad)
     errors: dict[int, Problem] = {}
@@ -148,13 +129,14 @@ def _decode(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at
     values = _settled(columns, parsed.values(columns), parsed.conflicts, errors, evolve)
     arrays = [convert_values(c, v, len(good), errors, wider, parsed.widen_by_value or c.name in parsed.wider)
               for c, v in zip(columns, values)]
-    changes = {("incompatible", *change) for change in parsed.changes.values()}
+    changes = set(parsed.changes.values())
     if not evolve:  # a field that became a record or a union: with evolution, its parts are new columns
-        changes |= {("incompatible", c.column, c.ours, c.theirs) for c in parsed.conflicts if c.nested}
-    changes |= {("incompatible", *p.change) for p in errors.values() if p.change}
+        changes |= {SchemaChange.incompatible(c.column, c.ours, c.theirs) for c in parsed.conflicts if c.nested}
+    changes |= {p.change for p in errors.values() if p.change}
     if not evolve:
-        changes |= {("ignored", c.name, c.type, ".".join(c.source)) for c in parsed.proposed}
-        changes |= {("incompatible", name, mapping_type(mapping, name), t.name) for name, t in parsed.wider.items()}
+        changes |= {SchemaChange.ignored(c.name, c.type, ".".join(c.source)) for c in parsed.proposed}
+        changes |= {SchemaChange.incompatible(name, mapping_type(mapping, name), t.name)
+                    for name, t in parsed.wider.items()}
     evolution = Evolution(tuple(parsed.proposed), tuple(sorted((k, v.name) for k, v in wider.items()))) \
         if evolve else Evolution()
     if errors:
@@ -191,7 +173,7 @@ def _settled(columns: list[Column], values: list[Any], conflicts: list[Conflict]
                 errors.setdefault(position, Problem(
                     "schema", f"field {field_path}: {conflict.writer} has {conflict.theirs} where column "
                               f"{conflict.column!r} is {conflict.ours}",
-                    (conflict.column, conflict.ours, conflict.theirs)))
+                    SchemaChange.incompatible(conflict.column, conflict.ours, conflict.theirs)))
         values[k] = column
     return values
 

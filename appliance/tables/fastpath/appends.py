@@ -24,8 +24,8 @@ from pyiceberg.table.snapshots import (
 )
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSnapshotRefUpdate
 
-from appliance.tables.manifests import Manifests
-from appliance.tables.transactions import transaction
+from appliance.tables.fastpath.manifests import Manifests
+from appliance.tables.fastpath.transactions import transaction
 
 MIN_COUNT_TO_MERGE = "commit.manifest.min-count-to-merge"
 TARGET_SIZE = "commit.manifest.target-size-bytes"

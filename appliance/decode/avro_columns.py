@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from appliance.model.avrofile import avro_long, container_header
+from appliance.core.avrofile import avro_long, container_header
 
 MIN_MESSAGES = 2000  # below this, DuckDB's fixed cost per read outweighs what it saves
 UTC_MICROS = pa.timestamp("us", tz="UTC")

@@ -15,26 +15,27 @@ from datetime import datetime
 
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import (
-    TableUpdate,
-    _apply_table_update,
-    _TableMetadataUpdateContext,
-    _update_table_metadata_log,
-)
+from pyiceberg.table.update import TableUpdate
 from pyiceberg.utils.datetime import datetime_to_millis
+
+from appliance.tables.fastpath.internals import (
+    TableMetadataUpdateContext,
+    apply_table_update,
+    update_table_metadata_log,
+)
 
 
 def staged_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...],
                     metadata_location: str | None = None) -> TableMetadata:
     """`base` with `updates` applied: PyIceberg 0.12's `update_table_metadata` (pinned), minus
     its final deep copy."""
-    context = _TableMetadataUpdateContext()
+    context = TableMetadataUpdateContext()
     new = base
     for update in updates:
-        new = _apply_table_update(update, new, context)
+        new = apply_table_update(update, new, context)
     if context.has_changes():
         if metadata_location:
-            new = _update_table_metadata_log(new, metadata_location, base.last_updated_ms)
+            new = update_table_metadata_log(new, metadata_location, base.last_updated_ms)
         if base.last_updated_ms == new.last_updated_ms:
             new = new.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
     new.spec().check_compatible(new.schema())

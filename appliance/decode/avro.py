@@ -241,7 +241,7 @@ class AvroDecoder:
     def __init__(self, schema: dict[str, Any], named_schemas: dict[str, Any] | None = None) -> None:
         import fastavro
 
-        from appliance.model.avro_columns import ColumnarAvro, Unsupported
+        from appliance.decode.avro_columns import ColumnarAvro, Unsupported
 
         self.layout = layout(schema, named_schemas)
         if named_schemas:  # references resolved as confluent-kafka's own deserializer does
