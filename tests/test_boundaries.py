@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "maintenance": {"core", "config", "model", "spark", "tables", "state"},
     "stages": {"core", "config", "model", "spark", "tables", "state"},
     "observe": {"core", "config", "kafka", "model", "tables", "state"},
-    "auditor": {"core", "config", "kafka", "model", "tables", "state", "query"},
+    "auditor": {"core", "config", "kafka", "model", "decode", "tables", "state", "query"},
     "ingest": _BELOW_INGEST | {"maintenance", "stages", "observe"},
     "views": {"core", "config", "model", "tables", "state", "query", "maintenance"},
     "control": {"core", "config", "kafka", "model", "decode", "tables", "state", "views", "spark", "stages",

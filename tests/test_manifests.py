@@ -132,18 +132,14 @@ def test_a_partitioned_table_is_appended_by_pyiceberg_itself(twins):
 def test_every_private_pyiceberg_hook_the_fast_path_uses_still_exists(twins):
     """A PyIceberg upgrade that renames what the fast path overrides or reads fails here, by name."""
     from pyiceberg.table import Transaction
-    from pyiceberg.table.snapshots import Operation
 
     from appliance.tables.fastpath import internals
-    from appliance.tables.fastpath.rewrites import RewriteFiles
 
     missing = [f"{cls.__name__}.{name}" for cls, names in internals.HOOKS.items() for name in names
                if not callable(getattr(cls, name, None))]
     _, _, (table, _) = twins
     tx = transaction(table)
-    live = {Transaction: tx,
-            internals.OverwriteFiles: RewriteFiles(Operation.REPLACE, lambda *_: {}, Operation.OVERWRITE, tx,
-                                                   table.io)}
+    live = {Transaction: tx}
     for cls, names in internals.ATTRIBUTES.items():
         missing += [f"{cls.__name__}.{name} (attribute)" for name in names if not hasattr(live[cls], name)]
     assert missing == []

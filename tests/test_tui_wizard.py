@@ -319,3 +319,42 @@ async def test_wizard_maps_an_avro_topic_from_the_registry_schema(broker, regist
     info = stream_info(settings, name)
     assert info.format == "avro" and info.subject == f"{topic}-value" and info.schema_registry == registry.url
     assert info.registry_options == {"basic.auth.user.info": "***"}
+
+
+async def test_an_upsert_stream_through_the_wizard_takes_the_key_the_kafka_keys_propose(broker, topic):
+    import orjson
+
+    producer = broker.producer()
+    for i in range(30):
+        producer.produce(topic, key=orjson.dumps({"order_id": i % 10}), value=pizza_values(1, start=i % 10)[0])
+    assert producer.flush(30) == 0
+    settings = load_settings()
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = await open_wizard(app, pilot)
+        screen.query_one("#mode").value = "upsert"  # "states: each message is its key's newest row"
+        await pilot.pause()
+        await load_and_pick_topic(pilot, screen, broker.bootstrap, topic)
+        assert "4 Key" in text(screen.query_one("#wizard-steps"))
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: screen.step == 1, 5, "target step")
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: screen.step == 2, 5, "mapping step")
+        await until(pilot, lambda: screen.query_one("#mapping-table").row_count == 6, 60, "inferred columns")
+        await pilot.press("ctrl+s")  # not the last step: nothing is created yet
+        assert isinstance(app.screen, NewStreamScreen) and screen.step == 2
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: screen.step == 3, 5, "key step")
+        key = screen.query_one("#key")
+        assert key.value == "order_id" and key.has_focus  # the Kafka key's field
+        await pilot.press("end", *["backspace"] * len("order_id"))
+        await type_text(pilot, "amount")  # a double compares inexactly: not a key
+        assert "a key is one of" in shown(screen, "key-error")
+        await pilot.press(*["backspace"] * 6)
+        await type_text(pilot, "order_id")
+        assert not shown(screen, "key-error")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, NewStreamScreen), 60, "wizard closed after create")
+
+    info = stream_info(settings, snake_case(topic))
+    assert (info.mode, info.key, info.cdc) == ("upsert", ["order_id"], "")

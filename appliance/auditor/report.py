@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class AuditReport:
     dead_letters: list[Reason] = field(default_factory=list)
     retention_deleted: int = 0
     seconds: float = 0.0
+    keys: Any = None  # an upsert stream's key-by-key check (`upserts.KeyAudit`)
 
     @property
     def ok(self) -> bool:
@@ -89,6 +91,8 @@ class AuditReport:
         for p, audit in zip(out["partitions"], self.partitions):
             p["checked"], p["lag"] = audit.checked, audit.lag
         out["dead_letters"] = {"rows": sum(r.rows for r in self.dead_letters), "reasons": out["dead_letters"]}
+        if out["keys"] is not None:
+            out["keys"]["truncated"] = sorted(out["keys"]["truncated"])
         return out
 
     def render(self, limit: int = 20) -> str:
@@ -117,6 +121,11 @@ class AuditReport:
             lines += [f"  {r.rows:>10,}  {r.stage}: {r.reason}  (e.g. partition {r.example_partition} "
                       f"offset {r.example_offset})" for r in self.dead_letters]
         verdict = "OK" if self.ok else "FAILED"
+        if self.keys is not None:
+            lines.append(f"{verdict}: {self.keys.keys:,} keys in the newest state of {self.keys.messages:,} retained "
+                         f"messages; {self.keys.table_keys:,} keys in the table; {dead:,} dead letters "
+                         f"({self.seconds:.1f} s)")
+            return "\n".join(lines)
         lines.append(f"{verdict}: {self.checked:,} offsets from the first ingested to the committed position; "
                      f"{rows:,} rows in the target, {dead:,} dead letters; "
                      f"{sum(r.count for r in self.gaps):,} lost, {sum(r.count for r in self.duplicates):,} duplicated "

@@ -33,10 +33,20 @@ def stream() -> None:
 @click.option("--dead-letter-table", default=None, help="Dead-letter table (default: TABLE_dlq).")
 @click.option("--kafka-option", "kafka_options", multiple=True, metavar="KEY=VALUE",
               help="librdkafka property, e.g. security.protocol=SASL_SSL (repeatable).")
+@click.option("--mode", type=click.Choice(["append", "upsert"]), default=None,
+              help="append (default): every message a row; upsert: the table holds each key's newest row, a "
+                   "tombstone deletes its key.")
+@click.option("--key", default=None, metavar="COL[,COL...]",
+              help="Upsert key columns (default: the Kafka key's fields).")
+@click.option("--cdc", type=click.Choice(["debezium"]), default=None,
+              help="Debezium change events (an upsert stream): c, r, u upsert `after`, d deletes, t truncates.")
+@click.option("--cdc-columns", is_flag=True, help="Keep each event's op, time and source position as "
+              "_cdc_op, _cdc_ts, _cdc_position.")
 def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_registry: str | None,
                   registry_options: tuple[str, ...], subject: str | None, schema_evolution: str, table: str,
                   mapping: str, starting_offsets: str, dead_letter_table: str | None,
-                  kafka_options: tuple[str, ...]) -> None:
+                  kafka_options: tuple[str, ...], mode: str | None, key: str | None, cdc: str | None,
+                  cdc_columns: bool) -> None:
     """Create stream NAME reading TOPIC into TABLE. Prints the mapping as TOML on stdout."""
     from appliance.control.streams import create_stream
     from appliance.kafka.settings import parse_kafka_options, parse_registry_options
@@ -46,7 +56,8 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
         starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
         kafka_options=parse_kafka_options(kafka_options), schema_registry=schema_registry,
         registry_options=parse_registry_options(registry_options), subject=subject,
-        schema_evolution=schema_evolution,
+        schema_evolution=schema_evolution, mode=mode, key=[k.strip() for k in key.split(",")] if key else (),
+        cdc=cdc or "", cdc_columns=cdc_columns,
     )
     s = created.stream
     how = ("from the mapping file" if not created.inferred else
@@ -54,7 +65,7 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
            f"inferred from {created.sampled} messages")
     click.echo(s.mapping_toml(), nl=False)
     err(f"created stream {s.name}: {s.topic} -> {s.table} (dead letters: {s.dead_letter_table}); "
-        f"{len(s.mapping.columns)} columns {how}; mapping saved to {created.mapping_file}")
+        f"{s.describe_mode()}; {len(s.mapping.columns)} columns {how}; mapping saved to {created.mapping_file}")
 
 
 @stream.command("list")
@@ -94,6 +105,13 @@ def stream_show(name: str, fmt: str) -> None:
     if info["format"] == "json" and not info["schema_registry"]:
         for key in ("schema_registry", "registry_options", "subject"):
             info.pop(key)
+    if info["mode"] == "append":
+        for key in ("key", "cdc"):
+            info.pop(key)
+    else:
+        info["key"] = ", ".join(info["key"])
+        if not info["cdc"]:
+            info.pop("cdc")
     for key, value in info.items():
         click.echo(f"{key:18} {json.dumps(value) if isinstance(value, (dict, list)) else value}")
     if batches:

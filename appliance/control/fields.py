@@ -45,6 +45,8 @@ class Field(StrEnum):
     SUBJECT = "subject"
     SCHEMA_EVOLUTION = "evolution"
     MAPPING = "mapping"
+    MODE = "mode"
+    KEY = "key"
 
 
 SOURCE_FIELDS = (Field.BOOTSTRAP, Field.PROTOCOL, Field.MECHANISM, Field.USERNAME, Field.PASSWORD, Field.CA,

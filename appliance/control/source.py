@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.control.fields import Field, Problems
+from appliance.control.keys import change_rows, kafka_key_fields, proposed_key, row_columns
 from appliance.core.errors import KafkaConfigError, MappingError, RegistryConfigError
 from appliance.kafka.client import KafkaClient, SampledMessage
 from appliance.kafka.settings import KafkaSettings, RegistrySettings, security_options
@@ -33,6 +34,11 @@ class SourceForm:
     format: str = "json"
     registry_url: str = ""
     registry_credentials: str = field(default="", repr=False)  # USER:PASSWORD for basic auth
+    mode: str = "append"  # what the messages are: append (events), upsert (states by key) or debezium
+
+    @property
+    def cdc(self) -> str:
+        return "debezium" if self.mode == "debezium" else ""
 
     def registry(self) -> RegistrySettings | None:
         """The schema registry settings, for formats that need one; raises RegistryConfigError."""
@@ -93,22 +99,34 @@ class Inferred:
     sampled: int  # messages the mapping was inferred from
     subject: str = ""  # for a registry format: the subject the schema is registered under
     described: str = ""  # where the columns came from, for the user
+    key: tuple[str, ...] = ()  # the columns holding the Kafka key's fields: an upsert stream's proposed key
 
 
 def columns_for(kafka: KafkaSettings, topic: str, fmt: str, registry: RegistrySettings | None, count: int,
-                timeout: float) -> Inferred:
-    """The columns a new stream of this format gets: inferred from JSON messages, or the registry's schema."""
-    if fmt not in REGISTRY_FORMATS:
-        inferred = infer_from_topic(kafka, topic, count, timeout)
-        return Inferred(inferred.mapping, inferred.sampled, described=f"inferred from {inferred.sampled} messages")
-    from appliance.control.registered_mapping import registry_mapping
-
+                timeout: float, cdc: str = "") -> Inferred:
+    """The columns a new stream of this format gets: inferred from JSON messages (a change event's row
+    for `cdc`), or the registry's schema; and the key the Kafka keys propose."""
     with KafkaClient(kafka, group=SAMPLE_GROUP, timeout=timeout) as client:
         sampled = client.sample(topic, count, timeout)
-    found = registry_mapping(fmt, registry, topic, None, sampled)
-    version = f" version {found.version}" if found.version else ""
-    return Inferred(found.mapping, len(sampled), found.subject,
-                    f"from the registry's schema id {found.schema_id} (subject {found.subject}{version})")
+    if fmt in REGISTRY_FORMATS:
+        from appliance.control.registered_mapping import registry_mapping
+
+        found = registry_mapping(fmt, registry, topic, None, sampled)
+        mapping = row_columns(found.mapping, False) if cdc else found.mapping
+        version = f" version {found.version}" if found.version else ""
+        inferred = Inferred(mapping, len(sampled), found.subject,
+                            f"from the registry's schema id {found.schema_id} (subject {found.subject}{version})")
+    elif cdc:
+        rows = change_rows(sampled)
+        if not rows:
+            raise MappingError(f"topic {topic!r} holds no Debezium change event to infer the columns from")
+        inferred = Inferred(infer_mapping(rows), len(sampled), described=f"inferred from {len(rows)} change events")
+    else:
+        found_json = infer_from_sample(topic, sampled)
+        inferred = Inferred(found_json.mapping, found_json.sampled,
+                            described=f"inferred from {found_json.sampled} messages")
+    key = proposed_key(inferred.mapping, kafka_key_fields(sampled, fmt, registry))
+    return Inferred(inferred.mapping, inferred.sampled, inferred.subject, inferred.described, key)
 
 
 def infer_from_topic(kafka: KafkaSettings, topic: str, count: int, timeout: float,

@@ -77,6 +77,12 @@ def _check_names(state: StateStore, catalog: Catalog, name: str, source: str, ta
     for stream in state.streams():
         if table in (stream.table, stream.dead_letter_table):
             raise TableConflict(f"table {table} is written by stream {stream.name!r}")
+        if source == stream.table and stream.upserts:
+            # A stage reads the rows appended since its last run; an upsert table's rows are replaced and
+            # deleted in place, so neither kind of stage could follow it (a grouping stage would count a
+            # key's every version). Query it with `floe query`, which reads its current state.
+            raise StageQueryRefused(f"{source} is upsert stream {stream.name!r}'s table, whose rows are updated and "
+                                    "deleted in place: a stage follows tables that grow by appended rows")
     for other in state.stages():
         if other.table == table:
             raise TableConflict(f"table {table} is written by stage {other.name!r}")

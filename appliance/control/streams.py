@@ -12,6 +12,7 @@ from pathlib import Path
 from appliance.config.settings import Settings, ensure_home
 from appliance.control.audit import audited
 from appliance.control.fields import Field, Problems, raise_problems
+from appliance.control.keys import change_rows, kafka_key_fields, proposed_key, row_columns, with_cdc_columns
 from appliance.control.registered_mapping import default_subject, registry_mapping
 from appliance.control.source import infer_from_sample
 from appliance.core.clock import now
@@ -26,6 +27,8 @@ from appliance.core.errors import (
 from appliance.core.vocabulary import EventKind
 from appliance.kafka.client import KafkaClient
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
+from appliance.model.inference import infer_mapping
+from appliance.model.keys import check_key
 from appliance.model.mapping import Mapping
 from appliance.model.names import (
     check_identifier,
@@ -33,7 +36,15 @@ from appliance.model.names import (
     check_table_name,
     snake_case,
 )
-from appliance.model.stream import FORMATS, REGISTRY_FORMATS, SCHEMA_EVOLUTION, STARTING_OFFSETS, StreamDef
+from appliance.model.stream import (
+    CDC,
+    FORMATS,
+    MODES,
+    REGISTRY_FORMATS,
+    SCHEMA_EVOLUTION,
+    STARTING_OFFSETS,
+    StreamDef,
+)
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.evolution import ensure_bindings
@@ -112,6 +123,10 @@ class StreamRequest:
     registry: RegistrySettings | None = None
     subject: str = ""  # the registry subject to map from, when the topic is empty (default TOPIC-value)
     schema_evolution: str = "auto"
+    mode: str = "append"  # or "upsert": the table holds each key's newest row
+    key: tuple[str, ...] = ()  # upsert: the key columns; empty: the Kafka key's fields
+    cdc: str = ""  # "debezium": change events (an upsert stream)
+    cdc_columns: bool = False  # keep the events' op, time and source position as _cdc_* columns
 
 
 @dataclass
@@ -124,7 +139,8 @@ class CreatedStream:
 
 def check_request(name: str, topic: str, table: str, dead_letter_table: str, format: str = "json",
                   starting_offsets: str = "earliest", registry: RegistrySettings | None = None,
-                  schema_evolution: str = "auto") -> Problems:
+                  schema_evolution: str = "auto", mode: str = "append", key: tuple[str, ...] = (),
+                  cdc: str = "", cdc_columns: bool = False) -> Problems:
     """What is wrong with a stream request itself, by field, before any broker or table is asked."""
     problems: Problems = {}
     for where, check in ((Field.STREAM, lambda: check_stream_name(name)),
@@ -147,7 +163,22 @@ def check_request(name: str, topic: str, table: str, dead_letter_table: str, for
         problems[Field.STARTING_OFFSETS] = f"starting offsets {starting_offsets!r} must be earliest or latest"
     if not topic:
         problems[Field.TOPIC] = "a topic is required"
+    problems.update(_mode_problems(mode, key, cdc, cdc_columns))
     return problems
+
+
+def _mode_problems(mode: str, key: tuple[str, ...], cdc: str, cdc_columns: bool) -> Problems:
+    if mode not in MODES:
+        return {Field.MODE: f"mode {mode!r} must be one of: {', '.join(MODES)}"}
+    if cdc and cdc not in CDC:
+        return {Field.MODE: f"change events {cdc!r} are not supported; use one of: {', '.join(CDC)}"}
+    if cdc and mode != "upsert":
+        return {Field.MODE: f"{cdc} change events make an upsert stream: leave out --mode or give --mode upsert"}
+    if key and mode != "upsert":
+        return {Field.KEY: "--key is for upsert streams: add --mode upsert"}
+    if cdc_columns and not cdc:
+        return {Field.MODE: "--cdc-columns keeps change events' fields: add --cdc debezium"}
+    return {}
 
 
 @audited("stream create")
@@ -155,10 +186,14 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
                   mapping: str | Path | Mapping = "auto", starting_offsets: str = "earliest",
                   dead_letter_table: str | None = None, kafka_options: dict[str, str] | None = None,
                   schema_registry: str | None = None, registry_options: dict[str, str] | None = None,
-                  subject: str | None = None, schema_evolution: str = "auto") -> CreatedStream:
+                  subject: str | None = None, schema_evolution: str = "auto", mode: str | None = None,
+                  key: tuple[str, ...] | list[str] = (), cdc: str = "", cdc_columns: bool = False) -> CreatedStream:
     """Create stream `name`. `mapping` is "auto" (inferred from a sample of the topic, or for Avro and
     Protobuf read from the registry's schema), the path of a TOML mapping file, or a `Mapping`
-    already built (the UI's edited one)."""
+    already built (the UI's edited one). `mode` "upsert" (implied by `cdc`) keeps each `key`'s newest
+    row; no key: the Kafka key's fields."""
+    mode = mode or ("upsert" if cdc else "append")
+    key = tuple(key)
     dead_letter_table = dead_letter_table or f"{table}{settings.dead_letter_suffix}"
     kafka, registry, problems = None, None, {}
     try:
@@ -171,7 +206,7 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
         except RegistryConfigError as exc:
             problems[Field.REGISTRY] = str(exc)
     problems = {**check_request(name, topic, table, dead_letter_table, format, starting_offsets, registry,
-                                schema_evolution), **problems}
+                                schema_evolution, mode, key, cdc, cdc_columns), **problems}
     raise_problems(problems)
     if isinstance(mapping, Mapping):
         given: Mapping | None = mapping
@@ -182,7 +217,8 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
     return _create(settings, StreamRequest(name=name, kafka=kafka, topic=topic, table=table, mapping=given,
                                           starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
                                           format=format, registry=registry, subject=subject or "",
-                                          schema_evolution=schema_evolution))
+                                          schema_evolution=schema_evolution, mode=mode, key=key, cdc=cdc,
+                                          cdc_columns=cdc_columns))
 
 
 @audited("stream create", "request.name")
@@ -194,7 +230,8 @@ def create(settings: Settings, request: StreamRequest) -> CreatedStream:
 def _create(settings: Settings, request: StreamRequest) -> CreatedStream:
     raise_problems(check_request(request.name, request.topic, request.table, request.dead_letter_table,
                                  request.format, request.starting_offsets, request.registry,
-                                 request.schema_evolution))
+                                 request.schema_evolution, request.mode, request.key, request.cdc,
+                                 request.cdc_columns))
     ensure_home(settings)
     with StateStore(settings.state_db) as state:
         _check_free(state, request)
@@ -225,20 +262,28 @@ def _check_free(state: StateStore, request: StreamRequest) -> None:
 
 
 def _resolve(settings: Settings, request: StreamRequest) -> tuple[StreamDef, int]:
-    """The stream's definition: where each partition starts, and its mapping (given or inferred)."""
+    """The stream's definition: where each partition starts, its mapping (given or inferred) and key."""
     with KafkaClient(request.kafka, group=f"floe.{request.name}", timeout=settings.sample_timeout) as client:
         marks = client.watermarks(request.topic, client.partitions(request.topic))
         mapping, sampled, subject = request.mapping, 0, request.subject
+        sample = client.sample(request.topic, settings.sample_messages, settings.sample_timeout) \
+            if mapping is None or (request.mode == "upsert" and not request.key) else []
         if mapping is None:
-            sample = client.sample(request.topic, settings.sample_messages, settings.sample_timeout)
-            if request.format in REGISTRY_FORMATS:  # the writer schema's columns, no guessing
-                found = registry_mapping(request.format, request.registry, request.topic, request.subject, sample)
-                mapping, sampled, subject = found.mapping, len(sample), found.subject
-            else:
-                inferred = infer_from_sample(request.topic, sample)
-                mapping, sampled = inferred.mapping, inferred.sampled
+            mapping, sampled, subject = _mapping_of(request, sample)
+        elif request.cdc:
+            mapping = with_cdc_columns(mapping, request.cdc_columns)
         if request.format in REGISTRY_FORMATS and not subject:
             subject = default_subject(request.topic)
+    key = request.key
+    if request.mode == "upsert":
+        key = key or proposed_key(mapping, kafka_key_fields(sample, request.format, request.registry))
+        if not key:
+            raise_problems({Field.KEY: "an upsert stream needs a key (--key COLUMN[,COLUMN...]): the sampled "
+                                       "messages' Kafka keys name no mapped column"})
+        try:
+            check_key(mapping, key)
+        except MappingError as exc:
+            raise_problems({Field.KEY: str(exc)})
     earliest = request.starting_offsets == "earliest"
     return StreamDef(
         name=request.name, id=StateStore.new_id(), topic=request.topic, kafka=request.kafka, format=request.format,
@@ -246,8 +291,25 @@ def _resolve(settings: Settings, request: StreamRequest) -> tuple[StreamDef, int
         starting_offsets=request.starting_offsets,
         start_positions={p: (w.low if earliest else w.high) for p, w in marks.items()},
         paused=False, created_at=now(), registry=request.registry, subject=subject,
-        schema_evolution=request.schema_evolution,
+        schema_evolution=request.schema_evolution, mode=request.mode, key=tuple(key), cdc=request.cdc,
+        cdc_columns=request.cdc_columns,
     ), sampled
+
+
+def _mapping_of(request: StreamRequest, sample: list) -> tuple[Mapping, int, str]:
+    """The columns inferred from the sample, or the registry's writer schema's (a change event's row's)."""
+    if request.format in REGISTRY_FORMATS:  # the writer schema's columns, no guessing
+        found = registry_mapping(request.format, request.registry, request.topic, request.subject, sample)
+        mapping = row_columns(found.mapping, request.cdc_columns) if request.cdc else found.mapping
+        return mapping, len(sample), found.subject
+    if request.cdc:
+        rows = change_rows(sample)
+        if not rows:
+            raise MappingError(f"topic {request.topic!r} holds no Debezium change event to infer the columns from; "
+                               "produce some first, or supply a mapping")
+        return with_cdc_columns(infer_mapping(rows), request.cdc_columns), len(sample), ""
+    inferred = infer_from_sample(request.topic, sample)
+    return inferred.mapping, inferred.sampled, ""
 
 
 def _create_tables(settings: Settings, state: StateStore, stream: StreamDef) -> None:

@@ -114,6 +114,7 @@ class EventKind(StrEnum):
     SCHEMA_EVOLVED = "schema_evolved"
     SCHEMA_CHANGED = "schema_changed"  # an incompatible change, or a new field left out
     TABLE_ALTERED = "table_altered"
+    TABLE_TRUNCATED = "table_truncated"  # a change event's truncate emptied an upsert stream's table
     STREAM_UPDATED = "stream_updated"
     STAGE_CREATED = "stage_created"
     STAGE_UPDATED = "stage_updated"

@@ -10,7 +10,13 @@ def format_of(stream: StreamDef) -> MessageFormat:
     if stream.format == "json":
         from appliance.decode.json_format import JsonFormat
 
-        return JsonFormat()
-    from appliance.decode.registered import AvroFormat, ProtobufFormat
+        inner: MessageFormat = JsonFormat()
+    else:
+        from appliance.decode.registered import AvroFormat, ProtobufFormat
 
-    return (AvroFormat if stream.format == "avro" else ProtobufFormat)(stream.registry)
+        inner = (AvroFormat if stream.format == "avro" else ProtobufFormat)(stream.registry)
+    if stream.cdc == "debezium":
+        from appliance.decode.debezium import DebeziumFormat
+
+        return DebeziumFormat(inner, stream.key, stream.cdc_columns)
+    return inner

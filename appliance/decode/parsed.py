@@ -11,6 +11,7 @@ are `decode.registered`. A new format (an envelope such as Debezium's) fills the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Callable, Protocol
 
 from appliance.model.changes import SchemaChange
@@ -18,6 +19,14 @@ from appliance.model.mapping import Column, Mapping
 from appliance.model.types import ColumnType
 
 Bad = tuple[int, str, str]  # (index of the message, dead-letter stage, reason)
+
+
+class Op(StrEnum):
+    """What a message does to its key's row in an upsert stream."""
+
+    UPSERT = "upsert"
+    DELETE = "delete"
+    TRUNCATE = "truncate"  # every row committed before it, and those before it in its partition
 
 
 @dataclass
@@ -49,6 +58,9 @@ class Parsed:
     # Whether a value a column cannot hold may widen it: for JSON, the values are all there is;
     # with a writer schema, only a wider type in the schema may (a value beyond it is corrupt).
     widen_by_value: bool = True
+    # What each good message does to its key's row, for formats that say (Debezium's); None: every
+    # message is its key's new row (or, in an append stream, a row).
+    ops: list[Op] | None = None
 
 
 def validate(values: list[bytes | None], max_message_bytes: int) -> tuple[list[int], list[Bad]]:

@@ -21,15 +21,19 @@ import pyarrow.compute as pc
 from appliance.core.errors import FloeError
 from appliance.decode.convert import Problem, convert_values
 from appliance.decode.json_format import JsonFormat
-from appliance.decode.parsed import Conflict, MessageFormat
+from appliance.decode.keys import Keyed, missing_key, newest_per_key, tombstone_keys
+from appliance.decode.parsed import Conflict, MessageFormat, Op
 from appliance.kafka.records import RawBatch
 from appliance.model.changes import Evolution, SchemaChange
 from appliance.model.columns import (
     DEAD_LETTER_SCHEMA,
     HEADERS_TYPE,
     INGESTED_AT,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
     UTC_MICROS,
 )
+from appliance.model.keys import key_values
 from appliance.model.mapping import Column, Mapping
 
 UTC = dt.timezone.utc
@@ -54,6 +58,12 @@ class Decoded:
     evolution: Evolution = field(default_factory=Evolution)
     changes: set[SchemaChange] = field(default_factory=set)  # schema changes met, each told once per stream
     schemas: dict[str, int] = field(default_factory=dict)  # writer schemas seen -> messages
+    ops: list[Op] | None = None  # what each target row does (before an upsert stream's reduction)
+    # Upsert streams: the keys whose newest message deletes them (key columns and Kafka position),
+    # and the last truncate (partition, offset): the rows committed before it go.
+    deleted: pa.Table | None = None
+    truncated: tuple[int, int] | None = None
+    skipped: int = 0  # tombstones that are no-ops (Debezium's, after its delete)
 
 
 @contextmanager
@@ -71,15 +81,19 @@ def _collector_paused() -> Iterator[None]:
 
 
 def decode_batch(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime | None = None,
-                 fmt: MessageFormat | None = None, evolve: bool = False) -> Decoded:
+                 fmt: MessageFormat | None = None, evolve: bool = False, keyed: Keyed | None = None) -> Decoded:
     """Split raw messages into typed target rows and dead-letter rows, losing none.
 
     `evolve`: new fields and wider values become `Decoded.evolution` (then the rows are not
     to be written); otherwise new fields are ignored and wider values are schema problems.
+    `keyed` (upsert streams): the target holds each key's newest row, `Decoded.deleted` the keys
+    whose newest message deletes them; a message without its key is a dead letter.
     """
     at = ingested_at or dt.datetime.now(UTC)
 
     def attempt(part: RawBatch) -> Decoded:
+        if keyed is not None:
+            return _keyed(part, mapping, max_message_bytes, at, fmt, evolve, keyed)
         return _decode(part, mapping, max_message_bytes, at, fmt, evolve)
 
     with _collector_paused():
@@ -139,17 +153,71 @@ def _decode(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at
                     for name, t in parsed.wider.items()}
     evolution = Evolution(tuple(parsed.proposed), tuple(sorted((k, v.name) for k, v in wider.items()))) \
         if evolve else Evolution()
+    ops = parsed.ops
     if errors:
         keep = pa.array([i not in errors for i in range(len(good))])
         arrays = [pc.filter(a, keep) for a in arrays]
         for j in sorted(errors):
             bad.append((good[j], errors[j].stage, errors[j].message))
+        ops = None if ops is None else [op for j, op in enumerate(ops) if j not in errors]
         good = [g for j, g in enumerate(good) if j not in errors]
     target = pa.Table.from_arrays(
         arrays + _meta_arrays(raw, good) + [pa.array([ingested_at] * len(good), INGESTED_AT.arrow_type)],
         schema=mapping.arrow_schema(),
     )
-    return Decoded(target, _dead_letters(raw, sorted(bad), ingested_at), evolution, changes, parsed.schemas)
+    return Decoded(target, _dead_letters(raw, sorted(bad), ingested_at), evolution, changes, parsed.schemas, ops)
+
+
+def _keyed(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime,
+           fmt: MessageFormat | None, evolve: bool, keyed: Keyed) -> Decoded:
+    """An upsert stream's batch: each key's newest row, the keys deleted, the messages without a key
+    as dead letters. Tombstones (null values) name their key in the Kafka key."""
+    stones = [i for i, v in enumerate(raw.values) if v is None]
+    rest = [i for i, v in enumerate(raw.values) if v is not None]
+    part = raw.take(rest) if stones else raw
+    decoded = _decode(part, mapping, max_message_bytes, ingested_at, fmt, evolve)
+    if decoded.evolution:
+        return decoded  # written once the table has changed: nothing to reduce yet
+    key_columns = keyed.key_columns(mapping)
+    keys = [c.name for c in key_columns]
+    target, ops = decoded.target, decoded.ops or [Op.UPSERT] * decoded.target.num_rows
+    partitions = target.column(KAFKA_PARTITION.name).to_pylist()
+    offsets = target.column(KAFKA_OFFSET.name).to_pylist()
+    unkeyed = {i: why for i, why in missing_key(target, tuple(keys)) if ops[i] is not Op.TRUNCATE}
+    if unkeyed:
+        position = {(p, o): rest[k] if stones else k for k, (p, o) in enumerate(zip(part.partitions, part.offsets))}
+        bad = [(position[(partitions[i], offsets[i])], "key", why) for i, why in unkeyed.items()]
+    else:
+        bad = []
+    # (partition, offset, row of `target` or -1 - tombstone) for every keyed message, in batch order
+    entries = [(p, o, i) for i, (p, o) in enumerate(zip(partitions, offsets)) if i not in unkeyed]
+    stone_keys = pa.table({n: pa.array([], c.arrow_type) for n, c in zip(keys, key_columns)})
+    if stones and keyed.tombstones_delete:
+        arrays, held, why = tombstone_keys([raw.keys[i] for i in stones], fmt, key_columns, max_message_bytes)
+        stone_keys = pa.Table.from_arrays(arrays, names=keys)
+        bad += [(stones[j], "key", reason) for j, reason in why.items()]
+        entries += [(raw.partitions[stones[j]], raw.offsets[stones[j]], -1 - n) for n, j in enumerate(held)]
+        entries.sort()  # the tombstones among the rows, in each partition's offset order
+    row_keys, tomb_keys = key_values(target, tuple(keys)), key_values(stone_keys, tuple(keys))
+    write, delete, truncated = newest_per_key(
+        [row_keys[i] if i >= 0 else tomb_keys[-1 - i] for _, _, i in entries],
+        [ops[i] if i >= 0 else Op.DELETE for _, _, i in entries],
+        [p for p, _, _ in entries], [o for _, o, _ in entries])
+    gone = sorted((entries[k] for k in delete), key=lambda e: e[2] < 0)  # rows', then tombstones' keys
+    position_columns = [pa.array([p for p, _, _ in gone], pa.int32()), pa.array([o for _, o, _ in gone], pa.int64())]
+    deleted = pa.Table.from_arrays(
+        [pa.concat_arrays([_take(target.column(n), [i for _, _, i in gone if i >= 0]),
+                           _take(stone_keys.column(n), [-1 - i for _, _, i in gone if i < 0])])
+         for n in keys] + position_columns,
+        names=keys + [KAFKA_PARTITION.name, KAFKA_OFFSET.name])
+    return Decoded(target.take(pa.array([entries[k][2] for k in write], pa.int64())),
+                   pa.concat_tables([decoded.dead_letter, _dead_letters(raw, sorted(bad), ingested_at)]),
+                   decoded.evolution, decoded.changes, decoded.schemas, None, deleted, truncated,
+                   0 if keyed.tombstones_delete else len(stones))
+
+
+def _take(column: pa.ChunkedArray, indices: list[int]) -> pa.Array:
+    return column.combine_chunks().take(pa.array(indices, pa.int64()))
 
 
 def _settled(columns: list[Column], values: list[Any], conflicts: list[Conflict], errors: dict[int, Problem],

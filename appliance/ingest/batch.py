@@ -9,13 +9,16 @@ which commits them (`ingest.batch_commit`). More Spark cores mean more tasks in 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
 from appliance.core.errors import FloeError, UnforeseenError
 from appliance.core.failpoints import failpoint
+from appliance.decode.keys import Keyed
 from appliance.decode.parsed import MessageFormat
 from appliance.decode.rows import decode_batch
 from appliance.ingest.planning import pack_tasks
@@ -23,9 +26,11 @@ from appliance.kafka.reader import Piece, PieceResult, read_topics
 from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
 from appliance.model.changes import Evolution, SchemaChange
+from appliance.model.keys import key_values
 from appliance.model.mapping import Mapping
 from appliance.spark.tasks import run_in_tasks
 from appliance.tables.datafiles import TableTarget, write_data_files
+from appliance.tables.upserts import KeyedRows
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class BatchSpec:
     fetch_timeout: float
     fmt: MessageFormat | None = None  # how messages are parsed; None: JSON
     evolve: bool = False  # new fields and wider values ask for a schema change instead of landing
+    keyed: Keyed | None = None  # an upsert stream's keys: each task keeps the newest message of each key
 
 
 @dataclass
@@ -67,6 +73,11 @@ class TaskResult:
     # them (each for messages/len of them), the newest, and the longest throttle of the reads.
     timestamps: list[int] = field(default_factory=list)
     throttle_ms: int = 0
+    # Upsert streams: the key of each row of each target file (in the files' order), the keys whose
+    # newest message deletes them, and the last truncate (partition, offset).
+    file_keys: list[list[Any]] = field(default_factory=list)
+    deleted: list[Any] = field(default_factory=list)
+    truncated: tuple[int, int] | None = None
 
 
 SAMPLE = 256  # order statistics a task returns: the batch's median is exact up to this many per task
@@ -114,6 +125,16 @@ class BatchResult:
 
     def total(self, name: str) -> float:
         return sum(getattr(r, name) for r in self.tasks)
+
+    @property
+    def truncated(self) -> tuple[int, int] | None:
+        """The (partition, offset) of a truncate event the batch read, if any."""
+        return next((r.truncated for r in self.tasks if r.truncated is not None), None)
+
+    def keyed_rows(self) -> KeyedRows:
+        """An upsert batch's new files with their rows' keys, the keys deleted, and whether it truncates."""
+        return KeyedRows([(f, keys) for r in self.tasks for f, keys in zip(r.target_files, r.file_keys)],
+                         [k for r in self.tasks for k in r.deleted], any(r.truncated for r in self.tasks))
 
     @property
     def evolution(self) -> Evolution:
@@ -189,10 +210,13 @@ def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.dateti
 def _write(spec: BatchSpec, pieces: list[Piece], raw: RawBatch, results: list[PieceResult],
            ingested_at: dt.datetime, read_seconds: float) -> TaskResult:
     t1 = time.perf_counter()
-    decoded = decode_batch(raw, spec.mapping, spec.max_message_bytes, ingested_at, spec.fmt, spec.evolve)
+    messages, size = len(raw), sum(len(v) for v in raw.values if v)
+    if spec.keyed is not None:  # before decoding: a landed message takes no part in choosing a key's newest
+        raw = _unlanded(raw, spec.landed)
+    decoded = decode_batch(raw, spec.mapping, spec.max_message_bytes, ingested_at, spec.fmt, spec.evolve, spec.keyed)
     if decoded.evolution:  # written once the table has the columns these messages need
         return TaskResult(pieces=results, read=pieces, evolution=decoded.evolution, changes=decoded.changes,
-                          schemas=decoded.schemas, messages=len(raw), read_seconds=read_seconds)
+                          schemas=decoded.schemas, messages=messages, read_seconds=read_seconds)
     target, dead = _not_landed(decoded.target, spec.landed), _not_landed(decoded.dead_letter, spec.landed)
     t2 = time.perf_counter()
     result = TaskResult(
@@ -201,14 +225,28 @@ def _write(spec: BatchSpec, pieces: list[Piece], raw: RawBatch, results: list[Pi
         dead_letter_files=write_data_files(spec.dead_letter, dead),
         rows=target.num_rows,
         dead_letter_rows=dead.num_rows,
-        messages=len(raw),
-        bytes=sum(len(v) for v in raw.values if v),
+        messages=messages,
+        bytes=size,
         timestamps=timestamp_sample(raw.timestamps),
         throttle_ms=raw.throttle_ms,
     )
+    if spec.keyed is not None:
+        keys = key_values(target, spec.keyed.columns)
+        ends = list(itertools.accumulate(f.record_count for f in result.target_files))
+        result.file_keys = [keys[start:end] for start, end in zip([0] + ends, ends)]
+        result.deleted = key_values(decoded.deleted, spec.keyed.columns)
+        result.truncated = decoded.truncated
     result.read_seconds, result.decode_seconds = read_seconds, t2 - t1
     result.write_seconds = time.perf_counter() - t2
     return result
+
+
+def _unlanded(raw: RawBatch, landed: dict[int, frozenset[int]]) -> RawBatch:
+    """The messages an earlier, interrupted attempt did not already land as dead letters."""
+    if not landed:
+        return raw
+    none: frozenset[int] = frozenset()
+    return raw.take([i for i, (p, o) in enumerate(zip(raw.partitions, raw.offsets)) if o not in landed.get(p, none)])
 
 
 def _not_landed(rows: pa.Table, landed: dict[int, frozenset[int]]) -> pa.Table:

@@ -22,20 +22,25 @@ from appliance.ingest.planning import Committed
 from appliance.model.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.stream import StreamDef
 from appliance.tables.commits import commit_files, commit_lock
+from appliance.tables.keyindex import KeyIndex
+from appliance.tables.upserts import commit_upsert
 
 
 @dataclass
 class StreamTables:
-    """A stream's two tables, as of their last commit by this engine (or load)."""
+    """A stream's two tables, as of their last commit by this engine (or load), and for an upsert
+    stream the index of its keys (built from the table at the first commit)."""
 
     target: Table
     dead_letter: Table
+    index: KeyIndex | None = None
 
 
 @dataclass(frozen=True)
 class Snapshots:
     target: int | None
     dead_letter: int | None = None
+    replaced: int = 0  # upsert streams: rows of earlier commits replaced or deleted
 
 
 def commit_batch(settings: Settings, stream: StreamDef, tables: StreamTables, committed: Committed,
@@ -51,12 +56,19 @@ def commit_batch(settings: Settings, stream: StreamDef, tables: StreamTables, co
         committed = Committed(committed.target, dict(offsets))
         failpoint("after_dead_letter_commit")
     # Always a target snapshot, even of no files: it carries the offsets the next batch resumes from.
+    replaced = 0
     with commit_lock(settings, stream.table):
-        tables.target, target_snapshot = commit_files(
-            tables.target, result.target_files, stream.id, stream.topic, committed.target, offsets
-        )
+        if tables.index is not None:
+            tables.target, done = commit_upsert(tables.target, tables.index, result.keyed_rows(), stream.id,
+                                                stream.topic, committed.target, offsets)
+            target_snapshot, replaced = done.snapshot_id, done.replaced
+        else:
+            tables.target, target_snapshot = commit_files(
+                tables.target, result.target_files, stream.id, stream.topic, committed.target, offsets
+            )
     failpoint("after_target_commit")
-    return committed.after(offsets, dead_letters_committed=bool(dead_files)), Snapshots(target_snapshot, dead_snapshot)
+    return (committed.after(offsets, dead_letters_committed=bool(dead_files)),
+            Snapshots(target_snapshot, dead_snapshot, replaced))
 
 
 def landed_dead_letters(table: Table, ranges: dict[int, tuple[int, int]], since: str) -> dict[int, frozenset[int]]:

@@ -104,11 +104,12 @@ def allocate(lags: dict[int, int], budget: int) -> dict[int, int]:
     return out
 
 
-def plan_tasks(pieces: list[Piece], parallelism: int) -> list[list[Piece]]:
+def plan_tasks(pieces: list[Piece], parallelism: int, split: bool = True) -> list[list[Piece]]:
     """Split and balance pieces over about `parallelism` tasks, largest first.
 
     A large partition is cut into several pieces so that a topic with fewer
-    partitions than cores still uses every core.
+    partitions than cores still uses every core; not with `split` off (an upsert stream's
+    task must hold all of a partition's messages, to keep only each key's newest).
     """
     pieces = [p for p in pieces if p.size > 0]
     if not pieces:
@@ -119,7 +120,7 @@ def plan_tasks(pieces: list[Piece], parallelism: int) -> list[list[Piece]]:
     cut: list[Piece] = []
     for piece in pieces:
         start = piece.start
-        while piece.end - start > share:
+        while split and piece.end - start > share:
             cut.append(Piece(piece.partition, start, start + share))
             start += share
         cut.append(Piece(piece.partition, start, piece.end))

@@ -18,8 +18,10 @@ from appliance.core.errors import SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.decode.formats import format_of
+from appliance.decode.keys import Keyed
 from appliance.ingest.batch import BatchResult, BatchSpec, run_batch
 from appliance.ingest.batch_commit import Snapshots, StreamTables, commit_batch, landed_dead_letters
+from appliance.ingest.indexes import index_for
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.planning import (
     Committed,
@@ -79,6 +81,7 @@ class StreamRunner:
         self._targets: dict[tuple, tuple[tuple, TableTarget]] = {}
         self.schema = StreamSchema(settings, state, stream)
         self._format = format_of(stream)
+        self._keyed = Keyed(stream.key, tombstones_delete=not stream.cdc) if stream.upserts else None
 
     @property
     def kafka(self) -> KafkaClient:
@@ -105,7 +108,7 @@ class StreamRunner:
     def _load(self) -> None:
         target = self.schema.prepared(self.catalog.table(self.stream.table))
         dead_letter = self.catalog.table(self.stream.dead_letter_table)
-        self.tables = StreamTables(target, dead_letter)
+        self.tables = StreamTables(target, dead_letter, index_for(self.stream) if self.stream.upserts else None)
         self.committed = Committed(committed_offsets(target, self.stream.id),
                                    committed_offsets(dead_letter, self.stream.id))
         self.landed = landed_dead_letters(dead_letter, self.committed.replayed(self.stream.start_positions),
@@ -137,7 +140,7 @@ class StreamRunner:
             return BatchOutcome(0, 0, 0, 0, False)
         # Another client may have changed the table's schema: this batch follows it.
         self.tables.target = self.catalog.current(self.tables.target)
-        result = self._run(plan_tasks(plan.pieces, self._parallelism()))
+        result = self._run(plan_tasks(plan.pieces, self._parallelism(), split=not self.stream.upserts))
         for _ in range(MAX_EVOLUTIONS):
             if not result.evolution:
                 break
@@ -155,6 +158,11 @@ class StreamRunner:
                                                  result)
         self.landed = {p: kept for p, kept in ((p, frozenset(o for o in landed if o >= offsets.get(p, 0)))
                                                 for p, landed in self.landed.items()) if kept}
+        if result.truncated is not None:
+            p, o = result.truncated
+            self.state.add_event(EventKind.TABLE_TRUNCATED, f"a truncate event (partition {p}, offset {o}) emptied "
+                                 f"{self.stream.table}: the rows committed before it are deleted", self.stream.name,
+                                 EventLevel.WARNING)
         if read_errors:
             self.state.add_event(EventKind.PARTIAL_BATCH, "committed what was read; " + "; ".join(map(str, read_errors)),
                                  self.stream.name, EventLevel.WARNING)
@@ -191,7 +199,7 @@ class StreamRunner:
             target=self._target(self.tables.target), dead_letter=self._target(self.tables.dead_letter),
             landed=self.landed,
             max_message_bytes=engine.max_message_bytes, fetch_timeout=engine.fetch_timeout,
-            fmt=self._format, evolve=stream.evolves,
+            fmt=self._format, evolve=stream.evolves, keyed=self._keyed,
         )
 
     def _report_expired(self, expired: list[Expired]) -> None:

@@ -9,7 +9,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from appliance.core.errors import ReadTimeout, TopicNotFound
 from appliance.kafka.errors import kafka_error
 from appliance.kafka.logs import KAFKA_LOG
-from appliance.kafka.reader import Piece, read_topics
+from appliance.kafka.reader import Piece, PieceResult, read_topics
+from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
 
 
@@ -82,6 +83,21 @@ class KafkaClient:
             out[p] = Watermarks(low, high)
         return out
 
+    def read(self, topic: str, pieces: list[Piece], timeout: float) -> tuple[RawBatch, list[PieceResult]]:
+        """The messages of `pieces` as the engine reads them, with a consumer of the caller's; each
+        piece says how far it got (`timeout`: at most this long without a message arriving)."""
+        try:
+            consumer = Consumer(self.settings.consumer_config("floe-sample", logger=KAFKA_LOG))
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise kafka_error(exc, self.settings, "kafka client") from None
+        try:
+            [(raw, results)] = read_topics(self.settings, [(topic, pieces)], timeout, consumer=consumer)
+            return raw, results
+        except KafkaException as exc:
+            raise kafka_error(exc, self.settings, f"reading {topic!r}") from None
+        finally:
+            consumer.close()
+
     def sample(self, topic: str, count: int, timeout: float) -> list[SampledMessage]:
         """Up to `count` of the newest messages, spread over the partitions, read as the engine
         reads (past transaction markers and compacted gaps); `timeout`: at most this long without
@@ -92,16 +108,7 @@ class KafkaClient:
             return []
         per_partition = max(1, count // len(nonempty))
         pieces = [Piece(p, max(w.low, w.high - per_partition), w.high) for p, w in sorted(nonempty.items())]
-        try:
-            consumer = Consumer(self.settings.consumer_config("floe-sample", logger=KAFKA_LOG))
-        except (KafkaException, ValueError, TypeError) as exc:
-            raise kafka_error(exc, self.settings, "kafka client") from None
-        try:
-            [(raw, results)] = read_topics(self.settings, [(topic, pieces)], timeout, consumer=consumer)
-        except KafkaException as exc:
-            raise kafka_error(exc, self.settings, f"reading {topic!r}") from None
-        finally:
-            consumer.close()
+        raw, results = self.read(topic, pieces, timeout)
         errors = [r.error for r in results if r.error is not None]
         if errors and (not len(raw) or not isinstance(errors[0], ReadTimeout)):
             raise errors[0]  # nothing came, or not for want of time (a refused login, say)

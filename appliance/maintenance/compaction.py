@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyiceberg.manifest import DataFileContent, ManifestEntry
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
@@ -23,6 +23,7 @@ from appliance.maintenance.rewrite import RewriteGroup, rewrite_groups
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_rewrite
 from appliance.tables.datafiles import TableTarget, delete_files, live_entries
+from appliance.tables.folding import FoldMap, LiveDeletes, live_deletes
 from appliance.tables.snapshots import MAINTENANCE_KEY, totals
 
 MIN_GROUP_FILES = 2  # rewriting one file alone into one file gains nothing
@@ -30,6 +31,7 @@ MIN_GROUP_FILES = 2  # rewriting one file alone into one file gains nothing
 # on disk, so only its last file is short: bigger groups mean fewer short files, more
 # groups mean more tasks at once.
 GROUP_TARGETS = 8
+DELETED_SHARE = 10  # position deletes of a tenth of the rows make reads slow enough to compact
 
 
 @dataclass
@@ -39,6 +41,10 @@ class CompactionPlan:
     small_files: int
     small_bytes: int
     groups: list[RewriteGroup] = field(default_factory=list)
+    delete_files: int = 0  # live position-delete files (an upsert table's)
+    deleted_rows: int = 0  # rows they delete
+    rows: int = 0  # rows in the data files, deleted ones included
+    fold: FoldMap = field(default_factory=FoldMap)  # filled by the rewrite: where each row went
 
     @property
     def files_to_rewrite(self) -> int:
@@ -49,10 +55,13 @@ class CompactionPlan:
         return sum(g.bytes for g in self.groups)
 
     def triggered(self, policy: Policy) -> bool:
-        """Whether the table needs compaction on its own (a manual run needs only groups)."""
+        """Whether the table needs compaction on its own (a manual run needs only groups): many small
+        files, or position deletes that reads pay for (many files of them, or a tenth of the rows)."""
         if not self.groups:
             return False
-        if self.small_files >= policy.compact_small_files:
+        if self.small_files >= policy.compact_small_files or self.delete_files >= policy.compact_small_files:
+            return True
+        if self.deleted_rows and self.deleted_rows * DELETED_SHARE >= self.rows:
             return True
         return self.small_files >= 5 and self.bytes / max(1, self.files) < policy.compact_min_average_size
 
@@ -60,17 +69,23 @@ class CompactionPlan:
 def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:
     entries = live_entries(table)
     data = [e for e in entries if e.data_file.content == DataFileContent.DATA]
-    small = [e for e in data if e.data_file.file_size_in_bytes < policy.small_file_size]
+    deletes = live_deletes(table, entries)
+    small = {e.data_file.file_path for e in data if e.data_file.file_size_in_bytes < policy.small_file_size}
     plan = CompactionPlan(
         files=len(data),
         bytes=sum(e.data_file.file_size_in_bytes for e in data),
         small_files=len(small),
-        small_bytes=sum(e.data_file.file_size_in_bytes for e in small),
+        small_bytes=sum(e.data_file.file_size_in_bytes for e in data if e.data_file.file_path in small),
+        delete_files=len(deletes.files),
+        deleted_rows=sum(len(p) for p in deletes.positions.values()),
+        rows=sum(e.data_file.record_count for e in data),
     )
-    if len(data) != len(entries):
-        return plan  # delete files: Floe writes none, and rewriting around them is not done here
+    plan.fold.known = set(deletes.files)
+    # Small files, and every file some rows of which are deleted by position: rewritten, its deletes
+    # are folded in and its delete files dropped once they name no live file.
+    chosen = [e for e in data if e.data_file.file_path in small or e.data_file.file_path in deletes.positions]
     by_partition: dict[tuple, list[ManifestEntry]] = {}
-    for e in small:
+    for e in chosen:
         key = (e.data_file.spec_id, tuple(e.data_file.partition))
         by_partition.setdefault(key, []).append(e)
     for (spec_id, _), group_entries in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
@@ -80,14 +95,19 @@ def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:
         for e in group_entries:
             f = e.data_file
             if current and size + f.file_size_in_bytes > GROUP_TARGETS * policy.target_file_size:
-                plan.groups.append(RewriteGroup(tuple(current), spec_id, current[0].partition))
+                plan.groups.append(_group(current, spec_id, deletes))
                 current, size = [], 0
             current.append(f)
             size += f.file_size_in_bytes
         if current:
-            plan.groups.append(RewriteGroup(tuple(current), spec_id, current[0].partition))
-    plan.groups = [g for g in plan.groups if len(g.files) >= MIN_GROUP_FILES]
+            plan.groups.append(_group(current, spec_id, deletes))
+    # Rewriting one file alone gains nothing, unless it folds its deletes in.
+    plan.groups = [g for g in plan.groups if len(g.files) >= MIN_GROUP_FILES or any(d is not None for d in g.deleted)]
     return plan
+
+
+def _group(files: list[DataFile], spec_id: int, deletes: LiveDeletes) -> RewriteGroup:
+    return RewriteGroup(tuple(files), spec_id, files[0].partition, tuple(deletes.of(f.file_path) for f in files))
 
 
 @dataclass
@@ -114,7 +134,10 @@ def compact(
     if rows_in != rows_out:  # never commit a rewrite that would lose or invent rows
         delete_files(table, [f.file_path for f in added])
         raise RewriteConflict(f"rewrite read {rows_in} rows but wrote {rows_out}; nothing committed")
-    table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, {MAINTENANCE_KEY: "compaction"})
+    for g, r in zip(plan.groups, results):
+        plan.fold.add([f.file_path for f in g.files], r.kept, r.files)
+    table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, {MAINTENANCE_KEY: "compaction"},
+                           fold=plan.fold)
     after = totals(table)
     result.snapshot_id, result.files_after, result.bytes_after = after.snapshot_id, after.data_files, after.size_bytes
     result.files_written = len(added)
@@ -136,13 +159,17 @@ def perform(job: Job) -> None:
         run.rows_rewritten = sum(g.rows for g in plan.groups)
         at_least = sum(-(-g.bytes // policy.target_file_size) for g in plan.groups)  # if nothing compressed better
         run.files_after = plan.files - plan.files_to_rewrite + at_least
-        run.detail = _detail(plan.files_to_rewrite, plan.bytes_to_rewrite, at_least, policy, "at most ")
+        run.detail = _detail(plan, at_least, policy, "at most ")
         return
     result = compact(job.settings, job.catalog, job.table, policy, job.spark(), plan)
     run.files_after, run.bytes_after = result.files_after, result.bytes_after
     run.rows_rewritten, run.snapshot_id = result.rows, result.snapshot_id
-    run.detail = _detail(plan.files_to_rewrite, plan.bytes_to_rewrite, result.files_written, policy)
+    run.detail = _detail(plan, result.files_written, policy)
 
 
-def _detail(files: int, size: int, written: int, policy: Policy, qualifier: str = "") -> str:
-    return f"{files} small files ({size:,} bytes) into {qualifier}{written} (target {policy.target_file_size:,} bytes)"
+def _detail(plan: CompactionPlan, written: int, policy: Policy, qualifier: str = "") -> str:
+    folded = (f"; {plan.deleted_rows:,} deleted rows of {plan.delete_files} delete files folded in"
+              if plan.delete_files else "")
+    kind = "files" if plan.delete_files else "small files"
+    return (f"{plan.files_to_rewrite} {kind} ({plan.bytes_to_rewrite:,} bytes) into {qualifier}{written} "
+            f"(target {policy.target_file_size:,} bytes){folded}")

@@ -125,7 +125,8 @@ class Maintainer:
         if not policy.retention.forever and self._older_than(table, MaintenanceTask.RETENTION,
                                                              cfg.retention_interval, clock):
             out.append(MaintenanceTask.RETENTION)
-        if totals(t).data_files >= MIN_FILES_TO_COMPACT and self._older_than(
+        held = totals(t)
+        if (held.data_files >= MIN_FILES_TO_COMPACT or held.delete_files) and self._older_than(
                 table, MaintenanceTask.COMPACT, policy.compact_interval, clock):
             if compaction.plan_compaction(t, policy).triggered(policy):
                 out.append(MaintenanceTask.COMPACT)

@@ -11,6 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from pyiceberg.conversions import from_bytes
+from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
@@ -23,7 +24,8 @@ from appliance.maintenance.job import Job
 from appliance.maintenance.rewrite import KeepFilter, RewriteGroup, rewrite_groups
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_rewrite
-from appliance.tables.datafiles import TableTarget, delete_files, live_data_files
+from appliance.tables.datafiles import TableTarget, delete_files, live_entries
+from appliance.tables.folding import FoldMap, LiveDeletes, live_deletes
 from appliance.tables.snapshots import MAINTENANCE_KEY, totals
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -55,6 +57,7 @@ class RetentionPlan:
     drop: list = field(default_factory=list)  # every row old
     rewrite: list = field(default_factory=list)  # some rows old, or not known
     rows_dropped: int = 0
+    deletes: LiveDeletes = field(default_factory=LiveDeletes)  # the table's position deletes, if any
 
 
 @dataclass
@@ -76,7 +79,9 @@ def plan_retention(table: Table, policy: Policy, now: dt.datetime) -> RetentionP
     check_retention_column(table, policy.retention_column)
     column = table.schema().find_field(policy.retention_column)
     limit = _cutoff_value(cutoff, column.field_type)
-    for f in live_data_files(table):
+    entries = live_entries(table)
+    plan.deletes = live_deletes(table, entries)
+    for f in (e.data_file for e in entries if e.data_file.content == DataFileContent.DATA):
         lower, upper = f.lower_bounds.get(column.field_id), f.upper_bounds.get(column.field_id)
         nulls = f.null_value_counts.get(column.field_id)
         low = from_bytes(column.field_type, lower) if lower is not None else None
@@ -85,7 +90,7 @@ def plan_retention(table: Table, policy: Policy, now: dt.datetime) -> RetentionP
             continue  # every row is new (nulls are kept anyway)
         if high is not None and high < limit and nulls == 0:
             plan.drop.append(f)
-            plan.rows_dropped += f.record_count
+            plan.rows_dropped += f.record_count - len(plan.deletes.positions.get(f.file_path, ()))
         elif f.record_count and not (low is None and high is None and nulls == f.record_count):
             plan.rewrite.append(f)  # straddles the cutoff, or has no statistics to tell
     return plan
@@ -106,7 +111,7 @@ def apply_retention(
     if dry_run:
         result.rows_deleted = plan.rows_dropped + _old_rows(table, plan.rewrite, keep)
         return result
-    groups = [RewriteGroup((f,), f.spec_id, f.partition) for f in plan.rewrite]
+    groups = [RewriteGroup((f,), f.spec_id, f.partition, (plan.deletes.of(f.file_path),)) for f in plan.rewrite]
     results = rewrite_groups(spark, TableTarget.of(table), groups, policy.target_file_size, keep)
     changed = [(g, r) for g, r in zip(groups, results) if r.rows_out != r.rows_in]
     # A straddling file none of whose rows turned out old stays as it is.
@@ -115,8 +120,11 @@ def apply_retention(
     removed = plan.drop + [g.files[0] for g, _ in changed]
     if not removed:
         return result
+    fold = FoldMap(known=set(plan.deletes.files))
+    for g, r in changed:
+        fold.add([g.files[0].file_path], r.kept, r.files)
     label = Operation.OVERWRITE if added else Operation.DELETE
-    table = commit_rewrite(settings, table, removed, added, label, {MAINTENANCE_KEY: "retention"})
+    table = commit_rewrite(settings, table, removed, added, label, {MAINTENANCE_KEY: "retention"}, fold=fold)
     result.rows_deleted = plan.rows_dropped + sum(r.rows_in - r.rows_out for _, r in changed)
     after = totals(table)
     result.snapshot_id, result.files_after, result.bytes_after = after.snapshot_id, after.data_files, after.size_bytes

@@ -13,7 +13,7 @@ import datetime as dt
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow as pa
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -25,6 +25,7 @@ from appliance.tables.datafiles import TableTarget, table_metadata
 from appliance.tables.storage import storage_errors
 
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # a Parquet row group holds at most about this much, on disk
+POSITION = "__floe_position"  # a row's position in the file it is read from, while it is rewritten
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class RewriteGroup:
     files: tuple[DataFile, ...]  # all of one spec and partition
     spec_id: int
     partition: Record
+    deleted: tuple[Any, ...] = ()  # per file: the positions its delete files remove (np.ndarray), or None
 
     @property
     def bytes(self) -> int:
@@ -59,12 +61,19 @@ class RewriteGroup:
 
     @property
     def rows(self) -> int:
-        return sum(f.record_count for f in self.files)
+        """The rows a reader sees in the group's files (less those deleted by position)."""
+        gone = sum(len(d) for d in self.deleted if d is not None)
+        return sum(f.record_count for f in self.files) - gone
+
+    def deleted_of(self, i: int) -> Any:
+        return self.deleted[i] if i < len(self.deleted) else None
 
 
 @dataclass
 class RewriteResult:
     files: list[DataFile] = field(default_factory=list)
+    # Per input file, in order: the positions of its rows that were written, in the order written.
+    kept: list[Any] = field(default_factory=list)
     rows_in: int = 0
     rows_out: int = 0
     bytes_in: int = 0
@@ -169,29 +178,31 @@ class RollingWriter:
         if self._writer is None:
             return
         stats = self._writer.close()
-        self.files.append(
-            DataFile.from_args(
-                content=DataFileContent.DATA,
-                file_path=self._path,
-                file_format=FileFormat.PARQUET,
-                partition=self.group.partition,
-                file_size_in_bytes=len(self.io.new_input(self._path)),
-                sort_order_id=None,
-                spec_id=self.group.spec_id,
-                equality_ids=None,
-                key_metadata=None,
-                **stats.to_serialized_dict(),
-            )
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=self._path,
+            file_format=FileFormat.PARQUET,
+            partition=self.group.partition,
+            file_size_in_bytes=len(self.io.new_input(self._path)),
+            sort_order_id=None,
+            equality_ids=None,
+            key_metadata=None,
+            **stats.to_serialized_dict(),
         )
+        data_file.spec_id = self.group.spec_id  # not a field of the struct: from_args drops it
+        self.files.append(data_file)
         self._writer = None
         self._output = None
 
 
-def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int, keep: KeepFilter | None) -> RewriteResult:
-    """Rewrite one group; the new files are written but not committed."""
+def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int,
+                  keep: KeepFilter | None) -> RewriteResult:
+    """Rewrite one group; the new files are written but not committed. Each file is read whole, in
+    its own order, less the rows its delete files remove and those `keep` does not keep; which of
+    its positions were kept is returned (`RewriteResult.kept`), for deletes committed meanwhile."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io import load_file_io
-    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
     from pyiceberg.table import FileScanTask
 
     failpoint("rewrite_group")
@@ -199,13 +210,18 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int, k
     meta = table_metadata(target)
     io = load_file_io(target.io_properties, meta.location)
     schema = meta.schema()
-    row_filter = keep.expression(schema.find_field(keep.column).field_type) if keep else AlwaysTrue()
-    scan = ArrowScan(meta, io, schema, row_filter)
+    kept_rows = None
+    if keep is not None:
+        from pyiceberg.expressions.visitors import bind
+
+        kept_rows = expression_to_pyarrow(bind(schema, keep.expression(schema.find_field(keep.column).field_type),
+                                               case_sensitive=True))
+    scan = ArrowScan(meta, io, schema, AlwaysTrue())
     writer = RollingWriter(target, group, target_bytes, group.bytes / max(1, group.rows))
     try:
         with storage_errors(target.where(), "rewrite data files"):
-            for batch in scan.to_record_batches([FileScanTask(f) for f in group.files]):
-                writer.add(batch)
+            kept = [_copy(scan.to_record_batches([FileScanTask(f)]), group.deleted_of(i), kept_rows, writer)
+                    for i, f in enumerate(group.files)]
             files = writer.close()
     except BaseException:
         for f in writer.files:  # written but never to be committed
@@ -213,12 +229,31 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int, k
         raise
     return RewriteResult(
         files=files,
+        kept=kept,
         rows_in=group.rows,
         rows_out=writer.rows,
         bytes_in=group.bytes,
         bytes_out=sum(f.file_size_in_bytes for f in files),
         seconds=time.perf_counter() - started,
     )
+
+
+def _copy(batches: Iterable[pa.RecordBatch], gone: Any, keep: Any, writer: RollingWriter) -> Any:
+    """One file's rows into the writer, less those at the positions `gone` and those `keep` (an Arrow
+    expression) leaves out; the positions written, in order."""
+    import numpy as np
+
+    start, written = 0, []
+    for batch in batches:
+        batch = batch.append_column(POSITION, pa.array(np.arange(start, start + batch.num_rows)))
+        start += batch.num_rows
+        if gone is not None and len(gone):
+            batch = batch.filter(pa.array(~np.isin(batch.column(POSITION).to_numpy(), gone)))
+        if keep is not None:
+            batch = batch.filter(keep)
+        written.append(batch.column(POSITION).to_numpy())
+        writer.add(batch.drop_columns([POSITION]))
+    return np.concatenate(written) if written else np.empty(0, dtype=np.int64)
 
 
 JOB_GROUP = "floe-maintenance"

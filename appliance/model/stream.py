@@ -11,6 +11,8 @@ FORMATS = ("json", "avro", "protobuf")
 REGISTRY_FORMATS = ("avro", "protobuf")  # formats that need a schema registry
 STARTING_OFFSETS = ("earliest", "latest")
 SCHEMA_EVOLUTION = ("auto", "off")
+MODES = ("append", "upsert")  # every message a new row, or its key's new row (the table: one row per key)
+CDC = ("debezium",)  # change-event envelopes: the row is `after` (or `before`, for a delete)
 
 
 @dataclass(frozen=True)
@@ -30,10 +32,24 @@ class StreamDef:
     registry: RegistrySettings | None = None
     subject: str = ""  # the registry subject the mapping was made from (Avro, Protobuf)
     schema_evolution: str = "auto"
+    mode: str = "append"
+    key: tuple[str, ...] = ()  # upsert: the key columns
+    cdc: str = ""  # "debezium": the messages are change events (an upsert stream)
+    cdc_columns: bool = False  # keep the event's op, time and source position as _cdc_* columns
 
     @property
     def evolves(self) -> bool:
         return self.schema_evolution == "auto"
+
+    @property
+    def upserts(self) -> bool:
+        return self.mode == "upsert"
+
+    def describe_mode(self) -> str:
+        """The mode as `floe stream show` and the UI say it."""
+        if not self.upserts:
+            return "append"
+        return f"upsert by {', '.join(self.key)}" + (f" ({self.cdc} change events)" if self.cdc else "")
 
     @property
     def group(self) -> str:

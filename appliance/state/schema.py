@@ -17,6 +17,8 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             "starting_offsets": str, "start_positions": str, "paused": int,
             "created_at": str, "updated_at": str,
             "schema_registry": str, "registry_options": str, "subject": str, "schema_evolution": str,
+            # upsert streams: the mode, the key columns (JSON list), Debezium change events, _cdc_* columns
+            "mode": str, "key_columns": str, "cdc": str, "cdc_columns": int,
         },
         "name", [],
     ),

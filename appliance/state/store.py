@@ -323,6 +323,10 @@ def _stream_row(stream: StreamDef) -> dict[str, Any]:
         "registry_options": json.dumps(dict(stream.registry.options)) if stream.registry else None,
         "subject": stream.subject,
         "schema_evolution": stream.schema_evolution,
+        "mode": stream.mode,
+        "key_columns": json.dumps(list(stream.key)),
+        "cdc": stream.cdc,
+        "cdc_columns": int(stream.cdc_columns),
     }
 
 
@@ -345,4 +349,8 @@ def _stream(row: dict[str, Any]) -> StreamDef:
         if row.get("schema_registry") else None,
         subject=row.get("subject") or "",
         schema_evolution=row.get("schema_evolution") or "auto",
+        mode=row.get("mode") or "append",
+        key=tuple(json.loads(row.get("key_columns") or "[]")),
+        cdc=row.get("cdc") or "",
+        cdc_columns=bool(row.get("cdc_columns")),
     )

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from pyiceberg.exceptions import CommitFailedException, ValidationException
-from pyiceberg.manifest import DataFile
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
@@ -17,10 +17,10 @@ from appliance.config.settings import Settings
 from appliance.core.errors import CommitConflict, OffsetsConflict, RewriteConflict, StageConflict
 from appliance.core.locks import FileLock
 from appliance.core.retry import retrying
-from appliance.tables.datafiles import delete_files, live_data_files
+from appliance.tables.datafiles import delete_files, live_data_files, live_entries
 from appliance.tables.fastpath.appends import append_files
-from appliance.tables.fastpath.rewrites import rewrite_files
-from appliance.tables.fastpath.transactions import transaction
+from appliance.tables.fastpath.changes import FileChanges, commit_changes
+from appliance.tables.folding import FoldMap, live_deletes
 from appliance.tables.snapshots import (
     MAINTENANCE_KEY,
     RETENTION_DELETED_KEY,
@@ -68,27 +68,53 @@ def commit_files(
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     table = table.refresh()
-                    found = committed_offsets(table, stream_id)
-                    if found == offsets:
-                        return table, stream_snapshot_id(table, stream_id)  # our commit landed before the error
-                    if found != expected:
-                        raise OffsetsConflict(f"table {name} holds offsets {found} for this stream, "
-                                              f"expected {expected}")
+                    landed = already_committed(table, stream_id, expected, offsets)
+                    if landed is not None:
+                        return table, landed
                 table = append_files(table, files, props)
                 return table, table.current_snapshot().snapshot_id
     except CommitFailedException:
         raise CommitConflict(f"table {name}: commit failed {attempts} times in a row") from None
 
 
+def already_committed(table: Table, stream_id: str, expected: dict[int, int] | None,
+                      offsets: dict[int, int]) -> int | None:
+    """After a lost race, on fresh metadata: the snapshot id if our commit landed before the error
+    (the table holds `offsets`); None if the table still holds `expected` (retry); otherwise a second
+    engine writes the stream (OffsetsConflict)."""
+    found = committed_offsets(table, stream_id)
+    if found == offsets:
+        return stream_snapshot_id(table, stream_id)
+    if found != expected:
+        raise OffsetsConflict(f"table {'.'.join(table.name())} holds offsets {found} for this stream, "
+                              f"expected {expected}")
+    return None
+
+
 def _swap(table: Table, remove: list[DataFile], add: list[DataFile], label: Operation,
-          properties: dict[str, str]) -> Table:
-    """One snapshot (labelled `label`) without `remove` and with `add`; raises as PyIceberg does."""
-    tx = transaction(table)
-    rewrite_files(tx, table.io, remove, add, label, properties, carry=offsets_summary)
+          properties: dict[str, str], fold: FoldMap | None = None) -> Table:
+    """One snapshot (labelled `label`) without `remove` and with `add`, carrying the parent's stream
+    offsets. Position deletes committed since the rewrite read its files are carried over to the new
+    ones (`fold`), and delete files left naming no live data file are dropped in the same snapshot.
+    Raises RewriteConflict when a file to remove is gone, CommitFailedException on a lost race."""
+    entries = live_entries(table)
+    now = live_deletes(table, entries)
+    translated = fold.translate(table, now) if fold else []
+    gone = {f.file_path for f in remove}
+    live = {e.data_file.file_path for e in entries if e.data_file.content == DataFileContent.DATA} - gone
+    live |= {f.file_path for f in add}
+    changes = FileChanges(data=add, deletes=translated, removed=remove + now.removable(live))
+    extra = None
     if properties.get(MAINTENANCE_KEY) == "retention":  # in the same commit as the deletes
-        deleted = sum(f.record_count for f in remove) - sum(f.record_count for f in add)
-        tx.set_properties({RETENTION_DELETED_KEY: str(retention_deleted(table) + deleted)})
-    return tx.commit_transaction()
+        deleted = sum(f.record_count - len(now.positions.get(f.file_path, ())) for f in remove) \
+            - sum(f.record_count for f in add)
+        extra = {RETENTION_DELETED_KEY: str(retention_deleted(table) + deleted)}
+    carried = offsets_summary(table.metadata, table.metadata.current_snapshot_id)
+    try:
+        return commit_changes(table, changes, label, {**carried, **properties}, extra)
+    except BaseException:
+        delete_files(table, [f.file_path for f in translated])  # never referenced
+        raise
 
 
 def commit_rewrite(
@@ -99,6 +125,7 @@ def commit_rewrite(
     label: Operation,
     properties: dict[str, str],
     deadline: float = 300.0,
+    fold: FoldMap | None = None,
 ) -> Table:
     """Commit `remove` -> `add` as one snapshot; retried on fresh metadata while others commit.
 
@@ -111,8 +138,8 @@ def commit_rewrite(
         for attempt in retrying(CommitFailedException, f"rewrite of {name}", seconds=deadline):
             with attempt:
                 with commit_lock(settings, name):
-                    return _swap(table.refresh(), remove, add, label, properties)
-    except ValidationException as exc:
+                    return _swap(table.refresh(), remove, add, label, properties, fold)
+    except RewriteConflict as exc:
         delete_files(table, [f.file_path for f in add])
         raise RewriteConflict(f"table {name}: files to rewrite changed meanwhile ({exc})") from None
     except CommitFailedException as exc:

@@ -165,9 +165,11 @@ class Totals:
     """What the current snapshot's summary says of the whole table."""
 
     snapshot_id: int | None
-    rows: int
+    rows: int  # in the data files: rows deleted by position are counted until compaction folds them
     data_files: int
     size_bytes: int
+    delete_files: int = 0
+    position_deletes: int = 0
 
 
 def totals(table: Table) -> Totals:
@@ -178,6 +180,8 @@ def totals(table: Table) -> Totals:
         rows=int(summary.get("total-records", 0)),
         data_files=int(summary.get("total-data-files", 0)),
         size_bytes=int(summary.get("total-files-size", 0)),
+        delete_files=int(summary.get("total-delete-files", 0)),
+        position_deletes=int(summary.get("total-position-deletes", 0)),
     )
 
 

@@ -163,13 +163,15 @@ class SourceView:
     subject: str
     schema_evolution: str
     schemas: tuple[SchemaSeen, ...]
+    mode: str = "append"  # as `StreamDef.describe_mode` says it: "append", "upsert by id"...
 
 
 def source_view(state: StateStore, s: StreamDef) -> SourceView:
     seen = tuple(SchemaSeen(r["schema"], r["subject"] or "", r["version"], r["messages"] or 0, r["first_seen_at"],
                             r["last_seen_at"]) for r in state.seen_schemas(s.name))
     return SourceView(s.format, s.registry.display_url if s.registry else "",
-                      s.registry.masked_options() if s.registry else {}, s.subject, s.schema_evolution, seen)
+                      s.registry.masked_options() if s.registry else {}, s.subject, s.schema_evolution, seen,
+                      s.describe_mode())
 
 
 def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int = 60,
@@ -212,6 +214,9 @@ class StreamInfo:
     subject: str
     schema_evolution: str
     schemas_seen: list[SchemaSeen]
+    mode: str  # append, or upsert (with `key`, and `cdc` for change events)
+    key: list[str]
+    cdc: str
     table: str
     dead_letter_table: str
     starting_offsets: str
@@ -244,7 +249,7 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         name=s.name, id=s.id, phase=phase_of(s, status), topic=s.topic, bootstrap=s.kafka.bootstrap,
         kafka_options=s.kafka.masked_options(), format=s.format, schema_registry=source.registry,
         registry_options=source.registry_options, subject=source.subject, schema_evolution=s.schema_evolution,
-        schemas_seen=list(source.schemas), table=s.table,
+        schemas_seen=list(source.schemas), mode=s.mode, key=list(s.key), cdc=s.cdc, table=s.table,
         dead_letter_table=s.dead_letter_table, starting_offsets=s.starting_offsets, committed_offsets=offsets,
         rows_total=status.rows_total, dead_letter_total=status.dead_letter_total, lag=status.lag,
         last_commit_at=status.last_commit_at, last_error=status.last_error, recent_batches=batches,

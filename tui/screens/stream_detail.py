@@ -64,7 +64,7 @@ def source_text(source) -> str:
     """Format, registry, subject and the writer schema versions met; and the evolution setting."""
     if source is None:
         return ""
-    parts = [f"format [b]{escape(source.format)}[/b]"]
+    parts = [f"format [b]{escape(source.format)}[/b]", f"mode [b]{escape(source.mode)}[/b]"]
     if source.registry:
         parts.append(f"registry {escape(source.registry)}")
     if source.subject:

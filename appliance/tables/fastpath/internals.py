@@ -31,7 +31,6 @@ from pyiceberg.table.update import (
 from pyiceberg.table.update import (
     _update_table_metadata_log as update_table_metadata_log,  # noqa: F401
 )
-from pyiceberg.table.update.snapshot import _OverwriteFiles as OverwriteFiles
 
 # The private methods Floe's subclasses override or call, by class: a rename upstream would break
 # the fast path silently (an override no longer called), so each is checked by name.
@@ -39,12 +38,10 @@ HOOKS: dict[type, tuple[str, ...]] = {
     SqlCatalog: ("_convert_orm_to_iceberg", "_update_and_stage_table", "_write_metadata",
                  "_parse_metadata_version", "_load_file_io"),
     Transaction: ("_apply",),
-    OverwriteFiles: ("_summary", "_validate_concurrency"),
 }
 # The private attributes they read on instances (checked on live ones).
 ATTRIBUTES: dict[type, tuple[str, ...]] = {
     Transaction: ("_updates", "_table"),
-    OverwriteFiles: ("_transaction", "_operation", "_parent_snapshot_id"),
 }
 
 

@@ -164,9 +164,11 @@ class Manifests:
     # ---- writing -----------------------------------------------------------------------------
 
     def write_manifest(self, io: FileIO, path: str, metadata: TableMetadata, spec: PartitionSpec,
-                       entries: list[ManifestEntry], snapshot_id: int, sequence_number: int) -> ManifestFile:
-        """A data manifest of `entries`. ADDED entries of `snapshot_id` are written with their
-        sequence numbers left to inheritance; they are kept here with `sequence_number` filled in."""
+                       entries: list[ManifestEntry], snapshot_id: int, sequence_number: int,
+                       content: ManifestContent = ManifestContent.DATA) -> ManifestFile:
+        """A manifest of `entries`, all data files or all delete files (`content`). ADDED entries of
+        `snapshot_id` are written with their sequence numbers left to inheritance; they are kept here
+        with `sequence_number` filled in."""
         fmt = self._entry_format(metadata, spec)
         counts = {s: [0, 0] for s in ManifestEntryStatus}
         encoded, kept, seqs = [], [], []
@@ -186,12 +188,12 @@ class Manifests:
                                                 file_sequence_number=file_seq, data_file=data_file))
         data = fmt.avro.file(encoded, len(entries), {
             "schema": fmt.schema_json, "partition-spec": fmt.spec_json, "partition-spec-id": str(spec.spec_id),
-            "format-version": "2", "content": "data"})
+            "format-version": "2", "content": "deletes" if content == ManifestContent.DELETES else "data"})
         _write(io, path, data)
         self._put(self._entries, path, tuple(kept), self.KEPT_MANIFESTS)
         return ManifestFile.from_args(
             manifest_path=path, manifest_length=len(data), partition_spec_id=spec.spec_id,
-            content=ManifestContent.DATA, sequence_number=sequence_number,
+            content=content, sequence_number=sequence_number,
             min_sequence_number=min(seqs, default=sequence_number), added_snapshot_id=snapshot_id,
             added_files_count=counts[ManifestEntryStatus.ADDED][0],
             existing_files_count=counts[ManifestEntryStatus.EXISTING][0],

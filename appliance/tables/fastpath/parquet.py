@@ -124,9 +124,11 @@ def _write_unpartitioned(w: _Writer, table: pa.Table) -> list[DataFile]:
             writer.close()
         stats = data_file_statistics_from_parquet_metadata(
             parquet_metadata=writer.writer.metadata, stats_columns=w.stats_columns, parquet_column_mapping=w.column_ids)
-        files.append(DataFile.from_args(
+        data_file = DataFile.from_args(
             content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),
-            file_size_in_bytes=len(output), sort_order_id=None, spec_id=w.metadata.default_spec_id,
-            equality_ids=None, key_metadata=None, **stats.to_serialized_dict(),
-        ))
+            file_size_in_bytes=len(output), sort_order_id=None, equality_ids=None, key_metadata=None,
+            **stats.to_serialized_dict(),
+        )
+        data_file.spec_id = w.metadata.default_spec_id  # not a field of the struct: from_args drops it
+        files.append(data_file)
     return files

@@ -64,6 +64,7 @@ class MappingStep(ReportsFailures, VerticalScroll):
         self.described = ""  # where the columns came from
         self.inferring = False
         self.inferred: Mapping | None = None
+        self.proposed_key: tuple[str, ...] = ()  # the columns holding the sampled Kafka keys' fields
         self.sampled = 0
         self.columns: dict[str, EditedColumn] = {}  # row key -> column, in table order
         self.editing: str | None = None  # row key shown in the column editor
@@ -102,7 +103,7 @@ class MappingStep(ReportsFailures, VerticalScroll):
         registry starts over.
         """
         registry = form.registry()
-        key = (kafka.bootstrap, topic, form.format, registry.url if registry else "")
+        key = (kafka.bootstrap, topic, form.format, registry.url if registry else "", form.cdc)
         if key == self.key and (self.inferred is not None or self.inferring) and not again:
             return
         self.key = key
@@ -112,15 +113,16 @@ class MappingStep(ReportsFailures, VerticalScroll):
         self.set_create_error("")
         settings = self.app.settings
         self.status(f"Sampling up to {settings.sample_messages} messages of {topic} for the columns…")
-        self.infer(key, kafka, topic, form.format, registry, settings.sample_messages, settings.sample_timeout)
+        self.infer(key, kafka, topic, form.format, registry, settings.sample_messages, settings.sample_timeout,
+                   form.cdc)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="wizard-infer", description="wizard: infer mapping")
     def infer(self, key: tuple, kafka: KafkaSettings, topic: str, fmt: str, registry, count: int,
-              timeout: float) -> None:
+              timeout: float, cdc: str) -> None:
         try:
-            found = columns_for(kafka, topic, fmt, registry, count, timeout)
+            found = columns_for(kafka, topic, fmt, registry, count, timeout, cdc)
             result = MappingInferred(key, found.mapping, found.sampled, subject=found.subject,
-                                     described=found.described)
+                                     described=found.described, proposed_key=found.key)
         except Exception as exc:
             result = MappingInferred(key, None, error=failure(exc, kafka, registry)[0])
         if not get_current_worker().is_cancelled:
@@ -136,6 +138,7 @@ class MappingStep(ReportsFailures, VerticalScroll):
             return
         self.inferred, self.sampled = message.mapping, message.sampled
         self.subject, self.described = message.subject, message.described
+        self.proposed_key = message.proposed_key
         self.reset()
         self.post_message(ColumnsInferred())
 

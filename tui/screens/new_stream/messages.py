@@ -33,12 +33,13 @@ class SampleRead(Message):
 
 @dataclass
 class MappingInferred(Message):
-    key: tuple  # (bootstrap, topic, format, registry URL) it was asked for
+    key: tuple  # (bootstrap, topic, format, registry URL, change events) it was asked for
     mapping: Mapping | None
     sampled: int = 0
     error: str = ""
     subject: str = ""
     described: str = ""
+    proposed_key: tuple[str, ...] = ()  # the columns holding the Kafka key's fields
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The new-stream wizard: Source (Kafka), Target (Iceberg tables), Mapping (columns), Create.
+"""The new-stream wizard: Source (Kafka), Target (Iceberg tables), Mapping (columns), Key (for a stream that
+keeps each key's newest row), Create.
 
 The screen walks the steps (one module each) and creates the stream through
 `appliance.control.streams`, in a worker; a failure is shown next to the field it
@@ -20,14 +21,16 @@ from textual.widgets import (
     Header,
     Input,
     Label,
+    Select,
     Static,
 )
 
 from appliance.config.settings import Settings
-from appliance.control.fields import TARGET_FIELDS, failure
+from appliance.control.fields import TARGET_FIELDS, Field, failure
 from appliance.control.streams import StreamRequest
 from appliance.control.streams import create as create_stream
 from appliance.core.errors import MappingError
+from tui.screens.new_stream.key import KeyStep
 from tui.screens.new_stream.mapping import MappingStep
 from tui.screens.new_stream.messages import (
     ColumnsInferred,
@@ -40,14 +43,15 @@ from tui.screens.new_stream.target import TargetStep
 from tui.widgets.form import show_error
 from tui.workers import ReportsFailures
 
-STEPS = ("source", "target", "mapping")
-STEP_TITLES = ("Source", "Target", "Mapping")
+STEPS = ("source", "target", "mapping", "key")
+STEP_TITLES = ("Source", "Target", "Mapping", "Key")
 HINTS = (
     "Enter in a field loads the topics · Tab moves · Ctrl+N next · Esc cancels",
     "Checked as you type · Ctrl+B back · Ctrl+N next · Esc cancels",
-    "Enter/r rename · t type · Delete/x drop · Ctrl+S create · Esc cancels",
+    "Enter/r rename · t type · Delete/x drop · Ctrl+N next or Ctrl+S create · Esc cancels",
+    "Checked as you type · Ctrl+B back · Ctrl+S create · Esc cancels",
 )
-FIRST_FOCUS = ("#bootstrap", "#table", "#mapping-table")
+FIRST_FOCUS = ("#bootstrap", "#table", "#mapping-table", "#key")
 
 
 class NewStreamScreen(ReportsFailures, Screen[str | None]):
@@ -75,6 +79,7 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
             yield SourceStep(id="source", classes="step")
             yield TargetStep(id="target", classes="step")
             yield MappingStep(id="mapping", classes="step")
+            yield KeyStep(id="key-step", classes="step")
         with Horizontal(id="wizard-nav"):  # Cancel last: Tab from the last field reaches Next first
             yield Label("", id="nav-hint", markup=False)
             yield Button("Back", id="back")
@@ -99,6 +104,22 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
     def columns(self) -> MappingStep:
         return self.query_one(MappingStep)
 
+    @property
+    def keys(self) -> KeyStep:
+        return self.query_one(KeyStep)
+
+    @property
+    def last(self) -> int:
+        """The last step: Mapping for an append stream, Key for one that keeps each key's newest row."""
+        modes = self.query("#mode")
+        upsert = bool(modes) and str(modes.first(Select).value) != "append"
+        return len(STEPS) - 1 if upsert else len(STEPS) - 2
+
+    @property
+    def closing(self) -> MappingStep | KeyStep:
+        """The step that creates the stream, and says how that went."""
+        return self.keys if self.last == len(STEPS) - 1 else self.columns
+
     def kafka_options(self) -> dict[str, str]:
         """The librdkafka options the source step's form stands for."""
         return self.source.form().options()
@@ -110,26 +131,35 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
 
     def show_step(self, step: int) -> None:
         self.step = step
-        self.query_one(ContentSwitcher).current = STEPS[step]
-        parts = []
-        for i, title in enumerate(STEP_TITLES):
-            style = "bold reverse" if i == step else ("" if i < step else "dim")
-            parts.append(Text(f" {i + 1} {title} ", style=style))
-        self.query_one("#wizard-steps", Static).update(Text(" New stream   ").append_text(Text(" › ").join(parts)))
+        self.query_one(ContentSwitcher).current = "key-step" if STEPS[step] == "key" else STEPS[step]
+        self.show_steps()
         self.query_one("#back", Button).disabled = step == 0
-        self.query_one("#next", Button).display = step < len(STEPS) - 1
-        self.query_one("#create", Button).display = step == len(STEPS) - 1
         self.query_one("#nav-hint", Label).update(HINTS[step])
         self.query_one(FIRST_FOCUS[step]).focus()
+
+    def show_steps(self) -> None:
+        """The steps in the header (a Key step for a stream that keeps each key's newest row), and the
+        buttons of the step shown."""
+        parts = []
+        for i, title in enumerate(STEP_TITLES[:self.last + 1]):
+            style = "bold reverse" if i == self.step else ("" if i < self.step else "dim")
+            parts.append(Text(f" {i + 1} {title} ", style=style))
+        self.query_one("#wizard-steps", Static).update(Text(" New stream   ").append_text(Text(" › ").join(parts)))
+        self.query_one("#next", Button).display = self.step < self.last
+        self.query_one("#create", Button).display = self.step == self.last
         self.refresh_bindings()
+
+    @on(Select.Changed, "#mode")
+    def mode_changed(self) -> None:
+        self.show_steps()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "back":
             return self.step > 0
         if action == "next":
-            return self.step < len(STEPS) - 1
+            return self.step < self.last
         if action == "create":
-            return self.step == len(STEPS) - 1
+            return self.step == self.last
         return True
 
     def action_ignore(self) -> None:
@@ -163,6 +193,14 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
                 return
             self.show_step(2)
             self.show_mapping_summary()
+        elif self.step == 2 and self.last == 3:
+            if self.columns.check():
+                self.columns.set_create_error("fix the columns marked in red first")
+                return
+            form = self.source.form()
+            self.keys.prepare(self.columns.mapping() if self.columns.inferred is not None else None,
+                              self.columns.proposed_key, form.cdc)
+            self.show_step(3)
 
     @on(Button.Pressed, "#wizard-nav Button")
     def nav_pressed(self, event: Button.Pressed) -> None:
@@ -197,15 +235,15 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
     # ---- create ----
 
     def action_create(self) -> None:
-        if self.step != len(STEPS) - 1 or self.creating:
+        if self.step != self.last or self.creating:
             return
         request = self._request()
         if request is None:
             return
         self.creating = True
         self.query_one("#create", Button).disabled = True
-        self.columns.set_create_error("")
-        self.columns.status(f"Creating stream {request.name} and its tables…")
+        self.closing.set_create_error("")
+        self.closing.status(f"Creating stream {request.name} and its tables…")
         self.create(self.settings, request)
 
     def _request(self) -> StreamRequest | None:
@@ -231,10 +269,16 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
             return None
         table, dead_letter_table = self.target.names()
         form = self.source.form()
+        upsert = form.mode != "append"
+        if upsert and self.keys.check():
+            self.keys.set_create_error(f"the key: {self.keys.check()}")
+            return None
         return StreamRequest(name=self.target.stream_name(), kafka=kafka, topic=self.source.topic() or "",
                              table=table, dead_letter_table=dead_letter_table, mapping=mapping,
                              starting_offsets=self.target.starting_offsets(), format=form.format,
-                             registry=form.registry(), subject=columns.subject)
+                             registry=form.registry(), subject=columns.subject,
+                             mode="upsert" if upsert else "append", key=self.keys.key() if upsert else (),
+                             cdc=form.cdc, cdc_columns=self.keys.cdc_columns())
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="wizard-create", description="wizard: create stream")
     def create(self, settings: Settings, request: StreamRequest) -> None:
@@ -252,8 +296,10 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
         if not message.error:
             self.dismiss(message.name)
             return
-        self.columns.status("The stream was not created; nothing was changed. Fix the "
+        self.closing.status("The stream was not created; nothing was changed. Fix the "
                             "problem below (Back for names) and Create again.", error=True)
-        self.columns.set_create_error(message.error)
+        self.closing.set_create_error(message.error)
         if message.where in TARGET_FIELDS:  # also where Back leads
             show_error(self, message.where, message.error)
+        elif message.where == Field.KEY:
+            show_error(self.keys, "key", message.error)

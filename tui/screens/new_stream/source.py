@@ -24,6 +24,9 @@ from tui.screens.new_stream.messages import SampleRead, TopicChosen, TopicsListe
 from tui.widgets.form import field, show_error
 from tui.workers import ReportsFailures
 
+MODE_CHOICES = [("events: every message is a new row (append)", "append"),
+                ("states: each message is its key's newest row (upsert)", "upsert"),
+                ("Debezium change events (upsert by key)", "debezium")]
 PREVIEW_MESSAGES = 10
 PREVIEW_CHARS = 120
 TOPIC_HINT = " (Load topics lists the broker's topics)"
@@ -59,6 +62,8 @@ class SourceStep(ReportsFailures, VerticalScroll):
             yield field("Registry credentials", Input(password=True, placeholder="USER:PASSWORD",
                                                       id="registry-credentials"), "registry-credentials")
         with Horizontal(classes="row"):
+            yield field("The messages are", Select(MODE_CHOICES, value="append", allow_blank=False, id="mode"), "mode")
+        with Horizontal(classes="row"):
             yield field("Topic", Select([], prompt="Load topics first", id="topic"), "topic")
             with Horizontal(classes="actions"):
                 yield Button("Load topics", id="load-topics")
@@ -87,6 +92,7 @@ class SourceStep(ReportsFailures, VerticalScroll):
             format=str(self.query_one("#format", Select).value),
             registry_url=self._value("registry"),
             registry_credentials=self.query_one("#registry-credentials", Input).value,
+            mode=str(self.query_one("#mode", Select).value),
         )
 
     def _value(self, widget_id: str) -> str:

@@ -1,0 +1,190 @@
+"""`floe audit` of an upsert stream: the table against its topic, key by key.
+
+An upsert table holds each key's newest row, not every offset, so it is proven another way: the
+messages the topic still holds, from the stream's first offset (or the topic's low watermark) up
+to the committed position, are read and decoded as the engine decodes them (without the ones the
+dead-letter table holds: those changed nothing), each key's newest message is found, and the table
+must hold exactly that: every key once, each at its newest message's offset, no deleted key, and
+every message that does not decode in the dead-letter table. Keys whose messages have all left the
+topic cannot be checked; they are counted, not trusted. Nothing is written anywhere.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from appliance.auditor.report import AuditReport, PartitionAudit
+from appliance.config.settings import Settings
+from appliance.core.errors import QueryError
+from appliance.decode.formats import format_of
+from appliance.decode.keys import Keyed
+from appliance.decode.rows import decode_batch
+from appliance.kafka.client import KafkaClient, Watermarks
+from appliance.kafka.reader import Piece
+from appliance.model.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
+from appliance.model.keys import key_values
+from appliance.model.mapping import Mapping
+from appliance.model.stream import StreamDef
+from appliance.query.connection import one_line, open_connection
+
+CHUNK = 200_000  # messages read and decoded at a time
+EXAMPLES = 5
+GONE = None  # a key whose newest message deletes it
+
+
+@dataclass
+class KeyAudit:
+    """What the key-by-key check found (counts, and a few examples of each failure)."""
+
+    messages: int = 0  # read from the topic
+    keys: int = 0  # in the newest state the retained messages give
+    table_keys: int = 0
+    twice: list[str] = field(default_factory=list)  # keys held by more than one row
+    missing: list[str] = field(default_factory=list)  # a key the messages give, not in the table
+    stale: list[str] = field(default_factory=list)  # a key at another offset than its newest message's
+    deleted: list[str] = field(default_factory=list)  # a key deleted by its newest message, in the table
+    unexplained: list[str] = field(default_factory=list)  # a key in the table that no retained message gives
+    unchecked: int = 0  # table keys whose messages all left the topic
+    undelivered: list[str] = field(default_factory=list)  # messages that do not decode, not dead letters
+    truncated: set[int] = field(default_factory=set)  # partitions a truncate event was read from
+
+
+def audit_upserts(settings: Settings, stream: StreamDef, report: AuditReport, target, dead, mapping: Mapping,
+                  committed: dict[int, int], marks: dict[int, Watermarks]) -> KeyAudit:
+    audit = KeyAudit()
+    with closing(open_connection(settings)) as con:
+        dead_offsets = _pairs(con, dead, stream, f"{KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}")
+        table = _table_rows(con, target, stream)
+    newest, lows = _newest(settings, stream, mapping, committed, marks, dead_offsets, audit)
+    _compare(audit, newest, table, lows)
+    _describe(report, audit)
+    for p in sorted(set(committed) | set(marks)):
+        low = marks[p].low if p in marks else None
+        report.partitions.append(PartitionAudit(
+            p, stream.start_positions.get(p, 0), committed.get(p, 0), None, low,
+            marks[p].high if p in marks else None, sum(1 for _, (q, _) in table if q == p),
+            sum(1 for q, _ in dead_offsets if q == p), 0, 0))
+    return audit
+
+
+def _newest(settings: Settings, stream: StreamDef, mapping: Mapping, committed: dict[int, int],
+            marks: dict[int, Watermarks], dead_offsets: set[tuple[int, int]], audit: KeyAudit
+            ) -> tuple[dict[Any, tuple[int, int] | None], dict[int, int]]:
+    """Each key's newest message in what the topic retains: its (partition, offset), or GONE."""
+    fmt = format_of(stream)
+    keyed = Keyed(stream.key, tombstones_delete=not stream.cdc)
+    newest: dict[Any, tuple[int, int] | None] = {}
+    lows: dict[int, int] = {}
+    with KafkaClient(stream.kafka, group=stream.group, timeout=settings.sample_timeout) as client:
+        for p, end in sorted(committed.items()):
+            start = max(stream.start_positions.get(p, 0), marks[p].low if p in marks else 0)
+            lows[p] = start
+            while start < end:
+                raw, [result] = client.read(stream.topic, [Piece(p, start, min(end, start + CHUNK))],
+                                            settings.engine.fetch_timeout)
+                if result.error is not None and result.next_offset == start:
+                    raise result.error
+                start = result.next_offset
+                audit.messages += len(raw)
+                keep = [i for i, o in enumerate(raw.offsets) if (p, o) not in dead_offsets]
+                decoded = decode_batch(raw.take(keep), mapping, settings.engine.max_message_bytes, fmt=fmt,
+                                       evolve=False, keyed=keyed)
+                for q, o in zip(decoded.dead_letter.column(KAFKA_PARTITION.name).to_pylist(),
+                                decoded.dead_letter.column(KAFKA_OFFSET.name).to_pylist()):
+                    audit.undelivered.append(f"partition {q} offset {o}")
+                if decoded.truncated is not None:
+                    newest = {k: v for k, v in newest.items() if v is not GONE and v[0] != p}
+                    audit.truncated.add(p)
+                rows = decoded.target
+                for key, q, o in zip(key_values(rows, stream.key), rows.column(KAFKA_PARTITION.name).to_pylist(),
+                                     rows.column(KAFKA_OFFSET.name).to_pylist()):
+                    newest[key] = (q, o)
+                for key in key_values(decoded.deleted, stream.key):
+                    newest[key] = GONE
+    return newest, lows
+
+
+def _compare(audit: KeyAudit, newest: dict[Any, tuple[int, int] | None], table: list[tuple[Any, tuple[int, int]]],
+             lows: dict[int, int]) -> None:
+    held: dict[Any, list[tuple[int, int]]] = defaultdict(list)
+    for key, where in table:
+        held[key].append(where)
+    audit.table_keys = len(held)
+    audit.keys = sum(1 for v in newest.values() if v is not GONE)
+    for key, places in held.items():
+        if len(places) > 1:
+            audit.twice.append(f"{key!r} at {sorted(places)}")
+        want = newest.get(key, ...)
+        if want is ...:
+            p, o = places[0]
+            if o < lows.get(p, 0):
+                audit.unchecked += 1  # its messages left the topic: nothing to check it against
+            else:
+                audit.unexplained.append(f"{key!r} at partition {p} offset {o}")
+        elif want is GONE:
+            audit.deleted.append(f"{key!r} at {places[0]}")
+        elif want not in places:
+            audit.stale.append(f"{key!r}: the table holds {places[0]}, its newest message is {want}")
+    for key, where in newest.items():
+        if where is GONE or key in held:
+            continue
+        if audit.truncated and where[0] not in audit.truncated:
+            audit.unchecked += 1  # a truncate elsewhere may have removed it, depending on the batches
+        else:
+            audit.missing.append(f"{key!r} (newest message at {where})")
+
+
+def _describe(report: AuditReport, audit: KeyAudit) -> None:
+    for title, found in (("keys held by more than one row", audit.twice),
+                         ("keys missing from the table", audit.missing),
+                         ("keys not at their newest message's offset", audit.stale),
+                         ("deleted keys still in the table", audit.deleted),
+                         ("keys in the table that no retained message gives", audit.unexplained),
+                         ("messages that do not decode and are not in the dead-letter table", audit.undelivered)):
+            if found:
+                report.problems.append(f"{len(found):,} {title}, e.g. {'; '.join(found[:EXAMPLES])}")
+    report.notes.append(f"{audit.messages:,} retained messages read; {audit.keys:,} keys in their newest state, "
+                        f"{audit.table_keys:,} in the table")
+    if audit.unchecked:
+        report.notes.append(f"{audit.unchecked:,} keys of the table have no message left in the topic (their history "
+                            "expired): not checked")
+    if audit.truncated:
+        report.notes.append(f"truncate events read in partition(s) {sorted(audit.truncated)}: a key of another "
+                            "partition missing from the table is counted unchecked (which batch a truncate fell in "
+                            "decides)")
+
+
+def _scan_sql(table, stream: StreamDef, columns: str) -> str | None:
+    if table.current_snapshot() is None:
+        return None
+    location = table.metadata_location.replace("'", "''")
+    since = stream.created_at.replace("'", "''")
+    return (f"SELECT {columns} FROM iceberg_scan('{location}') "
+            f"WHERE {INGESTED_AT.name} >= TIMESTAMPTZ '{since}'")
+
+
+def _pairs(con, table, stream: StreamDef, columns: str) -> set[tuple[int, int]]:
+    sql = _scan_sql(table, stream, columns)
+    return set() if sql is None else set(map(tuple, _fetch(con, table, sql)))
+
+
+def _table_rows(con, table, stream: StreamDef) -> list[tuple[Any, tuple[int, int]]]:
+    keys = ", ".join(f'"{k}"' for k in stream.key)
+    sql = _scan_sql(table, stream, f"{keys}, {KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}")
+    if sql is None:
+        return []
+    arrow = con.execute(sql).to_arrow_table()
+    return list(zip(key_values(arrow, stream.key), zip(arrow.column(KAFKA_PARTITION.name).to_pylist(),
+                                                       arrow.column(KAFKA_OFFSET.name).to_pylist())))
+
+
+def _fetch(con, table, sql: str) -> list[tuple]:
+    try:
+        return con.execute(sql).fetchall()
+    except duckdb.Error as exc:
+        raise QueryError(f"reading {'.'.join(table.name())}: {one_line(exc)}") from None

@@ -1,0 +1,135 @@
+"""Keys of an upsert stream: each message's key, the tombstones' keys read from the Kafka key, and a
+batch reduced to the newest message of each key.
+
+Each message of an upsert stream is its key's full new row, or its deletion. Inside a task (which
+holds every message of its partitions' ranges: a key maps to one partition) only the newest message
+of a key matters: an upsert's row is written, a delete's key is handed to the driver, which places
+both against the table's index. Keys travel as plain Python values, as Arrow's `to_pylist` gives
+them (a tuple when there are several key columns), which is also how the index reads them back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from appliance.decode.convert import Problem, convert_values
+from appliance.decode.parsed import MessageFormat, Op
+from appliance.model.mapping import Column, Mapping
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """How an upsert stream's messages are keyed: its key columns (mapped columns, in order), and
+    whether a tombstone (a null value) deletes its key (`upsert`) or is a no-op (Debezium's, after a
+    delete)."""
+
+    columns: tuple[str, ...]
+    tombstones_delete: bool = True
+
+    def key_columns(self, mapping: Mapping) -> list[Column]:
+        by_name = {c.name: c for c in mapping.columns}
+        return [by_name[name] for name in self.columns if name in by_name]
+
+
+def missing_key(table: pa.Table, columns: tuple[str, ...]) -> list[tuple[int, str]]:
+    """Rows whose key is incomplete (a key column null), with the reason."""
+    out: list[tuple[int, str]] = []
+    for name in columns:
+        nulls = table.column(name).is_null().to_pylist()
+        out += [(i, f"key column {name!r} is null: the row has no key") for i, null in enumerate(nulls) if null]
+    return sorted(dict(out).items())
+
+
+def tombstone_keys(keys: list[bytes | None], fmt: MessageFormat | None, columns: list[Column],
+                   max_message_bytes: int) -> tuple[list[pa.Array], list[int], dict[int, str]]:
+    """The key columns' values of tombstones, read from their Kafka keys: a JSON object holding them
+    (by the column's source path, else its name), the bare JSON value when there is one key column,
+    or a registry-framed Avro or Protobuf record. Returns the arrays, the positions (in `keys`) they
+    hold, and the positions whose key cannot be read, with the reason."""
+    bad: dict[int, str] = {}
+    rows: dict[int, list[Any]] = {}
+    framed = [i for i, k in enumerate(keys) if k and k[0] == 0 and fmt is not None and fmt.name != "json"]
+    if framed:
+        parsed = fmt.parse([keys[i] for i in framed], max_message_bytes,
+                           Mapping(tuple(Column(c.name, c.type, c.source) for c in columns)))
+        found = parsed.values(columns)
+        found = [f.to_pylist() if isinstance(f, (pa.Array, pa.ChunkedArray)) else f for f in found]
+        for j, reason in ((j, reason) for j, _, reason in parsed.bad):
+            bad[framed[j]] = f"Kafka key: {reason}"
+        for n, j in enumerate(parsed.good):
+            rows[framed[j]] = [None if f is None else f[n] for f in found]
+    for i, key in enumerate(keys):
+        if i in rows or i in bad or i in framed:
+            continue
+        row, reason = _json_key(key, columns)
+        if reason:
+            bad[i] = reason
+        else:
+            rows[i] = row
+    for i, row in rows.items():
+        missing = [c.name for c, v in zip(columns, row) if v is None]
+        if missing:
+            bad[i] = f"tombstone's Kafka key has no {', '.join(missing)}: it names no row to delete"
+    order = sorted(i for i in rows if i not in bad)
+    errors: dict[int, Problem] = {}
+    arrays = [convert_values(c, [rows[i][k] for i in order], len(order), errors) for k, c in enumerate(columns)]
+    for j, problem in errors.items():
+        bad[order[j]] = f"tombstone's Kafka key: {problem.message}"
+    if errors:
+        keep = pa.array([j not in errors for j in range(len(order))])
+        arrays = [a.filter(keep) for a in arrays]
+        order = [i for j, i in enumerate(order) if j not in errors]
+    return arrays, order, bad
+
+
+def _json_key(key: bytes | None, columns: list[Column]) -> tuple[list[Any], str]:
+    if not key:
+        return [], "tombstone without a Kafka key: it names no row to delete"
+    try:
+        value = orjson.loads(key[5:] if key[0] == 0 and len(key) >= 5 else key)
+    except orjson.JSONDecodeError as exc:
+        return [], f"tombstone's Kafka key is not JSON: {exc}"
+    if isinstance(value, dict) and "payload" in value and "schema" in value:  # Kafka Connect's JsonConverter
+        value = value["payload"]
+    if isinstance(value, dict):
+        return [_at(value, c.source) if _at(value, c.source) is not None else value.get(c.name) for c in columns], ""
+    if len(columns) == 1 and not isinstance(value, (list, dict)):
+        return [value], ""
+    return [], f"tombstone's Kafka key is {type(value).__name__}, not an object holding the key columns"
+
+
+def _at(obj: dict, path: tuple[str, ...]) -> Any:
+    for step in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(step)
+    return obj
+
+
+def newest_per_key(keys: list[Any], ops: list[Op], partitions: list[int], offsets: list[int]
+                   ) -> tuple[list[int], list[int], tuple[int, int] | None]:
+    """Rows to write (the newest upsert of each key) and rows whose key to delete (the newest is a
+    delete), by position in the batch; and the last truncate, as (partition, offset).
+
+    `keys`, `ops`, `partitions` and `offsets` are in each partition's offset order, so the last
+    message of a key is its newest. Rows before a truncate in its partition are dropped; those of
+    other partitions in the batch are kept (Kafka orders no two partitions).
+    """
+    truncate: tuple[int, int] | None = None
+    for i, op in enumerate(ops):
+        if op is Op.TRUNCATE:
+            truncate = (partitions[i], offsets[i])
+    newest: dict[Any, int] = {}
+    for i, key in enumerate(keys):
+        if ops[i] is Op.TRUNCATE:
+            continue
+        if truncate is not None and partitions[i] == truncate[0] and offsets[i] < truncate[1]:
+            continue
+        newest[key] = i
+    write = sorted(i for i in newest.values() if ops[i] is Op.UPSERT)
+    delete = sorted(i for i in newest.values() if ops[i] is Op.DELETE)
+    return write, delete, truncate

@@ -1,0 +1,107 @@
+"""Position-delete files (Iceberg v2): which rows of which data files are gone, by position.
+
+The spec's layout: Parquet with `file_path` (field id 2147483546) and `pos` (2147483545), sorted
+by both; one file per partition of the data files it names. Their column bounds are kept whole
+(not truncated), so a reader can tell from the manifest alone which data files a delete file can
+touch. Every reader Floe's users have (DuckDB, PyIceberg, Java Iceberg) applies them; PyIceberg
+writes none, so Floe writes its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import Record
+
+FILE_PATH_ID, POS_ID = 2147483546, 2147483545
+SCHEMA = pa.schema([
+    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
+    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
+])
+
+
+def _long(n: int) -> bytes:
+    return int(n).to_bytes(8, "little", signed=True)
+
+
+def write_position_deletes(metadata: TableMetadata, io: FileIO, paths: Iterable[str], positions: Iterable[int],
+                           spec_id: int, partition: Record) -> DataFile:
+    """One delete file of the rows at (`paths[i]`, `positions[i]`), data files all of `partition`."""
+    rows = pa.table([pa.array(paths, pa.string()), pa.array(positions, pa.int64())], schema=SCHEMA)
+    rows = rows.take(pc.sort_indices(rows, [("file_path", "ascending"), ("pos", "ascending")]))
+    locations = load_location_provider(metadata.location, metadata.properties)
+    path = locations.new_data_location(f"floe-deletes-{uuid.uuid4()}.parquet")
+    output = io.new_output(path)
+    with output.create(overwrite=False) as stream:
+        writer = pq.ParquetWriter(stream, SCHEMA, compression="zstd")
+        writer.write_table(rows)
+        writer.close()
+    files, offsets = rows.column(0), rows.column(1)
+    written = writer.writer.metadata
+    sizes = {FILE_PATH_ID: 0, POS_ID: 0}
+    for g in range(written.num_row_groups):
+        sizes[FILE_PATH_ID] += written.row_group(g).column(0).total_compressed_size
+        sizes[POS_ID] += written.row_group(g).column(1).total_compressed_size
+    count = rows.num_rows
+    f = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
+        partition=partition, record_count=count, file_size_in_bytes=len(output),
+        column_sizes=sizes, value_counts={FILE_PATH_ID: count, POS_ID: count},
+        null_value_counts={FILE_PATH_ID: 0, POS_ID: 0}, nan_value_counts={},
+        lower_bounds={FILE_PATH_ID: files[0].as_py().encode(), POS_ID: _long(pc.min(offsets).as_py())},
+        upper_bounds={FILE_PATH_ID: files[-1].as_py().encode(), POS_ID: _long(pc.max(offsets).as_py())},
+        key_metadata=None, split_offsets=None, equality_ids=None, sort_order_id=None,
+    )
+    f.spec_id = spec_id
+    return f
+
+
+def write_deletes_by_partition(metadata: TableMetadata, io: FileIO, doomed: dict[str, list[int] | np.ndarray],
+                               files: dict[str, DataFile]) -> list[DataFile]:
+    """Delete files for `doomed` (data file path -> positions), one per partition of those data files
+    (`files` says each one's spec and partition)."""
+    groups: dict[tuple[int, Any], list[str]] = defaultdict(list)
+    for path, positions in doomed.items():
+        if len(positions):
+            f = files[path]
+            groups[(f.spec_id, f.partition)].append(path)
+    out = []
+    for (spec_id, partition), paths in groups.items():
+        flat_paths = [p for p in paths for _ in range(len(doomed[p]))]
+        flat_positions = np.concatenate([np.asarray(doomed[p], dtype=np.int64) for p in paths])
+        out.append(write_position_deletes(metadata, io, flat_paths, flat_positions, spec_id, partition))
+    return out
+
+
+def read_position_deletes(io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
+    """Each data file path the delete file names, with its deleted positions (sorted)."""
+    with io.new_input(delete_file.file_path).open() as stream:
+        rows = pq.read_table(stream, columns=["file_path", "pos"])
+    if not rows.num_rows:
+        return {}
+    paths = rows.column("file_path").combine_chunks().dictionary_encode()
+    positions = rows.column("pos").to_numpy()
+    codes = paths.indices.to_numpy()
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(paths.dictionary) + 1))
+    return {paths.dictionary[k].as_py(): np.sort(positions[order[bounds[k]:bounds[k + 1]]])
+            for k in range(len(paths.dictionary)) if bounds[k + 1] > bounds[k]}
+
+
+def referenced_paths(delete_file: DataFile) -> tuple[str, str] | None:
+    """The range of data file paths a delete file can name, from its manifest bounds (None: unknown)."""
+    lower = (delete_file.lower_bounds or {}).get(FILE_PATH_ID)
+    upper = (delete_file.upper_bounds or {}).get(FILE_PATH_ID)
+    if lower is None or upper is None:
+        return None
+    return lower.decode(), upper.decode()

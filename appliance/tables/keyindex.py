@@ -1,0 +1,174 @@
+"""Where each key's current row is, in an upsert table: key -> (data file, row position).
+
+An upsert commit must delete by position the row each new row replaces, so it must know where
+that row is. The index is built from the table itself (every live data file's key columns, less
+the rows its position deletes remove) and then kept by the commits of the process that built it;
+it records the snapshot it reflects, and when the table's current snapshot is another (a
+compaction, a retention run, any other writer), it is built again from the table: never trusted
+over it. It lives in memory, in the engine: a restart rebuilds it (about a second per million
+keys, BENCHMARKS.md).
+
+A key found live twice (a writer that is not Floe, say) keeps its newest row (the data file of
+the higher sequence number, then the later position); the others are deleted by the next commit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
+from pyiceberg.table import Table
+
+from appliance.model.keys import key_values
+from appliance.tables.datafiles import live_entries
+from appliance.tables.fastpath.deletes import read_position_deletes
+
+POSITION_BITS = 32  # a location is (file number << 32) | row position: one int per key
+
+
+@dataclass
+class UpsertPlan:
+    """What one commit does to the index: rows to delete by position, and each key's new place."""
+
+    doomed: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))  # path -> positions
+    moved: dict[Any, int | None] = field(default_factory=dict)  # key -> new location, or None: deleted
+    truncate: bool = False  # every row before this commit's goes (its files are removed whole)
+    replaced: int = 0  # rows of earlier commits that this one replaces or deletes
+
+
+class KeyIndex:
+    """One upsert table's keys. Not thread-safe: the stream's worker owns it."""
+
+    def __init__(self, columns: tuple[str, ...]) -> None:
+        self.columns = columns
+        self.snapshot_id: int | None = None  # the table snapshot it reflects; None: not built
+        self.built = False
+        self._rows: dict[Any, int] = {}
+        self._paths: list[str] = []
+        self._numbers: dict[str, int] = {}
+        self.files: dict[str, DataFile] = {}  # the live data files, for their spec and partition
+        self.duplicates: dict[str, list[int]] = {}  # rows of keys found twice: deleted by the next commit
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def reflects(self, table: Table) -> bool:
+        current = table.current_snapshot()
+        return self.built and self.snapshot_id == (current.snapshot_id if current else None)
+
+    def forget(self) -> None:
+        """After a failed commit or an error: the next one rebuilds from the table."""
+        self.built = False
+
+    # ---- building ---------------------------------------------------------------------------------
+
+    def build(self, table: Table) -> None:
+        """Every live key of `table`'s current snapshot, from its data and position-delete files."""
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io.pyarrow import ArrowScan
+        from pyiceberg.table import FileScanTask
+
+        current = table.current_snapshot()
+        entries = live_entries(table)
+        data = sorted((e for e in entries if e.data_file.content == DataFileContent.DATA),
+                      key=lambda e: (e.sequence_number or 0, e.data_file.file_path))
+        deleted = _deleted_positions(table, entries)
+        self._rows, self._paths, self._numbers, self.files, self.duplicates = {}, [], {}, {}, defaultdict(list)
+        scan = ArrowScan(table.metadata, table.io, table.schema().select(*self.columns), AlwaysTrue())
+        for entry in data:
+            f = entry.data_file
+            self.files[f.file_path] = f
+            keys = key_values(scan.to_table([FileScanTask(f)]), self.columns) if f.record_count else []
+            alive = np.ones(len(keys), dtype=bool)
+            for positions in deleted.get(f.file_path, ()):
+                if positions[1] >= (entry.sequence_number or 0):  # a delete applies to older-or-equal data
+                    alive[positions[0][positions[0] < len(keys)]] = False
+            self._add(f.file_path, keys, alive)
+        self.duplicates = dict(self.duplicates)
+        self.snapshot_id = current.snapshot_id if current else None
+        self.built = True
+
+    def _add(self, path: str, keys: list[Any], alive: np.ndarray) -> None:
+        base = self._number(path) << POSITION_BITS
+        live = np.flatnonzero(alive).tolist()
+        found = {keys[pos]: base | pos for pos in live}
+        if len(found) < len(live):  # a key twice in one file: the later position stays
+            seen: dict[Any, int] = {}
+            for pos in live:
+                if keys[pos] in seen:
+                    self.duplicates[path].append(seen[keys[pos]])
+                seen[keys[pos]] = pos
+        for key in found.keys() & self._rows.keys():
+            old_path, old_pos = self.locate_packed(self._rows[key])
+            self.duplicates.setdefault(old_path, []).append(old_pos)
+        self._rows.update(found)
+
+    def _number(self, path: str) -> int:
+        number = self._numbers.get(path)
+        if number is None:
+            number = self._numbers[path] = len(self._paths)
+            self._paths.append(path)
+        return number
+
+    def locate_packed(self, location: int) -> tuple[str, int]:
+        return self._paths[location >> POSITION_BITS], location & ((1 << POSITION_BITS) - 1)
+
+    def locate(self, key: Any) -> tuple[str, int] | None:
+        location = self._rows.get(key)
+        return None if location is None else self.locate_packed(location)
+
+    # ---- a commit ---------------------------------------------------------------------------------
+
+    def plan(self, written: Iterable[tuple[DataFile, list[Any]]], deleted: Iterable[Any],
+             truncate: bool = False) -> UpsertPlan:
+        """The position deletes and new places of a commit that writes `written` (each new data file
+        with the keys of its rows, in order) and deletes the keys `deleted`. The index itself changes
+        only once the commit has landed (`landed`)."""
+        plan = UpsertPlan(truncate=truncate)
+        rows, doomed, moved = ({} if truncate else self._rows), plan.doomed, plan.moved
+        if not truncate:
+            for path, positions in self.duplicates.items():
+                doomed[path].extend(positions)
+        for f, keys in written:
+            base = self._number(f.file_path) << POSITION_BITS
+            for pos, key in enumerate(keys):
+                old = moved.get(key, rows.get(key))
+                if old is not None:  # replaced: the earlier row goes, even one of this same commit
+                    path, at = self.locate_packed(old)
+                    doomed[path].append(at)
+                moved[key] = base | pos
+        for key in deleted:
+            old = moved.get(key, rows.get(key))
+            if old is not None:
+                path, at = self.locate_packed(old)
+                doomed[path].append(at)
+            moved[key] = None
+        plan.replaced = sum(len(p) for p in doomed.values())
+        return plan
+
+    def landed(self, plan: UpsertPlan, written: Iterable[DataFile], snapshot_id: int) -> None:
+        """The commit of `plan` landed as `snapshot_id`: the index now reflects it."""
+        if plan.truncate:
+            self._rows, self.files = {}, {}
+        self.duplicates = {}
+        for f in written:
+            self.files[f.file_path] = f
+        for key, location in plan.moved.items():
+            if location is None:
+                self._rows.pop(key, None)
+            else:
+                self._rows[key] = location
+        self.snapshot_id = snapshot_id
+
+
+def _deleted_positions(table: Table, entries: list[ManifestEntry]) -> dict[str, list[tuple[np.ndarray, int]]]:
+    """Each data file's deleted positions, per live position-delete file, with that file's sequence number."""
+    out: dict[str, list[tuple[np.ndarray, int]]] = defaultdict(list)
+    for e in entries:
+        if e.data_file.content == DataFileContent.POSITION_DELETES:
+            for path, positions in read_position_deletes(table.io, e.data_file).items():
+                out[path].append((positions, e.sequence_number or 0))
+    return out

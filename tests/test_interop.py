@@ -1,0 +1,70 @@
+"""What Floe writes, read back by the reference Java Iceberg implementation (Iceberg 1.10 on Spark 3.5, in
+a virtualenv of its own: scripts/javaiceberg/), and compared with DuckDB's and PyIceberg's reading."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import orjson
+
+from appliance.config.settings import load_settings
+from appliance.tables.catalog import Catalog
+
+from conftest import ROOT, floe
+
+JAVA = ROOT / ".javaiceberg" / ".venv" / "bin" / "python"
+READ = ROOT / "scripts" / "javaiceberg" / "read.py"
+
+
+def java(metadata_location: str, sql: str = "", meta: str = "") -> list[dict]:
+    """Rows Java Iceberg reads: of `sql` over the table `t`, or of a metadata table."""
+    args = [str(JAVA), str(READ), metadata_location, "--json"] + (["--sql", sql] if sql else []) + \
+        (["--meta", meta] if meta else [])
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def duckdb_rows(sql: str) -> list[dict]:
+    result = floe("query", sql, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_java_iceberg_reads_an_upsert_table_with_position_deletes_as_duckdb_and_pyiceberg_do(broker, topic,
+                                                                                             floe_home):
+    producer = broker.producer()
+
+    def send(key: int, value: dict | None) -> None:
+        producer.produce(topic, key=orjson.dumps({"id": key}), value=None if value is None else orjson.dumps(value),
+                         partition=key % 4)
+
+    for i in range(200):
+        send(i % 50, {"id": i % 50, "name": f"a{i}", "n": i})
+    assert producer.flush(30) == 0
+    assert floe("stream", "create", "j", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.j",
+                "--mode", "upsert", "--key", "id").returncode == 0
+    assert floe("run", "--until-caught-up").returncode == 0
+    for i in range(60):
+        send(i % 30, {"id": i % 30, "name": f"b{i}", "n": 1000 + i})
+    for key in (40, 41, 42):
+        send(key, None)
+    assert producer.flush(30) == 0
+    assert floe("run", "--until-caught-up").returncode == 0
+
+    sql = "select id, name, n from {t} order by id"
+    for compacted in (False, True):
+        table = Catalog(load_settings()).table("ingest.j")
+        ours = duckdb_rows(sql.format(t="ingest.j"))
+        assert len(ours) == 47
+        assert java(table.metadata_location, sql.format(t="t")) == ours
+        assert sorted(table.scan(selected_fields=("id", "name", "n")).to_arrow().to_pylist(),
+                      key=lambda r: r["id"]) == ours
+        deletes = java(table.metadata_location, meta="delete_files")
+        if compacted:
+            assert deletes == []
+        else:
+            assert deletes and all(d["content"] == 1 for d in deletes), "position deletes, as Java sees them"
+            assert sum(d["record_count"] for d in deletes) == 30 + 3  # the 30 keys replaced, the 3 deleted
+            assert floe("maintain", "ingest.j", "--compact").returncode == 0

@@ -1,0 +1,186 @@
+"""The parts of an upsert commit, without a broker: keys and tombstones decoded, a batch reduced to each
+key's newest message, Debezium envelopes, position-delete files as the spec lays them out (read back by
+PyIceberg and DuckDB), the key index, and deletes carried through a rewrite."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.manifest import DataFileContent
+from pyiceberg.schema import Schema
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.types import LongType, NestedField, StringType
+
+from appliance.config.settings import ensure_home, load_settings
+from appliance.core.errors import MappingError
+from appliance.decode.debezium import CDC_COLUMNS, DebeziumFormat
+from appliance.decode.keys import Keyed, newest_per_key
+from appliance.decode.parsed import Op
+from appliance.decode.rows import decode_batch
+from appliance.kafka.records import RawBatch
+from appliance.model.keys import check_key
+from appliance.model.mapping import Column, Mapping
+from appliance.query.connection import run_query
+from appliance.tables.catalog import Catalog, table_properties
+from appliance.tables.datafiles import TableTarget, write_data_files
+from appliance.tables.fastpath.changes import FileChanges, commit_changes
+from appliance.tables.fastpath.deletes import FILE_PATH_ID, POS_ID, read_position_deletes, write_position_deletes
+from appliance.tables.folding import FoldMap, live_deletes
+from appliance.tables.keyindex import KeyIndex
+from appliance.tables.upserts import KeyedRows, commit_upsert
+
+MAPPING = Mapping((Column("id", "long", ("id",)), Column("name", "string", ("name",))))
+
+
+def batch(messages: list[tuple[int, int, bytes | None, bytes | None]]) -> RawBatch:
+    """(partition, offset, key, value) each."""
+    return RawBatch([m[0] for m in messages], [m[1] for m in messages], [1_700_000_000_000] * len(messages),
+                    [m[2] for m in messages], [m[3] for m in messages], [[] for _ in messages])
+
+
+def row(key: int, name: str) -> bytes:
+    return orjson.dumps({"id": key, "name": name})
+
+
+def test_a_batch_keeps_each_keys_newest_message_and_the_keys_deleted():
+    decoded = decode_batch(batch([
+        (0, 0, b'{"id":1}', row(1, "a")), (0, 1, b'{"id":2}', row(2, "b")), (0, 2, b'{"id":1}', row(1, "a2")),
+        (0, 3, b'{"id":2}', None),  # a tombstone: its key from the Kafka key
+        (1, 0, b"5", None),  # a bare Kafka key, one key column
+        (1, 1, b'{"id":6}', None), (1, 2, b'{"id":6}', row(6, "back")),  # deleted, then back
+        (1, 3, b'{"id":9}', orjson.dumps({"name": "keyless"})),
+        (1, 4, None, None), (1, 5, b'{"other":1}', None), (1, 6, b"{bad", None),
+    ]), MAPPING, 10_000, keyed=Keyed(("id",)))
+    assert decoded.target.select(["id", "name", "_kafka_offset"]).to_pylist() == [
+        {"id": 1, "name": "a2", "_kafka_offset": 2}, {"id": 6, "name": "back", "_kafka_offset": 2}]
+    assert sorted(decoded.deleted.column("id").to_pylist()) == [2, 5]
+    dead = {(r["_kafka_partition"], r["_kafka_offset"]): r["error_message"]
+            for r in decoded.dead_letter.select(["_kafka_partition", "_kafka_offset", "error_message"]).to_pylist()}
+    assert set(dead) == {(1, 3), (1, 4), (1, 5), (1, 6)}
+    assert "key column 'id' is null" in dead[(1, 3)] and "without a Kafka key" in dead[(1, 4)]
+    assert "has no id" in dead[(1, 5)] and "not JSON" in dead[(1, 6)]
+
+
+def test_a_truncate_drops_what_came_before_it_in_its_partition():
+    keys, ops = [1, 2, None, 3, 4], [Op.UPSERT, Op.UPSERT, Op.TRUNCATE, Op.UPSERT, Op.UPSERT]
+    write, delete, truncate = newest_per_key(keys, ops, [0, 1, 0, 0, 1], [0, 0, 1, 2, 1])
+    assert truncate == (0, 1) and delete == []
+    assert [keys[i] for i in write] == [2, 3, 4]  # key 1 came before the truncate in partition 0
+
+
+def test_debezium_json_events_with_and_without_the_connect_wrapper():
+    def event(op, before=None, after=None, wrap=False):
+        body = {"op": op, "before": before, "after": after, "source": {"ts_ms": 1_700_000_000_000, "lsn": 77},
+                "ts_ms": 1_700_000_000_500}
+        return orjson.dumps({"schema": {"type": "struct"}, "payload": body} if wrap else body)
+
+    mapping = Mapping((*MAPPING.columns, *CDC_COLUMNS))
+    decoded = decode_batch(batch([
+        (0, 0, None, event("r", after={"id": 1, "name": "snap"})),
+        (0, 1, None, event("u", {"id": 1, "name": "snap"}, {"id": 1, "name": "new"}, wrap=True)),
+        (0, 2, None, event("c", after={"id": 2, "name": "x"})),
+        (0, 3, None, event("d", before={"id": 2, "name": 12345})),  # a bad `name` in before: still deleted
+        (0, 4, b'{"id":2}', None),  # Debezium's tombstone after a delete: nothing to do
+        (0, 5, None, event("z")), (0, 6, None, b'{"after": {}}'),
+    ]), mapping, 10_000, fmt=DebeziumFormat(None, ("id",), cdc_columns=True),
+        keyed=Keyed(("id",), tombstones_delete=False))
+    rows = decoded.target.select(["id", "name", "_cdc_op", "_cdc_position"]).to_pylist()
+    assert rows == [{"id": 1, "name": "new", "_cdc_op": "u", "_cdc_position": "77"}]
+    assert decoded.target.column("_cdc_ts")[0].as_py().timestamp() == 1_700_000_000
+    assert decoded.deleted.column("id").to_pylist() == [2] and decoded.skipped == 1
+    assert decoded.dead_letter.column("_kafka_offset").to_pylist() == [5, 6]
+
+
+def test_a_key_is_mapped_columns_of_exact_types():
+    assert check_key(MAPPING, ("id",)) == ("id",)
+    for key, said in ((("nope",), "not a column"), (("id", "id"), "twice"), ((), "needs a key")):
+        with pytest.raises(MappingError, match=said):
+            check_key(MAPPING, key)
+    with pytest.raises(MappingError, match="a key is one of"):
+        check_key(Mapping((Column("x", "double", ("x",)),)), ("x",))
+
+
+@pytest.fixture
+def table(floe_home):
+    settings = load_settings()
+    ensure_home(settings)
+    catalog = Catalog(settings)
+    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(),
+                                                                                 required=False))
+    catalog.iceberg.create_namespace("n")
+    return catalog.iceberg.create_table("n.t", schema, properties={"format-version": "2",
+                                                                   **table_properties(settings)})
+
+
+def data(table, ids: list[int], name: str):
+    return write_data_files(TableTarget.of(table), pa.table({"id": pa.array(ids, pa.int64()),
+                                                              "name": [f"{name}{i}" for i in ids]}))
+
+
+def test_position_delete_files_are_as_the_spec_lays_them_out_and_every_reader_applies_them(table):
+    files = data(table, [1, 2, 3, 4], "a")
+    table = commit_changes(table, FileChanges(data=files), Operation.APPEND, {})
+    path = files[0].file_path
+    written = write_position_deletes(table.metadata, table.io, [path, path], [3, 1], table.metadata.default_spec_id,
+                                     files[0].partition)
+    with table.io.new_input(written.file_path).open() as stream:
+        layout = pq.read_table(stream)
+    assert layout.schema.field("file_path").metadata[b"PARQUET:field_id"] == str(FILE_PATH_ID).encode()
+    assert layout.schema.field("pos").metadata[b"PARQUET:field_id"] == str(POS_ID).encode()
+    assert layout.column("pos").to_pylist() == [1, 3], "sorted by file_path, then pos"
+    assert written.content == DataFileContent.POSITION_DELETES and written.record_count == 2
+    assert written.lower_bounds[FILE_PATH_ID] == written.upper_bounds[FILE_PATH_ID] == path.encode()
+    assert np.array_equal(read_position_deletes(table.io, written)[path], [1, 3])
+    table = commit_changes(table, FileChanges(deletes=[written]), Operation.DELETE, {})
+    manifests = table.current_snapshot().manifests(table.io)
+    assert sorted(int(m.content) for m in manifests) == [0, 1], "one data and one delete manifest"
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 3]
+    found = run_query(load_settings(), "select id from n.t order by id")
+    assert found.column("id").to_pylist() == [1, 3]
+
+
+def test_the_key_index_is_the_table_and_a_commit_deletes_the_rows_it_replaces(table):
+    table = commit_changes(table, FileChanges(data=data(table, [1, 2, 3], "a")), Operation.APPEND, {})
+    index = KeyIndex(("id",))
+    newer = data(table, [2, 4], "b")
+    table, done = commit_upsert(table, index, KeyedRows([(newer[0], [2, 4])], deleted=[3]), "s", "t", None, {0: 9})
+    assert done.replaced == 2  # key 2's first row, and key 3
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "name": "a1"}, {"id": 2, "name": "b2"}, {"id": 4, "name": "b4"}]
+    assert index.reflects(table) and index.locate(2) == (newer[0].file_path, 0)
+    rebuilt = KeyIndex(("id",))
+    rebuilt.build(table)
+    assert {k: rebuilt.locate(k) for k in (1, 2, 3, 4)} == {k: index.locate(k) for k in (1, 2, 3, 4)}
+
+
+def test_a_key_found_twice_keeps_its_newest_row_and_the_next_commit_deletes_the_other(table):
+    table = commit_changes(table, FileChanges(data=data(table, [1, 2], "a")), Operation.APPEND, {})
+    table = commit_changes(table, FileChanges(data=data(table, [2], "b")), Operation.APPEND, {})  # not Floe's
+    index = KeyIndex(("id",))
+    index.build(table)
+    assert len(index) == 2 and sum(map(len, index.duplicates.values())) == 1
+    table, _ = commit_upsert(table, index, KeyedRows(), "s", "t", None, {0: 1})
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "name": "a1"}, {"id": 2, "name": "b2"}]
+
+
+def test_deletes_committed_during_a_rewrite_are_carried_to_its_new_files(table):
+    first, second = data(table, [1, 2, 3], "a"), data(table, [4, 5], "a")
+    table = commit_changes(table, FileChanges(data=first + second), Operation.APPEND, {})
+    # The rewrite read both files whole and wrote them into one: rows 0..4 of the new file.
+    merged = data(table, [1, 2, 3, 4, 5], "a")
+    fold = FoldMap(known=set())
+    fold.add([first[0].file_path, second[0].file_path], [np.arange(3), np.arange(2)], merged)
+    # Meanwhile an upsert deleted key 2 (first file, row 1) and key 5 (second file, row 1).
+    late = write_position_deletes(table.metadata, table.io, [first[0].file_path, second[0].file_path], [1, 1],
+                                  table.metadata.default_spec_id, first[0].partition)
+    table = commit_changes(table, FileChanges(deletes=[late]), Operation.DELETE, {})
+    [moved] = fold.translate(table, live_deletes(table))
+    assert np.array_equal(read_position_deletes(table.io, moved)[merged[0].file_path], [1, 4])
+    removed = first + second + live_deletes(table).removable({merged[0].file_path})
+    table = commit_changes(table, FileChanges(data=merged, deletes=[moved], removed=removed), Operation.REPLACE, {})
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 3, 4]
+    assert set(live_deletes(table).files) == {moved.file_path}, "the late delete file, naming no live file, is gone"

@@ -1,0 +1,290 @@
+"""Upsert streams: the table holds each key's newest row, by merge-on-read, exactly once.
+
+Real broker, real Spark, real catalog: messages with updates, deletes, tombstones, malformed ones
+and many updates of one key inside one batch; the table read by DuckDB and by PyIceberg equals
+the newest state per key computed from what was produced; `floe audit` proves it; compaction
+folds the position deletes in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+
+import orjson
+import pytest
+
+from appliance.config.settings import load_settings
+from appliance.tables.catalog import Catalog
+from appliance.tables.snapshots import totals
+
+from conftest import FLOE, ROOT, finished, floe, wait_for
+
+PARTITIONS = 4
+
+
+class Changes:
+    """Produces keyed messages and keeps the newest state per key that they give."""
+
+    def __init__(self, broker, topic: str) -> None:
+        self.producer = broker.producer()
+        self.topic = topic
+        self.state: dict[int, dict] = {}
+        self.bad: set[tuple[int, int]] = set()  # (partition, offset) of the messages that must be dead letters
+        self.sent = 0
+
+    def _send(self, key: bytes | None, value: bytes | None, partition: int, bad: bool = False) -> None:
+        def delivered(err, msg):
+            assert err is None, err
+            if bad:
+                self.bad.add((msg.partition(), msg.offset()))
+        self.producer.produce(self.topic, key=key, value=value, partition=partition, on_delivery=delivered)
+        self.sent += 1
+
+    def upsert(self, key: int, **row) -> None:
+        row = {"id": key, **row}
+        self.state[key] = row
+        self._send(orjson.dumps({"id": key}), orjson.dumps(row), key % PARTITIONS)
+
+    def delete(self, key: int) -> None:
+        self.state.pop(key, None)
+        self._send(orjson.dumps({"id": key}), None, key % PARTITIONS)
+
+    def malformed(self, key: int) -> None:
+        self._send(orjson.dumps({"id": key}), b"{not json", key % PARTITIONS, bad=True)
+        self._send(orjson.dumps({"id": key}), orjson.dumps({"name": "no key"}), key % PARTITIONS, bad=True)
+        self._send(None, None, key % PARTITIONS, bad=True)  # a tombstone naming no key
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+
+def query(sql: str) -> list[dict]:
+    result = floe("query", sql, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def table_state(table: str) -> dict[int, dict]:
+    rows = query(f"select id, name, n from {table}")
+    assert len(rows) == len({r["id"] for r in rows}), "a key twice"
+    return {r["id"]: r for r in rows}
+
+
+def pyiceberg_state(table: str) -> dict[int, dict]:
+    rows = Catalog(load_settings()).table(table).scan(selected_fields=("id", "name", "n")).to_arrow().to_pylist()
+    assert len(rows) == len({r["id"] for r in rows}), "a key twice"
+    return {r["id"]: r for r in rows}
+
+
+def expected(changes: Changes) -> dict[int, dict]:
+    return {k: {"id": k, "name": v.get("name"), "n": v.get("n")} for k, v in changes.state.items()}
+
+
+def run_once() -> None:
+    ran = floe("run", "--until-caught-up", timeout=600)
+    assert ran.returncode == 0, ran.stderr
+
+
+@pytest.mark.slow
+def test_the_table_holds_each_keys_newest_row_read_alike_by_duckdb_and_pyiceberg(broker, topic, floe_home):
+    rng = random.Random(22)
+    changes = Changes(broker, topic)
+    for i in range(600):
+        changes.upsert(rng.randrange(150), name=f"first-{i}", n=i)
+    for i in range(50):  # one key updated many times inside one batch: only its newest is written
+        changes.upsert(7, name=f"seven-{i}", n=1000 + i)
+    for key in (3, 11, 19, 500):  # 500 never existed: deleting it changes nothing
+        changes.delete(key)
+    changes.malformed(42)
+    changes.flush()
+    created = floe("stream", "create", "u", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
+                   "ingest.u", "--mode", "upsert")  # the key: the Kafka key's field, id
+    assert created.returncode == 0, created.stderr
+    assert "upsert by id" in created.stderr
+    run_once()
+    table = Catalog(load_settings()).table("ingest.u")
+    first = table.current_snapshot().summary.additional_properties
+    assert int(first["added-records"]) == len(changes.state), "one row per key written, its newest"
+    assert table_state("ingest.u") == expected(changes) == pyiceberg_state("ingest.u")
+
+    # A second batch replaces and deletes rows of the first: position deletes, merge-on-read.
+    for i in range(400):
+        changes.upsert(rng.randrange(200), name=f"second-{i}", n=2000 + i)
+    for key in rng.sample(sorted(changes.state), 20):
+        changes.delete(key)
+    changes.upsert(3, name="back", n=3000)  # a deleted key comes back
+    changes.flush()
+    run_once()
+    table = Catalog(load_settings()).table("ingest.u")
+    summary = table.current_snapshot().summary
+    assert summary.operation.value == "overwrite" and int(summary.additional_properties["added-position-deletes"])
+    assert table_state("ingest.u") == expected(changes) == pyiceberg_state("ingest.u")
+    dead = {(r["p"], r["o"]) for r in query("select _kafka_partition p, _kafka_offset o from ingest.u_dlq")}
+    assert dead == changes.bad
+    audit = floe("audit", "u")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+    # Compaction folds the position deletes into the data: none left, the same rows.
+    compacted = floe("maintain", "ingest.u", "--compact")
+    assert compacted.returncode == 0, compacted.stderr
+    held = totals(Catalog(load_settings()).table("ingest.u"))
+    assert held.delete_files == 0 and held.position_deletes == 0 and held.rows == len(changes.state)
+    assert table_state("ingest.u") == expected(changes) == pyiceberg_state("ingest.u")
+    # ...and the stream goes on from the compacted table (its key index rebuilt from it).
+    for i in range(100):
+        changes.upsert(rng.randrange(200), name=f"third-{i}", n=4000 + i)
+    changes.delete(next(iter(changes.state)))
+    changes.flush()
+    run_once()
+    assert table_state("ingest.u") == expected(changes) == pyiceberg_state("ingest.u")
+    audit = floe("audit", "u", "--format", "json")
+    assert audit.returncode == 0, audit.stdout
+    report = json.loads(audit.stdout)
+    assert report["keys"]["keys"] == report["keys"]["table_keys"] == len(changes.state)
+
+
+class Trickle(Changes):
+    """Changes from a thread while the engine runs: random upserts and deletes over a set of keys."""
+
+    def __init__(self, broker, topic: str, rng: random.Random, keys: int) -> None:
+        super().__init__(broker, topic)
+        self.rng, self.keys = rng, keys
+
+    def run(self, n: int, stop=None) -> None:
+        for i in range(n):
+            if stop is not None and stop.is_set():
+                break
+            key = self.rng.randrange(self.keys)
+            if self.rng.random() < 0.1:
+                self.delete(key)
+            else:
+                self.upsert(key, name=f"v{self.sent}", n=self.sent)
+            self.producer.poll(0)
+            if stop is not None and i % 40 == 0:
+                stop.wait(0.005)  # a steady trickle, not one burst
+        self.flush()
+
+
+def engine_until_killed(seconds: float, trickle: Trickle, n: int) -> None:
+    stop = threading.Event()
+    feeding = threading.Thread(target=trickle.run, args=(n, stop))
+    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    feeding.start()
+    try:
+        engine.wait(timeout=seconds)
+        pytest.fail("the engine exited by itself")
+    except subprocess.TimeoutExpired:
+        os.killpg(engine.pid, signal.SIGKILL)  # Spark's JVM and workers too, as a power cut would
+        engine.wait()
+    finally:
+        stop.set()
+        feeding.join()
+
+
+@pytest.mark.slow
+def test_upserts_land_exactly_once_through_kill_9(broker, topic, floe_home):
+    seed = int(os.environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[engine]\nmax_batch_messages = 400\ncommit_interval = "100ms"\n'
+                                         'retry_backoff = "1s"\n')
+    trickle = Trickle(broker, topic, rng, keys=300)
+    trickle.run(1500)
+    created = floe("stream", "create", "k", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
+                   "ingest.k", "--mode", "upsert", "--key", "id")
+    assert created.returncode == 0, created.stderr
+    # A kill between writing a commit's position deletes and committing them, on purpose.
+    crashed = floe("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "upsert_deletes_written"})
+    assert crashed.returncode == -9, crashed.stderr
+    for _ in range(4):
+        engine_until_killed(rng.uniform(5, 15), trickle, 1500)
+        trickle.run(rng.randint(50, 300))  # arrives while the engine is down
+    run_once()
+    assert table_state("ingest.k") == expected(trickle) == pyiceberg_state("ingest.k")
+    audit = floe("audit", "k")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+@pytest.mark.slow
+def test_compaction_under_a_live_upsert_stream_folds_every_delete_and_keeps_the_rows(broker, topic, floe_home):
+    rng = random.Random(7)
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[engine]\ncommit_interval = "100ms"\n')
+    trickle = Trickle(broker, topic, rng, keys=200)
+    trickle.run(600)
+    created = floe("stream", "create", "live", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
+                   "ingest.live", "--mode", "upsert", "--key", "id")
+    assert created.returncode == 0, created.stderr
+    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    stop = threading.Event()
+    feeding = threading.Thread(target=trickle.run, args=(100_000, stop))
+    feeding.start()
+    try:
+        compactions = 0
+        deadline = time.monotonic() + 60
+        while compactions < 3 and time.monotonic() < deadline:
+            # From another process, while the stream commits its deletes every 100 ms: the deletes
+            # committed during a rewrite are carried over to its new files.
+            done = floe("maintain", "ingest.live", "--compact")
+            assert done.returncode == 0, done.stderr
+            compactions += "ok" in done.stdout + done.stderr
+        assert compactions == 3
+    finally:
+        stop.set()
+        feeding.join()
+    wait_for(lambda: table_state("ingest.live") == expected(trickle), 120, what="the stream to catch up")
+    engine.send_signal(signal.SIGTERM)
+    code, said = finished(engine, 90)
+    assert code == 0, said
+    assert floe("maintain", "ingest.live", "--compact").returncode == 0
+    held = totals(Catalog(load_settings()).table("ingest.live"))
+    assert held.delete_files == 0 and held.rows == len(trickle.state)
+    assert table_state("ingest.live") == expected(trickle) == pyiceberg_state("ingest.live")
+    audit = floe("audit", "live")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+@pytest.mark.slow
+def test_the_audit_finds_a_lost_key_a_resurrected_one_and_a_key_twice_and_stages_refuse_the_table(broker, topic,
+                                                                                                   floe_home):
+    changes = Changes(broker, topic)
+    for i in range(40):
+        changes.upsert(i, name=f"n{i}", n=i)
+    changes.delete(7)
+    changes.flush()
+    assert floe("stream", "create", "a", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.a",
+                "--mode", "upsert", "--key", "id").returncode == 0
+    run_once()
+    assert floe("audit", "a").returncode == 0
+
+    # Damage the table behind Floe's back, as another writer could: a key lost, a deleted key back,
+    # and one key twice.
+    import pyarrow as pa
+    from pyiceberg.expressions import EqualTo
+
+    table = Catalog(load_settings()).table("ingest.a")
+    table.delete(EqualTo("id", 3))
+    rows = table.scan(row_filter=EqualTo("id", 5)).to_arrow()
+    table.append(rows)
+    back = rows.set_column(rows.schema.get_field_index("id"), "id", pa.array([7], pa.int64()))
+    table.append(back.set_column(back.schema.get_field_index("_kafka_offset"), "_kafka_offset",
+                                 pa.array([10_000], pa.int64())))
+    audit = floe("audit", "a")
+    assert audit.returncode == 1, audit.stdout
+    said = audit.stdout
+    assert "1 keys missing from the table, e.g. 3" in said
+    assert "1 keys held by more than one row, e.g. 5" in said
+    assert "deleted keys still in the table, e.g. 7" in said
+
+    refused = floe("stage", "create", "s", "--from", "ingest.a", "--table", "prep.s", "--sql", "select * from source")
+    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1
+    assert "upsert stream 'a'" in refused.stderr and "updated and deleted in place" in refused.stderr
