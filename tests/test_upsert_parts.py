@@ -17,7 +17,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from appliance.config.settings import ensure_home, load_settings
 from appliance.core.errors import MappingError
 from appliance.decode.debezium import CDC_COLUMNS, DebeziumFormat
-from appliance.decode.keys import Keyed, newest_per_key
+from appliance.decode.keys import CODES, OP, Keyed, newest_per_key
 from appliance.decode.parsed import Op
 from appliance.decode.rows import decode_batch
 from appliance.kafka.records import RawBatch
@@ -65,10 +65,14 @@ def test_a_batch_keeps_each_keys_newest_message_and_the_keys_deleted():
 
 
 def test_a_truncate_drops_what_came_before_it_in_its_partition():
-    keys, ops = [1, 2, None, 3, 4], [Op.UPSERT, Op.UPSERT, Op.TRUNCATE, Op.UPSERT, Op.UPSERT]
-    write, delete, truncate = newest_per_key(keys, ops, [0, 1, 0, 0, 1], [0, 0, 1, 2, 1])
-    assert truncate == (0, 1) and delete == []
-    assert [keys[i] for i in write] == [2, 3, 4]  # key 1 came before the truncate in partition 0
+    entries = pa.table({"id": [1, 2, None, 3, 4, 2], "_kafka_partition": [0, 1, 0, 0, 1, 1],
+                        "_kafka_offset": [0, 0, 1, 2, 1, 2],
+                        OP: pa.array([CODES[o] for o in (Op.UPSERT, Op.UPSERT, Op.TRUNCATE, Op.UPSERT, Op.UPSERT,
+                                                         Op.DELETE)], pa.int8())})
+    write, delete, truncate = newest_per_key(entries, ["id"])
+    assert truncate == (0, 1)
+    assert entries.column("id").take(pa.array(write)).to_pylist() == [3, 4]  # 1 came before the truncate
+    assert entries.column("id").take(pa.array(delete)).to_pylist() == [2]  # its newest is a delete
 
 
 def test_debezium_json_events_with_and_without_the_connect_wrapper():
@@ -124,7 +128,7 @@ def test_position_delete_files_are_as_the_spec_lays_them_out_and_every_reader_ap
     files = data(table, [1, 2, 3, 4], "a")
     table = commit_changes(table, FileChanges(data=files), Operation.APPEND, {})
     path = files[0].file_path
-    written = write_position_deletes(table.metadata, table.io, [path, path], [3, 1], table.metadata.default_spec_id,
+    written = write_position_deletes(table.metadata, table.io, {path: [3, 1]}, table.metadata.default_spec_id,
                                      files[0].partition)
     with table.io.new_input(written.file_path).open() as stream:
         layout = pq.read_table(stream)
@@ -175,7 +179,7 @@ def test_deletes_committed_during_a_rewrite_are_carried_to_its_new_files(table):
     fold = FoldMap(known=set())
     fold.add([first[0].file_path, second[0].file_path], [np.arange(3), np.arange(2)], merged)
     # Meanwhile an upsert deleted key 2 (first file, row 1) and key 5 (second file, row 1).
-    late = write_position_deletes(table.metadata, table.io, [first[0].file_path, second[0].file_path], [1, 1],
+    late = write_position_deletes(table.metadata, table.io, {first[0].file_path: [1], second[0].file_path: [1]},
                                   table.metadata.default_spec_id, first[0].partition)
     table = commit_changes(table, FileChanges(deletes=[late]), Operation.DELETE, {})
     [moved] = fold.translate(table, live_deletes(table))
@@ -184,3 +188,15 @@ def test_deletes_committed_during_a_rewrite_are_carried_to_its_new_files(table):
     table = commit_changes(table, FileChanges(data=merged, deletes=[moved], removed=removed), Operation.REPLACE, {})
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 3, 4]
     assert set(live_deletes(table).files) == {moved.file_path}, "the late delete file, naming no live file, is gone"
+
+
+def test_a_key_written_twice_in_one_commit_keeps_its_last_row_and_a_later_delete_wins(table):
+    """Keys map to one partition, so one task; were a producer to break that, one commit can hold a key
+    twice: the index still leaves it once."""
+    index = KeyIndex(("id",))
+    first, second = data(table, [1, 2], "a"), data(table, [2], "b")
+    rows = KeyedRows([(first[0], [1, 2]), (second[0], [2])], deleted=[1])
+    table, done = commit_upsert(table, index, rows, "s", "t", None, {0: 3})
+    assert done.replaced == 2
+    assert table.scan().to_arrow().to_pylist() == [{"id": 2, "name": "b2"}]
+    assert index.locate(1) is None and index.locate(2) == (second[0].file_path, 0)

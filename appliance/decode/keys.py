@@ -13,11 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
 from appliance.decode.convert import Problem, convert_values
 from appliance.decode.parsed import MessageFormat, Op
+from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.mapping import Column, Mapping
 
 
@@ -110,26 +112,30 @@ def _at(obj: dict, path: tuple[str, ...]) -> Any:
     return obj
 
 
-def newest_per_key(keys: list[Any], ops: list[Op], partitions: list[int], offsets: list[int]
-                   ) -> tuple[list[int], list[int], tuple[int, int] | None]:
-    """Rows to write (the newest upsert of each key) and rows whose key to delete (the newest is a
-    delete), by position in the batch; and the last truncate, as (partition, offset).
+OP = "__floe_op"  # each message's `Op`, as an int8 code, while a batch is reduced
+CODES = {Op.UPSERT: 0, Op.DELETE: 1, Op.TRUNCATE: 2}
 
-    `keys`, `ops`, `partitions` and `offsets` are in each partition's offset order, so the last
-    message of a key is its newest. Rows before a truncate in its partition are dropped; those of
-    other partitions in the batch are kept (Kafka orders no two partitions).
+
+def newest_per_key(entries: pa.Table, keys: list[str]) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
+    """Which entries to write (each key's newest is an upsert) and whose key to delete (its newest is a
+    delete), as positions in `entries`; and the last truncate, as (partition, offset).
+
+    `entries` holds the key columns, `_kafka_partition`, `_kafka_offset` and the op code (`OP`), in
+    each partition's offset order, so a key's last entry is its newest. Entries before a truncate in
+    its partition are dropped; those of other partitions in the batch are kept (Kafka orders no two
+    partitions). One hash aggregation in Arrow: no Python loop over the messages.
     """
-    truncate: tuple[int, int] | None = None
-    for i, op in enumerate(ops):
-        if op is Op.TRUNCATE:
-            truncate = (partitions[i], offsets[i])
-    newest: dict[Any, int] = {}
-    for i, key in enumerate(keys):
-        if ops[i] is Op.TRUNCATE:
-            continue
-        if truncate is not None and partitions[i] == truncate[0] and offsets[i] < truncate[1]:
-            continue
-        newest[key] = i
-    write = sorted(i for i in newest.values() if ops[i] is Op.UPSERT)
-    delete = sorted(i for i in newest.values() if ops[i] is Op.DELETE)
-    return write, delete, truncate
+    ops = entries.column(OP).to_numpy()
+    partitions = entries.column(KAFKA_PARTITION.name).to_numpy()
+    offsets = entries.column(KAFKA_OFFSET.name).to_numpy()
+    keep = ops != CODES[Op.TRUNCATE]
+    truncate = None
+    if not keep.all():
+        last = int(np.flatnonzero(~keep)[-1])
+        truncate = (int(partitions[last]), int(offsets[last]))
+        keep &= ~((partitions == truncate[0]) & (offsets < truncate[1]))
+    positions = pa.array(np.arange(entries.num_rows))
+    kept = entries.select(keys).append_column("__floe_seq", positions).filter(pa.array(keep))
+    newest = np.sort(kept.group_by(keys, use_threads=False).aggregate([("__floe_seq", "max")])
+                     .column("__floe_seq_max").to_numpy())
+    return (newest[ops[newest] == CODES[Op.UPSERT]], newest[ops[newest] == CODES[Op.DELETE]], truncate)

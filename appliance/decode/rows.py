@@ -15,13 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from appliance.core.errors import FloeError
 from appliance.decode.convert import Problem, convert_values
 from appliance.decode.json_format import JsonFormat
-from appliance.decode.keys import Keyed, missing_key, newest_per_key, tombstone_keys
+from appliance.decode.keys import CODES, OP, Keyed, missing_key, newest_per_key, tombstone_keys
 from appliance.decode.parsed import Conflict, MessageFormat, Op
 from appliance.kafka.records import RawBatch
 from appliance.model.changes import Evolution, SchemaChange
@@ -33,10 +34,10 @@ from appliance.model.columns import (
     KAFKA_PARTITION,
     UTC_MICROS,
 )
-from appliance.model.keys import key_values
 from appliance.model.mapping import Column, Mapping
 
 UTC = dt.timezone.utc
+SOURCE = "__floe_source"  # while an upsert batch is reduced: a row of the target, or -1 - a tombstone
 log = logging.getLogger(__name__)
 
 
@@ -181,43 +182,41 @@ def _keyed(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at:
     key_columns = keyed.key_columns(mapping)
     keys = [c.name for c in key_columns]
     target, ops = decoded.target, decoded.ops or [Op.UPSERT] * decoded.target.num_rows
-    partitions = target.column(KAFKA_PARTITION.name).to_pylist()
-    offsets = target.column(KAFKA_OFFSET.name).to_pylist()
     unkeyed = {i: why for i, why in missing_key(target, tuple(keys)) if ops[i] is not Op.TRUNCATE}
+    bad = []
     if unkeyed:
+        partitions = target.column(KAFKA_PARTITION.name).to_pylist()
+        offsets = target.column(KAFKA_OFFSET.name).to_pylist()
         position = {(p, o): rest[k] if stones else k for k, (p, o) in enumerate(zip(part.partitions, part.offsets))}
         bad = [(position[(partitions[i], offsets[i])], "key", why) for i, why in unkeyed.items()]
-    else:
-        bad = []
-    # (partition, offset, row of `target` or -1 - tombstone) for every keyed message, in batch order
-    entries = [(p, o, i) for i, (p, o) in enumerate(zip(partitions, offsets)) if i not in unkeyed]
-    stone_keys = pa.table({n: pa.array([], c.arrow_type) for n, c in zip(keys, key_columns)})
+    # Every keyed message: its key, position and op, and where it comes from (a row of `target`, or
+    # -1 - n: the n-th tombstone whose key the Kafka key gave).
+    entries = _entries(target.select(keys + [KAFKA_PARTITION.name, KAFKA_OFFSET.name]),
+                       [CODES[op] for op in ops], np.arange(target.num_rows))
+    if unkeyed:
+        entries = entries.filter(pa.array([i not in unkeyed for i in range(target.num_rows)]))
     if stones and keyed.tombstones_delete:
         arrays, held, why = tombstone_keys([raw.keys[i] for i in stones], fmt, key_columns, max_message_bytes)
-        stone_keys = pa.Table.from_arrays(arrays, names=keys)
         bad += [(stones[j], "key", reason) for j, reason in why.items()]
-        entries += [(raw.partitions[stones[j]], raw.offsets[stones[j]], -1 - n) for n, j in enumerate(held)]
-        entries.sort()  # the tombstones among the rows, in each partition's offset order
-    row_keys, tomb_keys = key_values(target, tuple(keys)), key_values(stone_keys, tuple(keys))
-    write, delete, truncated = newest_per_key(
-        [row_keys[i] if i >= 0 else tomb_keys[-1 - i] for _, _, i in entries],
-        [ops[i] if i >= 0 else Op.DELETE for _, _, i in entries],
-        [p for p, _, _ in entries], [o for _, o, _ in entries])
-    gone = sorted((entries[k] for k in delete), key=lambda e: e[2] < 0)  # rows', then tombstones' keys
-    position_columns = [pa.array([p for p, _, _ in gone], pa.int32()), pa.array([o for _, o, _ in gone], pa.int64())]
-    deleted = pa.Table.from_arrays(
-        [pa.concat_arrays([_take(target.column(n), [i for _, _, i in gone if i >= 0]),
-                           _take(stone_keys.column(n), [-1 - i for _, _, i in gone if i < 0])])
-         for n in keys] + position_columns,
-        names=keys + [KAFKA_PARTITION.name, KAFKA_OFFSET.name])
-    return Decoded(target.take(pa.array([entries[k][2] for k in write], pa.int64())),
+        found = pa.Table.from_arrays(arrays + [pa.array([raw.partitions[stones[j]] for j in held], pa.int32()),
+                                               pa.array([raw.offsets[stones[j]] for j in held], pa.int64())],
+                                     names=keys + [KAFKA_PARTITION.name, KAFKA_OFFSET.name])
+        entries = pa.concat_tables([entries, _entries(found, [CODES[Op.DELETE]] * len(held),
+                                                      -1 - np.arange(len(held)))], promote_options="default")
+        # the tombstones among the rows, in each partition's offset order
+        entries = entries.take(pc.sort_indices(entries, [(KAFKA_PARTITION.name, "ascending"),
+                                                         (KAFKA_OFFSET.name, "ascending")]))
+    write, delete, truncated = newest_per_key(entries, keys)
+    rows = entries.column(SOURCE).to_numpy()[write]
+    return Decoded(target.take(pa.array(rows)),
                    pa.concat_tables([decoded.dead_letter, _dead_letters(raw, sorted(bad), ingested_at)]),
-                   decoded.evolution, decoded.changes, decoded.schemas, None, deleted, truncated,
+                   decoded.evolution, decoded.changes, decoded.schemas, None,
+                   entries.select(keys + [KAFKA_PARTITION.name, KAFKA_OFFSET.name]).take(pa.array(delete)), truncated,
                    0 if keyed.tombstones_delete else len(stones))
 
 
-def _take(column: pa.ChunkedArray, indices: list[int]) -> pa.Array:
-    return column.combine_chunks().take(pa.array(indices, pa.int64()))
+def _entries(keyed: pa.Table, codes: list[int], sources: np.ndarray) -> pa.Table:
+    return keyed.append_column(OP, pa.array(codes, pa.int8())).append_column(SOURCE, pa.array(sources, pa.int64()))
 
 
 def _settled(columns: list[Column], values: list[Any], conflicts: list[Conflict], errors: dict[int, Problem],

@@ -33,8 +33,9 @@ POSITION_BITS = 32  # a location is (file number << 32) | row position: one int 
 class UpsertPlan:
     """What one commit does to the index: rows to delete by position, and each key's new place."""
 
-    doomed: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))  # path -> positions
-    moved: dict[Any, int | None] = field(default_factory=dict)  # key -> new location, or None: deleted
+    doomed: dict[str, np.ndarray] = field(default_factory=dict)  # data file path -> positions, sorted
+    moved: dict[Any, int] = field(default_factory=dict)  # key -> its new row's location
+    gone: list[Any] = field(default_factory=list)  # keys deleted
     truncate: bool = False  # every row before this commit's goes (its files are removed whole)
     replaced: int = 0  # rows of earlier commits that this one replaces or deletes
 
@@ -126,28 +127,49 @@ class KeyIndex:
              truncate: bool = False) -> UpsertPlan:
         """The position deletes and new places of a commit that writes `written` (each new data file
         with the keys of its rows, in order) and deletes the keys `deleted`. The index itself changes
-        only once the commit has landed (`landed`)."""
-        plan = UpsertPlan(truncate=truncate)
-        rows, doomed, moved = ({} if truncate else self._rows), plan.doomed, plan.moved
-        if not truncate:
-            for path, positions in self.duplicates.items():
-                doomed[path].extend(positions)
-        for f, keys in written:
+        only once the commit has landed (`landed`). Dictionary lookups and numpy: a Python loop over
+        a batch's keys would be most of an upsert commit's cost."""
+        rows = {} if truncate else self._rows
+        keys: list[Any] = []
+        places: list[int] = []
+        for f, file_keys in written:
             base = self._number(f.file_path) << POSITION_BITS
-            for pos, key in enumerate(keys):
-                old = moved.get(key, rows.get(key))
-                if old is not None:  # replaced: the earlier row goes, even one of this same commit
-                    path, at = self.locate_packed(old)
-                    doomed[path].append(at)
-                moved[key] = base | pos
-        for key in deleted:
-            old = moved.get(key, rows.get(key))
-            if old is not None:
-                path, at = self.locate_packed(old)
-                doomed[path].append(at)
-            moved[key] = None
-        plan.replaced = sum(len(p) for p in doomed.values())
+            keys += file_keys
+            places += range(base, base + len(file_keys))
+        gone = list(deleted)
+        plan = UpsertPlan(moved=dict(zip(keys, places)), gone=gone, truncate=truncate)
+        get = rows.get
+        replaced = [old for old in map(get, keys + gone) if old is not None]
+        if len(plan.moved) < len(keys) or plan.moved.keys() & set(gone):
+            replaced += self._replaced_here(keys, places, gone)  # a key twice in one commit: rare
+            for key in gone:  # its delete came after its write (the tasks' results, in order)
+                plan.moved.pop(key, None)
+        if not truncate:
+            replaced += [(self._numbers[p] << POSITION_BITS) | at for p, ats in self.duplicates.items() for at in ats]
+        plan.doomed = self._by_file(np.fromiter(replaced, dtype=np.int64, count=len(replaced)))
+        plan.replaced = len(replaced)
         return plan
+
+    @staticmethod
+    def _replaced_here(keys: list[Any], places: list[int], gone: list[Any]) -> list[int]:
+        """The rows of this commit that a later one of the same key replaces (or deletes)."""
+        last: dict[Any, int] = {}
+        out = []
+        for key, place in zip(keys, places):
+            if key in last:
+                out.append(last[key])
+            last[key] = place
+        return out + [last[key] for key in gone if key in last]
+
+    def _by_file(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        """Packed locations as each data file's positions, sorted."""
+        if not packed.size:
+            return {}
+        packed = np.unique(packed)  # sorted: by file number, then position
+        numbers = packed >> POSITION_BITS
+        positions = packed & ((1 << POSITION_BITS) - 1)
+        cuts = np.flatnonzero(np.diff(numbers)) + 1
+        return {self._paths[int(group[0])]: at for group, at in zip(np.split(numbers, cuts), np.split(positions, cuts))}
 
     def landed(self, plan: UpsertPlan, written: Iterable[DataFile], snapshot_id: int) -> None:
         """The commit of `plan` landed as `snapshot_id`: the index now reflects it."""
@@ -156,11 +178,9 @@ class KeyIndex:
         self.duplicates = {}
         for f in written:
             self.files[f.file_path] = f
-        for key, location in plan.moved.items():
-            if location is None:
-                self._rows.pop(key, None)
-            else:
-                self._rows[key] = location
+        self._rows.update(plan.moved)
+        for key in plan.gone:
+            self._rows.pop(key, None)
         self.snapshot_id = snapshot_id
 
 

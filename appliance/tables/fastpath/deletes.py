@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -34,11 +33,16 @@ def _long(n: int) -> bytes:
     return int(n).to_bytes(8, "little", signed=True)
 
 
-def write_position_deletes(metadata: TableMetadata, io: FileIO, paths: Iterable[str], positions: Iterable[int],
-                           spec_id: int, partition: Record) -> DataFile:
-    """One delete file of the rows at (`paths[i]`, `positions[i]`), data files all of `partition`."""
-    rows = pa.table([pa.array(paths, pa.string()), pa.array(positions, pa.int64())], schema=SCHEMA)
-    rows = rows.take(pc.sort_indices(rows, [("file_path", "ascending"), ("pos", "ascending")]))
+def write_position_deletes(metadata: TableMetadata, io: FileIO, doomed: dict[str, Any], spec_id: int,
+                           partition: Record) -> DataFile:
+    """One delete file of the rows at `doomed` (data file path -> positions), data files all of
+    `partition`. Paths are sorted here, and each path's positions sorted: the spec's order."""
+    paths = sorted(p for p, positions in doomed.items() if len(positions))
+    positions = [np.sort(np.asarray(doomed[p], dtype=np.int64)) for p in paths]
+    counts = np.array([len(at) for at in positions], dtype=np.int64)
+    files = pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(len(paths)), counts), pa.int32()),
+                                           pa.array(paths, pa.string())).cast(pa.string())
+    rows = pa.table([files, pa.array(np.concatenate(positions))], schema=SCHEMA)
     locations = load_location_provider(metadata.location, metadata.properties)
     path = locations.new_data_location(f"floe-deletes-{uuid.uuid4()}.parquet")
     output = io.new_output(path)
@@ -46,7 +50,6 @@ def write_position_deletes(metadata: TableMetadata, io: FileIO, paths: Iterable[
         writer = pq.ParquetWriter(stream, SCHEMA, compression="zstd")
         writer.write_table(rows)
         writer.close()
-    files, offsets = rows.column(0), rows.column(1)
     written = writer.writer.metadata
     sizes = {FILE_PATH_ID: 0, POS_ID: 0}
     for g in range(written.num_row_groups):
@@ -58,29 +61,32 @@ def write_position_deletes(metadata: TableMetadata, io: FileIO, paths: Iterable[
         partition=partition, record_count=count, file_size_in_bytes=len(output),
         column_sizes=sizes, value_counts={FILE_PATH_ID: count, POS_ID: count},
         null_value_counts={FILE_PATH_ID: 0, POS_ID: 0}, nan_value_counts={},
-        lower_bounds={FILE_PATH_ID: files[0].as_py().encode(), POS_ID: _long(pc.min(offsets).as_py())},
-        upper_bounds={FILE_PATH_ID: files[-1].as_py().encode(), POS_ID: _long(pc.max(offsets).as_py())},
+        lower_bounds={FILE_PATH_ID: paths[0].encode(), POS_ID: _long(min(int(at[0]) for at in positions))},
+        upper_bounds={FILE_PATH_ID: paths[-1].encode(), POS_ID: _long(max(int(at[-1]) for at in positions))},
         key_metadata=None, split_offsets=None, equality_ids=None, sort_order_id=None,
     )
     f.spec_id = spec_id
     return f
 
 
-def write_deletes_by_partition(metadata: TableMetadata, io: FileIO, doomed: dict[str, list[int] | np.ndarray],
+def write_deletes_by_partition(metadata: TableMetadata, io: FileIO, doomed: dict[str, Any],
                                files: dict[str, DataFile]) -> list[DataFile]:
     """Delete files for `doomed` (data file path -> positions), one per partition of those data files
     (`files` says each one's spec and partition)."""
-    groups: dict[tuple[int, Any], list[str]] = defaultdict(list)
+    groups: dict[tuple[int, Any], dict[str, Any]] = defaultdict(dict)
     for path, positions in doomed.items():
         if len(positions):
             f = files[path]
-            groups[(f.spec_id, f.partition)].append(path)
-    out = []
-    for (spec_id, partition), paths in groups.items():
-        flat_paths = [p for p in paths for _ in range(len(doomed[p]))]
-        flat_positions = np.concatenate([np.asarray(doomed[p], dtype=np.int64) for p in paths])
-        out.append(write_position_deletes(metadata, io, flat_paths, flat_positions, spec_id, partition))
-    return out
+            groups[(_spec(f, metadata.default_spec_id), f.partition)][path] = positions
+    return [write_position_deletes(metadata, io, part, spec_id, partition)
+            for (spec_id, partition), part in groups.items()]
+
+
+def _spec(f: DataFile, default: int) -> int:
+    try:
+        return f.spec_id
+    except AttributeError:  # a file written in a task, not yet in a manifest
+        return default
 
 
 def read_position_deletes(io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
