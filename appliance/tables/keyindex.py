@@ -5,8 +5,8 @@ that row is. The index is built from the table itself (every live data file's ke
 the rows its position deletes remove) and then kept by the commits of the process that built it;
 it records the snapshot it reflects, and when the table's current snapshot is another (a
 compaction, a retention run, any other writer), it is built again from the table: never trusted
-over it. It lives in memory, in the engine: a restart rebuilds it (about a second per million
-keys, BENCHMARKS.md).
+over it. It lives in memory, in the engine (`ingest/indexes.py` keeps it across a stream's workers):
+a restart rebuilds it (about 0.4 s per million keys, BENCHMARKS.md).
 
 A key found live twice (a writer that is not Floe, say) keeps its newest row (the data file of
 the higher sequence number, then the later position); the others are deleted by the next commit.
