@@ -19,6 +19,7 @@ from appliance.ingest.engine import Engine
 from appliance.query.connection import run_query
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
+from appliance.tables.datafiles import live_data_files
 
 from conftest import floe, run_until_killed, wait_for
 
@@ -267,3 +268,26 @@ def test_a_stage_whose_source_was_recreated_fails_saying_what_to_do(broker, topi
     table.append(pa.Table.from_pylist([{name: None for name in arrow.names} | {"order_id": 1}], schema=arrow))
     with pytest.raises(Exception, match="no longer has snapshot .* delete the stage and create it again"):
         caught_up(spark)
+
+
+def test_a_stage_table_partitioned_as_asked_over_the_querys_columns(broker, topic, spark):
+    from appliance.core.errors import InvalidPartitioning
+
+    settings = load_settings()
+    rng = random.Random(6)
+    orders_stream(broker, topic, "sp", 60, rng)
+    caught_up(spark)
+    with pytest.raises(InvalidPartitioning, match="no column 'nope'"):
+        create_stage(settings, "bad", source="ingest.sp", sql="select order_id, store_id from source",
+                     table="prep.bad", spark=spark, partition_by="bucket(4, nope)")
+    assert not Catalog(settings).exists("prep.bad"), "nothing created"
+    create_stage(settings, "parts", source="ingest.sp", sql="select order_id, store_id from source",
+                 table="prep.parts", spark=spark, partition_by="bucket(4, order_id), store_id")
+    caught_up(spark)
+    table = Catalog(settings).table("prep.parts")
+    assert [f.name for f in table.spec().fields] == ["order_id_bucket_4", "store_id"]
+    field = table.schema().find_field("store_id").field_id
+    for f in live_data_files(table):  # every row of a file in its partition
+        low, high = (int.from_bytes(b[field], "little", signed=True) for b in (f.lower_bounds, f.upper_bounds))
+        assert low == high == f.partition[1]
+    equal("prep.parts", "select order_id, store_id from ingest.sp", "order_id")

@@ -75,6 +75,16 @@ async def test_wizard_end_to_end_creates_the_edited_stream(broker, topic):
         assert screen.query_one("#dlq").value == f"{table_name}_dlq"
         assert screen.query_one("#stream").value == table_name
         assert not any(shown(screen, f"{f}-error") for f in ("namespace", "table", "dlq", "stream"))
+        # The partitioning: day of the event time the sampled messages carry, once their columns are in.
+        partitioning = screen.query_one("#partitioning")
+        await until(pilot, lambda: partitioning.value == "day(ordered_at)", 60, "the proposed partitioning")
+        partitioning.focus()
+        await pilot.press("end", *["backspace"] * len("day(ordered_at)"))
+        await type_text(pilot, "week(ordered_at)")
+        assert "is not one of" in shown(screen, "partitioning-error")
+        await pilot.press(*["backspace"] * len("week(ordered_at)"))
+        await type_text(pilot, "day(ordered_at), bucket(4, order_id)")
+        assert not shown(screen, "partitioning-error")
 
         # Step 3: the inferred columns, then a rename and a type change with the keyboard.
         await pilot.press("ctrl+n")
@@ -120,6 +130,9 @@ async def test_wizard_end_to_end_creates_the_edited_stream(broker, topic):
     assert saved["shop_name"] == ("string", ("store", "name"))
     assert saved["amount"] == ("float", ("amount",))
     assert "store_name" not in saved and saved["order_id"][0] == "long"
+    from appliance.views.tables import table_view
+
+    assert table_view(settings, f"ingest.{table_name}").partitioning == "day(ordered_at), bucket(4, order_id)"
 
 
 async def test_bad_table_name_is_shown_next_to_the_field_and_next_refused(broker, topic):

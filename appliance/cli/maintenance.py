@@ -143,20 +143,62 @@ def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None
         click.echo(f"{run.started_at[:19]}  {run.trigger:8} {format_run(run)}")
 
 
+@table.command("show")
+@click.argument("name")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def table_show(name: str, fmt: str) -> None:
+    """A table's size, partitioning (with its history), partitions, schema versions and snapshots."""
+    import dataclasses
+    import json
+
+    from appliance.tables.catalog import Catalog
+    from appliance.views.tables import table_view
+
+    loaded = settings()
+    Catalog(loaded).check_exists(name)
+    view = table_view(loaded, name)
+    if fmt == "json":
+        click.echo(json.dumps(dataclasses.asdict(view), indent=2, default=str))
+        return
+    click.echo(f"{view.name}  {view.location}")
+    deleted = f" ({view.position_deletes:,} of them deleted by {view.delete_files} delete files)" \
+        if view.delete_files else ""
+    click.echo(f"rows {view.rows:,}{deleted}  data files {view.data_files:,}  size {view.size_bytes:,} bytes  "
+               f"snapshots {len(view.snapshots)}")
+    click.echo(f"partitioned by {view.partitioning}")
+    for spec in view.specs:
+        click.echo(f"  spec {spec.spec_id}{' (current)' if spec.current else ''}: {spec.partitioning}, "
+                   f"{spec.files:,} live files")
+    if view.partitions:
+        click.echo("partitions:")
+        for p in view.partitions:
+            extra = f", {p.delete_files} delete files" if p.delete_files else ""
+            click.echo(f"  {p.partition:40} spec {p.spec_id}  {p.rows:>12,} rows  {p.files:>5} files  "
+                       f"{p.size_bytes:>14,} bytes{extra}")
+    click.echo("columns: " + ", ".join(f"{n} {t}" for n, t in view.schema))
+    for version in view.schema_versions:
+        click.echo(f"  schema {version.schema_id}{' (current)' if version.current else ''}: "
+                   + "; ".join(version.changes))
+
+
 @table.command("alter")
 @click.argument("name")
-@click.argument("operation", type=click.Choice(["add-column", "drop-column", "rename-column"]))
+@click.argument("operation", type=click.Choice(["add-column", "drop-column", "rename-column", "partition-by"]))
 @click.argument("column")
 @click.argument("value", required=False)
 @click.option("--source", default=None, metavar="FIELD.PATH",
               help="add-column: the message field that fills it (default: the field of its name).")
 def table_alter(name: str, operation: str, column: str, value: str | None, source: str | None) -> None:
-    """Change TABLE's schema: `add-column COLUMN TYPE`, `drop-column COLUMN`, `rename-column COLUMN NEW`.
+    """Change TABLE's schema: `add-column COLUMN TYPE`, `drop-column COLUMN`, `rename-column COLUMN NEW`;
+    or its partitioning: `partition-by "day(ts), bucket(16, id)"` (`none`: unpartitioned).
 
-    Streams writing the table follow from their next batch, without a restart.
+    Streams writing the table follow from their next batch, without a restart; files written before
+    a partitioning change keep theirs until compaction rewrites them.
     """
     from appliance.control.tables import alter_table
 
+    if operation == "partition-by" and value:
+        raise click.UsageError('partition-by takes the partitioning as one argument, e.g. "day(ts), bucket(16, id)"')
     if operation in ("add-column", "rename-column") and not value:
         what = "a type, e.g. `add-column discount double`" if operation == "add-column" else "the new name"
         raise click.UsageError(f"{operation} needs {what}")

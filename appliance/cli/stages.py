@@ -26,11 +26,13 @@ def _columns(columns: list[tuple[str, str]]) -> str:
 @click.option("--from", "source", required=True, metavar="NS.TABLE", help="The table whose new rows it reads.")
 @click.option("--sql", required=True, help="Spark SQL over `source` (the new rows); NS.TABLE names other tables.")
 @click.option("--table", required=True, metavar="NS.TABLE", help="The table it writes (created from the query).")
-def stage_create(name: str, source: str, sql: str, table: str) -> None:
+@click.option("--partition-by", default=None, help="Its table's partitions over the query's columns: day(COL), "
+              "hour(COL), month(COL), year(COL), bucket(N, COL), truncate(W, COL) or a column (default: none).")
+def stage_create(name: str, source: str, sql: str, table: str, partition_by: str | None) -> None:
     """Create stage NAME: its query checked, its table created; `floe run` keeps it up to date."""
     from appliance.control.stages import create_stage
 
-    created = create_stage(settings(), name, source=source, sql=sql, table=table)
+    created = create_stage(settings(), name, source=source, sql=sql, table=table, partition_by=partition_by)
     s = created.stage
     err(f"created {s.kind} stage {s.name}: {s.source} -> {s.table}; it {KINDS[s.kind]}")
     click.echo(_columns(created.columns))

@@ -42,11 +42,14 @@ def stream() -> None:
               help="Debezium change events (an upsert stream): c, r, u upsert `after`, d deletes, t truncates.")
 @click.option("--cdc-columns", is_flag=True, help="Keep each event's op, time and source position as "
               "_cdc_op, _cdc_ts, _cdc_position.")
+@click.option("--partition-by", default="day(_kafka_timestamp)", show_default=True,
+              help="The table's partitions: day(COL), hour(COL), month(COL), year(COL), bucket(N, COL), "
+                   "truncate(W, COL) or a column, comma-separated; none for no partitioning.")
 def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_registry: str | None,
                   registry_options: tuple[str, ...], subject: str | None, schema_evolution: str, table: str,
                   mapping: str, starting_offsets: str, dead_letter_table: str | None,
                   kafka_options: tuple[str, ...], mode: str | None, key: str | None, cdc: str | None,
-                  cdc_columns: bool) -> None:
+                  cdc_columns: bool, partition_by: str) -> None:
     """Create stream NAME reading TOPIC into TABLE. Prints the mapping as TOML on stdout."""
     from appliance.control.streams import create_stream
     from appliance.kafka.settings import parse_kafka_options, parse_registry_options
@@ -57,7 +60,7 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
         kafka_options=parse_kafka_options(kafka_options), schema_registry=schema_registry,
         registry_options=parse_registry_options(registry_options), subject=subject,
         schema_evolution=schema_evolution, mode=mode, key=[k.strip() for k in key.split(",")] if key else (),
-        cdc=cdc or "", cdc_columns=cdc_columns,
+        cdc=cdc or "", cdc_columns=cdc_columns, partition_by=partition_by,
     )
     s = created.stream
     how = ("from the mapping file" if not created.inferred else

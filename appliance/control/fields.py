@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from appliance.core.errors import (
     FloeError,
+    InvalidPartitioning,
     InvalidRequest,
     KafkaAccessDenied,
     KafkaConfigError,
@@ -47,11 +48,13 @@ class Field(StrEnum):
     MAPPING = "mapping"
     MODE = "mode"
     KEY = "key"
+    PARTITIONING = "partitioning"
 
 
 SOURCE_FIELDS = (Field.BOOTSTRAP, Field.PROTOCOL, Field.MECHANISM, Field.USERNAME, Field.PASSWORD, Field.CA,
                  Field.FORMAT, Field.REGISTRY, Field.REGISTRY_CREDENTIALS, Field.TOPIC)
-TARGET_FIELDS = (Field.NAMESPACE, Field.TABLE, Field.DEAD_LETTER_TABLE, Field.STREAM, Field.STARTING_OFFSETS)
+TARGET_FIELDS = (Field.NAMESPACE, Field.TABLE, Field.DEAD_LETTER_TABLE, Field.STREAM, Field.STARTING_OFFSETS,
+                 Field.PARTITIONING)
 
 Problems = dict[Field, str]
 
@@ -68,7 +71,7 @@ def field_of(exc: BaseException) -> Field:
                         (TableConflict, Field.TABLE), (MappingError, Field.MAPPING),
                         (RegistryConfigError, Field.REGISTRY), (RegistryUnavailable, Field.REGISTRY),
                         (RegistryAccessDenied, Field.REGISTRY), (SchemaNotFound, Field.SUBJECT),
-                        (SchemaError, Field.SUBJECT)):
+                        (SchemaError, Field.SUBJECT), (InvalidPartitioning, Field.PARTITIONING)):
         if isinstance(exc, kind):
             return where
     return Field.BOOTSTRAP

@@ -20,6 +20,7 @@ from appliance.core.clock import now
 from appliance.core.errors import InvalidName, StageExists, StageQueryRefused, TableConflict
 from appliance.core.vocabulary import EventKind
 from appliance.model.names import check_stream_name, check_table_name
+from appliance.model.partitioning import Partitioning
 from appliance.model.stage import GROUP, SOURCE, StageDef
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
@@ -109,13 +110,16 @@ def _rows_in(catalog: Catalog, name: str) -> int:
 
 
 @audited("stage create")
-def create_stage(settings: Settings, name: str, *, source: str, sql: str, table: str, spark=None) -> CreatedStage:
-    """Create stage `name`: its SQL checked, its table created from the query's columns."""
+def create_stage(settings: Settings, name: str, *, source: str, sql: str, table: str, spark=None,
+                 partition_by: str | None = None) -> CreatedStage:
+    """Create stage `name`: its SQL checked, its table created from the query's columns (partitioned as
+    `partition_by` says, over them; none by default)."""
     from appliance.stages.runner import output_columns
     from appliance.stages.sql import analyse
 
     ensure_home(settings)
     query = analyse(sql)
+    layout = Partitioning.parse(partition_by)
     catalog = Catalog(settings)
     with StateStore(settings.state_db) as state:
         _check_names(state, catalog, name, source, table, query.kind)
@@ -125,7 +129,8 @@ def create_stage(settings: Settings, name: str, *, source: str, sql: str, table:
             raise TableConflict(f"table {table} exists and holds rows: a new stage would add to them; "
                                 "choose another table or drop it")
         created = not catalog.exists(table)
-        target = catalog.ensure_table(table, _iceberg_schema(session, columns))[0]
+        schema = _iceberg_schema(session, columns)
+        target = catalog.ensure_table(table, schema, layout.check(schema))[0]
     stage = StageDef(name=name, id=StateStore.new_id(), source=source, sql=sql, table=table, kind=query.kind,
                      paused=False, created_at=now())
     try:

@@ -15,9 +15,11 @@ from appliance.control.fields import Field, Problems, raise_problems
 from appliance.control.keys import change_rows, kafka_key_fields, proposed_key, row_columns, with_cdc_columns
 from appliance.control.registered_mapping import default_subject, registry_mapping
 from appliance.control.source import infer_from_sample
+from appliance.control.targets import DEAD_LETTER_PARTITIONING, DEFAULT_PARTITIONING
 from appliance.core.clock import now
 from appliance.core.errors import (
     InvalidName,
+    InvalidPartitioning,
     KafkaConfigError,
     MappingError,
     RegistryConfigError,
@@ -31,11 +33,10 @@ from appliance.model.inference import infer_mapping
 from appliance.model.keys import check_key
 from appliance.model.mapping import Mapping
 from appliance.model.names import (
-    check_identifier,
     check_stream_name,
     check_table_name,
-    snake_case,
 )
+from appliance.model.partitioning import Partitioning
 from appliance.model.stream import (
     CDC,
     FORMATS,
@@ -50,60 +51,6 @@ from appliance.tables.catalog import Catalog
 from appliance.tables.evolution import ensure_bindings
 from appliance.tables.iceberg_schemas import dead_letter_iceberg_schema, target_iceberg_schema
 from appliance.tables.system import refuse_system
-
-STREAM_NAME_MAX = 63
-
-
-# ---- names: suggestions and checks ------------------------------------------------
-
-
-def suggested_table(topic: str) -> str:
-    return snake_case(topic) if topic else ""
-
-
-def suggested_dead_letter_table(settings: Settings, table: str) -> str:
-    return f"{table}{settings.dead_letter_suffix}" if table else ""
-
-
-def suggested_stream_name(table: str) -> str:
-    return table.lstrip("_")[:STREAM_NAME_MAX]
-
-
-def qualified(namespace: str, name: str) -> str:
-    """A table name as typed next to a namespace: `NAME` is in that namespace, `NS.NAME` says its own."""
-    return name if "." in name else f"{namespace}.{name}"
-
-
-def check_target(namespace: str, table: str, dead_letter_table: str, stream: str) -> Problems:
-    """What is wrong with the names of a new stream and its tables, by field; nothing is read."""
-    problems: Problems = {}
-    try:
-        check_identifier(namespace, "namespace")
-    except InvalidName as exc:
-        problems[Field.NAMESPACE] = str(exc)
-    try:
-        check_identifier(table, "table")
-        if Field.NAMESPACE not in problems:
-            check_table_name(f"{namespace}.{table}")
-            refuse_system(f"{namespace}.{table}")
-    except InvalidName as exc:
-        problems[Field.TABLE] = str(exc)
-    if not dead_letter_table:
-        problems[Field.DEAD_LETTER_TABLE] = "a dead-letter table is required"
-    else:
-        try:
-            check_table_name(qualified(namespace, dead_letter_table))
-            refuse_system(qualified(namespace, dead_letter_table), "dead-letter table")
-            if qualified(namespace, dead_letter_table) == f"{namespace}.{table}":
-                raise InvalidName("the dead-letter table must differ from the target table")
-        except InvalidName as exc:
-            problems[Field.DEAD_LETTER_TABLE] = str(exc)
-    try:
-        check_stream_name(stream)
-    except InvalidName as exc:
-        problems[Field.STREAM] = str(exc)
-    return problems
-
 
 # ---- create -----------------------------------------------------------------------
 
@@ -127,6 +74,7 @@ class StreamRequest:
     key: tuple[str, ...] = ()  # upsert: the key columns; empty: the Kafka key's fields
     cdc: str = ""  # "debezium": change events (an upsert stream)
     cdc_columns: bool = False  # keep the events' op, time and source position as _cdc_* columns
+    partition_by: str = DEFAULT_PARTITIONING  # the target table's partitioning, as `Partitioning.parse` reads it
 
 
 @dataclass
@@ -140,7 +88,7 @@ class CreatedStream:
 def check_request(name: str, topic: str, table: str, dead_letter_table: str, format: str = "json",
                   starting_offsets: str = "earliest", registry: RegistrySettings | None = None,
                   schema_evolution: str = "auto", mode: str = "append", key: tuple[str, ...] = (),
-                  cdc: str = "", cdc_columns: bool = False) -> Problems:
+                  cdc: str = "", cdc_columns: bool = False, partition_by: str = DEFAULT_PARTITIONING) -> Problems:
     """What is wrong with a stream request itself, by field, before any broker or table is asked."""
     problems: Problems = {}
     for where, check in ((Field.STREAM, lambda: check_stream_name(name)),
@@ -164,6 +112,10 @@ def check_request(name: str, topic: str, table: str, dead_letter_table: str, for
     if not topic:
         problems[Field.TOPIC] = "a topic is required"
     problems.update(_mode_problems(mode, key, cdc, cdc_columns))
+    try:
+        Partitioning.parse(partition_by)
+    except InvalidPartitioning as exc:
+        problems[Field.PARTITIONING] = str(exc)
     return problems
 
 
@@ -187,7 +139,8 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
                   dead_letter_table: str | None = None, kafka_options: dict[str, str] | None = None,
                   schema_registry: str | None = None, registry_options: dict[str, str] | None = None,
                   subject: str | None = None, schema_evolution: str = "auto", mode: str | None = None,
-                  key: tuple[str, ...] | list[str] = (), cdc: str = "", cdc_columns: bool = False) -> CreatedStream:
+                  key: tuple[str, ...] | list[str] = (), cdc: str = "", cdc_columns: bool = False,
+                  partition_by: str = DEFAULT_PARTITIONING) -> CreatedStream:
     """Create stream `name`. `mapping` is "auto" (inferred from a sample of the topic, or for Avro and
     Protobuf read from the registry's schema), the path of a TOML mapping file, or a `Mapping`
     already built (the UI's edited one). `mode` "upsert" (implied by `cdc`) keeps each `key`'s newest
@@ -206,7 +159,7 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
         except RegistryConfigError as exc:
             problems[Field.REGISTRY] = str(exc)
     problems = {**check_request(name, topic, table, dead_letter_table, format, starting_offsets, registry,
-                                schema_evolution, mode, key, cdc, cdc_columns), **problems}
+                                schema_evolution, mode, key, cdc, cdc_columns, partition_by), **problems}
     raise_problems(problems)
     if isinstance(mapping, Mapping):
         given: Mapping | None = mapping
@@ -218,7 +171,7 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
                                           starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
                                           format=format, registry=registry, subject=subject or "",
                                           schema_evolution=schema_evolution, mode=mode, key=key, cdc=cdc,
-                                          cdc_columns=cdc_columns))
+                                          cdc_columns=cdc_columns, partition_by=partition_by))
 
 
 @audited("stream create", "request.name")
@@ -231,12 +184,12 @@ def _create(settings: Settings, request: StreamRequest) -> CreatedStream:
     raise_problems(check_request(request.name, request.topic, request.table, request.dead_letter_table,
                                  request.format, request.starting_offsets, request.registry,
                                  request.schema_evolution, request.mode, request.key, request.cdc,
-                                 request.cdc_columns))
+                                 request.cdc_columns, request.partition_by))
     ensure_home(settings)
     with StateStore(settings.state_db) as state:
         _check_free(state, request)
         stream, sampled = _resolve(settings, request)
-        _create_tables(settings, state, stream)
+        _create_tables(settings, state, stream, Partitioning.parse(request.partition_by))
         path = mapping_path(settings, stream.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(stream.mapping_toml())
@@ -312,17 +265,22 @@ def _mapping_of(request: StreamRequest, sample: list) -> tuple[Mapping, int, str
     return inferred.mapping, inferred.sampled, ""
 
 
-def _create_tables(settings: Settings, state: StateStore, stream: StreamDef) -> None:
+def _create_tables(settings: Settings, state: StateStore, stream: StreamDef, partitioning: Partitioning) -> None:
     """Both tables (or existing ones that fit) and the definition, or nothing at all."""
     catalog = Catalog(settings)
-    schemas = ((stream.table, target_iceberg_schema(stream.mapping)),
-               (stream.dead_letter_table, dead_letter_iceberg_schema()))
-    for name, schema in schemas:
+    target = target_iceberg_schema(stream.mapping)
+    try:
+        partitioning.check(target)
+    except InvalidPartitioning as exc:
+        raise_problems({Field.PARTITIONING: str(exc)})
+    tables = ((stream.table, target, partitioning),
+              (stream.dead_letter_table, dead_letter_iceberg_schema(), DEAD_LETTER_PARTITIONING))
+    for name, schema, _ in tables:
         catalog.check_can_create(name, schema)
     created: list[str] = []
     try:
-        for name, schema in schemas:
-            if catalog.ensure_table(name, schema)[1]:
+        for name, schema, layout in tables:
+            if catalog.ensure_table(name, schema, layout)[1]:
                 created.append(name)
         ensure_bindings(settings, catalog.table(stream.table), stream.mapping)
         state.add_stream(stream)

@@ -1,4 +1,4 @@
-"""Changing a table's schema by hand (`floe table alter`, the UI): what streams then follow.
+"""Changing a table's schema or partitioning by hand (`floe table alter`, the UI): what streams then follow.
 
 The table is the stream's source of truth: a column added here is filled from the next batch
 (from `--source`, or the message field of its name), a renamed one keeps its source, a
@@ -11,12 +11,13 @@ from appliance.config.settings import Settings
 from appliance.control.audit import audited
 from appliance.core.vocabulary import EventKind
 from appliance.model.names import check_identifier, check_table_name
+from appliance.model.partitioning import Partitioning
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
-from appliance.tables.evolution import add_column, drop_column, ensure_bindings, rename_column
+from appliance.tables.evolution import add_column, drop_column, ensure_bindings, rename_column, set_partitioning
 from appliance.tables.system import refuse_system
 
-OPERATIONS = ("add-column", "drop-column", "rename-column")
+OPERATIONS = ("add-column", "drop-column", "rename-column", "partition-by")
 
 
 @audited(lambda a: f"table alter {a['operation']}")
@@ -45,6 +46,8 @@ def alter_table(settings: Settings, name: str, operation: str, column: str, valu
             check_identifier(value or "", "column")
             rename_column(settings, table, column, value or "")
             done = f"renamed column {column} to {value}"
+        elif operation == "partition-by":  # `column` holds the partitioning, as written
+            done = set_partitioning(settings, table, Partitioning.parse(column))[1]
         else:
             raise ValueError(f"unknown operation {operation!r}")
     with StateStore(settings.state_db) as state:

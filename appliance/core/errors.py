@@ -89,6 +89,10 @@ class MappingError(FloeError):
     """A mapping file or an inferred mapping cannot be used."""
 
 
+class InvalidPartitioning(FloeError):
+    """A table's partitioning cannot be used as written (the message says which part and why)."""
+
+
 class TableConflict(FloeError):
     """A table exists and cannot serve the stream as asked."""
 

@@ -1,7 +1,8 @@
 """Compaction: small data files rewritten into files near the target size, one `replace` snapshot.
 
 Files are grouped partition by partition, in commit order, so that each new file holds
-a contiguous stretch of the stream (good for pruning by time and for retention).
+a contiguous stretch of the stream (good for pruning by time and for retention). Small files of
+an older partition spec are rewritten into the current one (split by its partitions).
 Readers see every row exactly once before, during and after: the new files become
 visible in the same snapshot that removes the old ones.
 """
@@ -19,7 +20,7 @@ from appliance.config.settings import Settings
 from appliance.core.errors import RewriteConflict
 from appliance.core.vocabulary import RunOutcome
 from appliance.maintenance.job import Job
-from appliance.maintenance.rewrite import RewriteGroup, rewrite_groups
+from appliance.maintenance.rewrite import RewriteGroup, repartitions, rewrite_groups
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_rewrite
 from appliance.tables.datafiles import TableTarget, delete_files, live_entries
@@ -101,8 +102,10 @@ def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:
             size += f.file_size_in_bytes
         if current:
             plan.groups.append(_group(current, spec_id, deletes))
-    # Rewriting one file alone gains nothing, unless it folds its deletes in.
-    plan.groups = [g for g in plan.groups if len(g.files) >= MIN_GROUP_FILES or any(d is not None for d in g.deleted)]
+    # Rewriting one file alone gains nothing, unless it folds its deletes in or moves to the current spec.
+    current = table.metadata.default_spec_id
+    plan.groups = [g for g in plan.groups if len(g.files) >= MIN_GROUP_FILES or g.spec_id != current
+                   or any(d is not None for d in g.deleted)]
     return plan
 
 
@@ -136,6 +139,8 @@ def compact(
         raise RewriteConflict(f"rewrite read {rows_in} rows but wrote {rows_out}; nothing committed")
     for g, r in zip(plan.groups, results):
         plan.fold.add([f.file_path for f in g.files], r.kept, r.files)
+        if repartitions(table.metadata, g):
+            plan.fold.scattered.update(f.file_path for f in g.files)
     table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, {MAINTENANCE_KEY: "compaction"},
                            fold=plan.fold)
     after = totals(table)

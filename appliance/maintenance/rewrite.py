@@ -157,7 +157,9 @@ class RollingWriter:
 
         fmt = FileFormatFactory.get(FileFormat.PARQUET)
         if self._writer is None:
-            self._path = self.locations.new_data_location(f"{self.prefix}-{len(self.files):05d}.parquet")
+            spec = self.meta.specs()[self.group.spec_id]
+            folder = "" if spec.is_unpartitioned() else spec.partition_to_path(self.group.partition, self.schema) + "/"
+            self._path = self.locations.new_data_location(f"{folder}{self.prefix}-{len(self.files):05d}.parquet")
             self._output = _TrackedOutput(self.io.new_output(self._path))
             self._writer = fmt.create_writer(self._output, self.file_schema, self.meta.properties)
             self._rows_in_file = 0
@@ -217,7 +219,10 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int,
         kept_rows = expression_to_pyarrow(bind(schema, keep.expression(schema.find_field(keep.column).field_type),
                                                case_sensitive=True))
     scan = ArrowScan(meta, io, schema, AlwaysTrue())
-    writer = RollingWriter(target, group, target_bytes, group.bytes / max(1, group.rows))
+    bytes_per_row = group.bytes / max(1, group.rows)
+    writer: RollingWriter | Repartitioner = RollingWriter(target, group, target_bytes, bytes_per_row)
+    if repartitions(meta, group):
+        writer = Repartitioner(target, meta, target_bytes, bytes_per_row)
     try:
         with storage_errors(target.where(), "rewrite data files"):
             kept = [_copy(scan.to_record_batches([FileScanTask(f)]), group.deleted_of(i), kept_rows, writer)
@@ -238,7 +243,45 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int,
     )
 
 
-def _copy(batches: Iterable[pa.RecordBatch], gone: Any, keep: Any, writer: RollingWriter) -> Any:
+def repartitions(meta: Any, group: RewriteGroup) -> bool:
+    """Whether the group's files are of an older partition spec, to be rewritten in the current one.
+    Not when some of their rows are deleted by position: those deletes must keep mapping onto the
+    new files, which only a rewrite in order (one partition into one) allows."""
+    return group.spec_id != meta.default_spec_id and not any(d is not None for d in group.deleted)
+
+
+class Repartitioner:
+    """Rows of an older spec's files into files of the current spec: each batch split by partition,
+    each partition to a rolling writer of its own."""
+
+    def __init__(self, target: TableTarget, meta: Any, target_bytes: int, bytes_per_row: float) -> None:
+        self.target, self.meta, self.target_bytes, self.bytes_per_row = target, meta, target_bytes, bytes_per_row
+        self.writers: dict[tuple, RollingWriter] = {}
+        self.rows = 0
+
+    @property
+    def files(self) -> list[DataFile]:
+        return [f for writer in self.writers.values() for f in writer.files]
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        from appliance.tables.fastpath.parquet import partitions
+
+        for record, rows in partitions(self.meta, pa.Table.from_batches([batch])):
+            key = tuple(record)
+            if key not in self.writers:
+                group = RewriteGroup((), self.meta.default_spec_id, record)
+                self.writers[key] = RollingWriter(self.target, group, self.target_bytes, self.bytes_per_row)
+            for part in rows.to_batches():
+                self.writers[key].add(part)
+            self.rows += rows.num_rows
+
+    def close(self) -> list[DataFile]:
+        for writer in self.writers.values():
+            writer.close()
+        return self.files
+
+
+def _copy(batches: Iterable[pa.RecordBatch], gone: Any, keep: Any, writer: Any) -> Any:
     """One file's rows into the writer, less those at the positions `gone` and those `keep` (an Arrow
     expression) leaves out; the positions written, in order."""
     import numpy as np

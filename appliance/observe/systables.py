@@ -19,10 +19,12 @@ import pyarrow as pa
 
 from appliance.config.settings import Settings
 from appliance.core.vocabulary import EventKind, EventLevel
+from appliance.model.partitioning import Partitioning
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
 from appliance.tables.commits import commit_files, commit_lock
 from appliance.tables.datafiles import TableTarget, write_data_files
+from appliance.tables.evolution import set_partitioning
 from appliance.tables.snapshots import committed_offsets
 from appliance.tables.system import EXPORT_ID, SYSTEM_TABLES, SystemTable
 
@@ -95,6 +97,7 @@ class SystemTableWriter:
         self.state = state
         self._reported: dict[str, str] = {}  # system table -> the failure told last (once, until it heals)
         self._exported: dict[str, int] = {}  # state table -> the last id committed, once known
+        self._laid_out: set[str] = set()  # system tables whose partitioning was looked at
         self.export_id = f"{EXPORT_ID}.{state.database_id()}"
 
     def export(self) -> dict[str, int]:
@@ -120,11 +123,21 @@ class SystemTableWriter:
         except Exception:  # the state database itself is in trouble: the log has it, next round tries
             log.exception("cannot record a system table failure")
 
+    def _table(self, system: SystemTable):
+        """The system table, partitioned by day of its time column (so retention drops whole days);
+        one an older Floe made unpartitioned takes that partitioning from now on."""
+        layout = Partitioning.parse(f"day({system.time_column})")
+        table, created = self.catalog.ensure_table(system.full_name, system.schema, layout)
+        if not created and system.full_name not in self._laid_out and not table.spec().fields:
+            table = set_partitioning(self.settings, table, layout)[0]
+        self._laid_out.add(system.full_name)
+        return table
+
     def _export(self, system: SystemTable) -> int:
         known = self._exported.get(system.source)
         if known is not None and self.state.last_id(system.source) <= known:
             return 0  # nothing new: not even a look at the catalog
-        table, _ = self.catalog.ensure_table(system.full_name, system.schema)
+        table = self._table(system)
         position = committed_offsets(table, self.export_id)
         after = position[0] - 1 if position else 0
         rows = self.state.rows_after(system.source, after)

@@ -14,6 +14,7 @@ from pyiceberg.table import Table
 from appliance.config.settings import Settings
 from appliance.core.errors import TableConflict, TableNotFound
 from appliance.model.names import check_table_name
+from appliance.model.partitioning import Partitioning
 from appliance.tables.commits import commit_lock
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.fastpath.transactions import transaction
@@ -88,16 +89,19 @@ class Catalog:
             )
         return False
 
-    def ensure_table(self, name: str, schema: Schema) -> tuple[Table, bool]:
+    def ensure_table(self, name: str, schema: Schema, partitioning: Partitioning | None = None
+                     ) -> tuple[Table, bool]:
+        """The table, created with `partitioning` if it does not exist (an existing one keeps its own)."""
         namespace, _ = check_table_name(name)
         try:
             self.iceberg.create_namespace(namespace)
         except NamespaceAlreadyExistsError:
             pass
         if self.check_can_create(name, schema):
+            spec = (partitioning or Partitioning()).spec(schema)
             with warehouse_io(self.settings, f"create table {name}"):
                 properties = {"format-version": "2", **table_properties(self.settings)}
-                return self.iceberg.create_table(name, schema, properties=properties), True
+                return self.iceberg.create_table(name, schema, partition_spec=spec, properties=properties), True
         with warehouse_io(self.settings, f"read table {name}"):
             return self.iceberg.load_table(name), False
 

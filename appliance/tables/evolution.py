@@ -29,6 +29,7 @@ from appliance.core.retry import retrying
 from appliance.model.changes import Evolution
 from appliance.model.columns import RESERVED_COLUMNS
 from appliance.model.mapping import Column, Mapping
+from appliance.model.partitioning import Partitioning
 from appliance.model.types import UnknownType, of_iceberg, parse_type, widens
 from appliance.tables.commits import commit_lock
 from appliance.tables.fastpath.transactions import transaction
@@ -208,3 +209,26 @@ def rename_column(settings: Settings, table: Table, old: str, new: str) -> Table
 
     return _commit(settings, table, change)[0]
 
+
+
+# ---- partitioning -----------------------------------------------------------------------------------
+
+
+def set_partitioning(settings: Settings, table: Table, partitioning: Partitioning) -> tuple[Table, str]:
+    """Partition evolution: the table's spec becomes `partitioning` (files written before keep theirs;
+    writers take the new one from their next batch). A line saying what changed."""
+    partitioning.check(table.schema())
+
+    def change(tx, current: Table) -> list[str]:
+        before = Partitioning.of(current.spec(), current.schema())
+        if before == partitioning:
+            return []
+        with tx.update_spec() as update:
+            for field in current.spec().fields:
+                update.remove_field(field.name)
+            for field in partitioning.fields:
+                update.add_field(field.column, field.iceberg(), field.name)
+        return [f"partitioning {before} -> {partitioning}"]
+
+    table, done = _commit(settings, table, change)
+    return table, done[0] if done else f"partitioning is already {partitioning}"

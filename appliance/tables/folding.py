@@ -20,6 +20,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import Table
 
+from appliance.core.errors import RewriteConflict
 from appliance.tables.datafiles import live_entries
 from appliance.tables.fastpath.deletes import read_position_deletes, write_deletes_by_partition
 
@@ -81,6 +82,9 @@ class FoldMap:
 
     groups: list[tuple[list[str], list[np.ndarray], list[DataFile]]] = field(default_factory=list)
     known: set[str] = field(default_factory=set)  # the delete files the rewrite read around
+    # Inputs whose rows went to several partitions (a rewrite into a newer spec): no order maps them
+    # onto the new files, so a delete committed on one meanwhile fails the rewrite (it runs again).
+    scattered: set[str] = field(default_factory=set)
 
     def add(self, inputs: list[str], kept: list[np.ndarray], outputs: list[DataFile]) -> None:
         self.groups.append((inputs, kept, outputs))
@@ -94,6 +98,10 @@ class FoldMap:
         rewrite read them remove."""
         doomed: dict[str, list[int]] = defaultdict(list)
         outputs: dict[str, DataFile] = {}
+        hit_scattered = [p for p in self.scattered if _new_positions(now, self.known, p).size]
+        if hit_scattered:
+            raise RewriteConflict(f"rows of {hit_scattered[0]} were deleted while it was rewritten into the "
+                                  "current partitioning")
         for inputs, kept, files in self.groups:
             starts = np.cumsum([0] + [f.record_count for f in files])
             base = 0

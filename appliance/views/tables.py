@@ -6,9 +6,13 @@ import datetime as dt
 import sqlite3
 from dataclasses import dataclass, field
 
+from pyiceberg.manifest import DataFileContent
+
 from appliance.config.settings import Settings
+from appliance.model.partitioning import Partitioning
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
+from appliance.tables.datafiles import live_entries
 from appliance.tables.snapshots import SnapshotInfo, snapshot_infos, totals
 
 
@@ -23,6 +27,28 @@ class SchemaVersion:
     current: bool
 
 
+@dataclass(frozen=True)
+class SpecVersion:
+    """One partition spec the table has had, and how many of its live data files are in it."""
+
+    spec_id: int
+    partitioning: str  # as `--partition-by` writes it
+    current: bool
+    files: int
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """One partition's live data: its values (as Iceberg's paths show them), rows, files, bytes."""
+
+    partition: str
+    spec_id: int
+    rows: int
+    files: int
+    size_bytes: int
+    delete_files: int  # position-delete files naming its rows (upsert tables)
+
+
 @dataclass
 class TableView:
     name: str
@@ -33,6 +59,34 @@ class TableView:
     schema: list[tuple[str, str]]
     location: str
     schema_versions: list[SchemaVersion] = field(default_factory=list)  # newest first
+    partitioning: str = "none"
+    specs: list[SpecVersion] = field(default_factory=list)  # oldest first
+    partitions: list[PartitionStats] = field(default_factory=list)
+    delete_files: int = 0
+    position_deletes: int = 0  # rows the delete files remove: `rows` counts them until compaction
+
+
+def partition_stats(table) -> tuple[list[SpecVersion], list[PartitionStats]]:
+    """Each spec's live files, and each partition's rows, files and sizes (from the manifests)."""
+    meta, schema = table.metadata, table.schema()
+    specs = meta.specs()
+    groups: dict[tuple[int, str], list[int]] = {}
+    per_spec: dict[int, int] = {}
+    for entry in live_entries(table):
+        f = entry.data_file
+        spec = specs[f.spec_id]
+        where = spec.partition_to_path(f.partition, schema) if spec.fields else "(unpartitioned)"
+        found = groups.setdefault((f.spec_id, where), [0, 0, 0, 0])
+        if f.content == DataFileContent.DATA:
+            found[0] += f.record_count
+            found[1] += 1
+            found[2] += f.file_size_in_bytes
+            per_spec[f.spec_id] = per_spec.get(f.spec_id, 0) + 1
+        else:
+            found[3] += 1
+    versions = [SpecVersion(i, str(Partitioning.of(spec, schema)), i == meta.default_spec_id, per_spec.get(i, 0))
+                for i, spec in sorted(specs.items())]
+    return versions, [PartitionStats(where, spec_id, *numbers) for (spec_id, where), numbers in sorted(groups.items())]
 
 
 def schema_versions(table) -> list[SchemaVersion]:
@@ -96,9 +150,12 @@ def catalogue(settings: Settings) -> Catalogue:
     return Catalogue(names, writers)
 
 
-def table_view(settings: Settings, name: str) -> TableView:
+def table_view(settings: Settings, name: str, partitions: bool = True) -> TableView:
+    """The table's numbers, snapshots, schema versions and (`partitions`: reading its manifests) its
+    partitioning with each partition's rows, files and bytes."""
     table = Catalog(settings).table(name)
     now = totals(table)
+    specs, stats = partition_stats(table) if partitions else ([], [])
     return TableView(
         name=name,
         rows=now.rows,
@@ -108,4 +165,9 @@ def table_view(settings: Settings, name: str) -> TableView:
         schema=[(f.name, str(f.field_type)) for f in table.schema().fields],
         location=table.location(),
         schema_versions=schema_versions(table),
+        partitioning=str(Partitioning.of(table.spec(), table.schema())),
+        specs=specs,
+        partitions=stats,
+        delete_files=now.delete_files,
+        position_deletes=now.position_deletes,
     )

@@ -87,6 +87,13 @@ class TablesPane(ReportsFailures, Horizontal):
                                        ("changes", "What changed")):
                         versions.add_column(label, key=key)
                     yield versions
+                with TabPane("Partitions", id="tab-partitions"):
+                    yield Static("", id="table-specs")
+                    parts = DataTable(id="table-partitions", cursor_type="row", zebra_stripes=True)
+                    for key, label in (("partition", "Partition"), ("spec", "Spec"), ("rows", "Rows"),
+                                       ("files", "Files"), ("size", "Size"), ("deletes", "Delete files")):
+                        parts.add_column(label, key=key)
+                    yield parts
                 with TabPane("Maintenance", id="tab-maintenance"):
                     yield MaintenancePanel(id="table-maintenance")
 
@@ -203,7 +210,11 @@ class TablesPane(ReportsFailures, Horizontal):
         summary.append(view.name, style="bold")
         summary.append("\n")
         summary.append(f"{plural(view.rows, 'row')} · {plural(view.data_files, 'data file')}"
-                       f" · {size(view.size_bytes)} · {plural(n_snap, 'snapshot')}")
+                       f" · {size(view.size_bytes)} · {plural(n_snap, 'snapshot')}"
+                       f" · partitioned by {view.partitioning}")
+        if view.delete_files:
+            summary.append(f"\n{view.position_deletes:,} rows deleted by {plural(view.delete_files, 'delete file')} "
+                           "(folded in by compaction)", style="yellow")
         summary.append(f"\n{view.location}", style="dim")
         self.query_one("#table-summary", Static).update(summary)
 
@@ -217,12 +228,26 @@ class TablesPane(ReportsFailures, Horizontal):
         schema.clear()
         for column, kind in view.schema:
             schema.add_row(Text(column), Text(kind), key=column)
+        self._show_partitions(view)
         versions = self.query_one("#table-schema-versions", DataTable)
         versions.clear()
         for v in view.schema_versions:
             label = Text(str(v.schema_id) + (" (current)" if v.current else ""), style="bold" if v.current else "")
             used = v.first_used.strftime("%Y-%m-%d %H:%M:%S") if v.first_used else "no commit since"
             versions.add_row(label, used, Text("; ".join(v.changes)), key=str(v.schema_id))
+
+    def _show_partitions(self, view: TableView) -> None:
+        specs = Text()
+        for spec in view.specs:
+            specs.append(f"spec {spec.spec_id}: {spec.partitioning}" + (" (current)" if spec.current else "")
+                         + f", {plural(spec.files, 'live file')}\n", style="bold" if spec.current else "dim")
+        self.query_one("#table-specs", Static).update(specs)
+        parts = self.query_one("#table-partitions", DataTable)
+        parts.clear()
+        for i, p in enumerate(view.partitions):
+            parts.add_row(Text(p.partition), str(p.spec_id), Text(f"{p.rows:,}", justify="right"),
+                          Text(f"{p.files:,}", justify="right"), Text(size(p.size_bytes), justify="right"),
+                          Text(f"{p.delete_files:,}" if p.delete_files else "", justify="right"), key=str(i))
 
     @on(TableFailed)
     def table_failed(self, message: TableFailed) -> None:
@@ -238,3 +263,5 @@ class TablesPane(ReportsFailures, Horizontal):
         self.query_one("#table-snapshots", DataTable).clear()
         self.query_one("#table-schema", DataTable).clear()
         self.query_one("#table-schema-versions", DataTable).clear()
+        self.query_one("#table-partitions", DataTable).clear()
+        self.query_one("#table-specs", Static).update("")

@@ -2,7 +2,8 @@
 kept, and merged into one once there are many (`changes.commit_changes`).
 
 What PyIceberg's merge-append does: the same files, the same summary, the same merge rule, at a
-fraction of the CPU. Tables of format v1 take PyIceberg's own path: Floe creates none.
+fraction of the CPU; for partitioned tables too. Tables of format v1 take PyIceberg's own path:
+Floe creates none.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ def append_files(table: Table, files: list[DataFile], properties: dict[str, str]
 
     Raises PyIceberg's CommitFailedException when another writer committed first.
     """
-    metadata = table.metadata
-    if metadata.spec().fields or metadata.format_version != 2:
+    if table.metadata.format_version != 2:
         return _pyiceberg_append(table, files, properties)
     return commit_changes(table, FileChanges(data=list(files)), Operation.APPEND, properties, manifests=manifests)
 

@@ -12,10 +12,7 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io.pyarrow import (  # noqa: F401  (re-exported)
-    _dataframe_to_data_files as dataframe_to_data_files,
-)
-from pyiceberg.io.pyarrow import (
-    _get_parquet_writer_kwargs as parquet_writer_kwargs,  # noqa: F401
+    _get_parquet_writer_kwargs as parquet_writer_kwargs,
 )
 from pyiceberg.io.pyarrow import (
     _to_requested_schema as to_requested_schema,  # noqa: F401

@@ -30,6 +30,7 @@ from appliance.control.fields import TARGET_FIELDS, Field, failure
 from appliance.control.streams import StreamRequest
 from appliance.control.streams import create as create_stream
 from appliance.core.errors import MappingError
+from appliance.model.partitioning import proposed
 from tui.screens.new_stream.key import KeyStep
 from tui.screens.new_stream.mapping import MappingStep
 from tui.screens.new_stream.messages import (
@@ -216,6 +217,7 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
         columns = self.columns
         if columns.inferred is None:
             return
+        self.target.propose_partitioning(proposed([(c.name, c.type) for c in columns.inferred.columns]))
         target, dlq = self.target.names()
         columns.status(f"Stream {self.target.stream_name()}: {self.source.topic()} → {target} "
                        f"(dead letters: {dlq}). Columns {columns.described}; edit them below.")
@@ -228,7 +230,7 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
             return
         self.columns.start_inference(kafka, self.source.topic() or "", self.source.form(), again=True)
 
-    @on(Input.Submitted, "#namespace, #table, #dlq, #stream")
+    @on(Input.Submitted, "#namespace, #table, #dlq, #stream, #partitioning")
     def target_submitted(self) -> None:
         self.action_next()
 
@@ -278,7 +280,8 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
                              starting_offsets=self.target.starting_offsets(), format=form.format,
                              registry=form.registry(), subject=columns.subject,
                              mode="upsert" if upsert else "append", key=self.keys.key() if upsert else (),
-                             cdc=form.cdc, cdc_columns=self.keys.cdc_columns())
+                             cdc=form.cdc, cdc_columns=self.keys.cdc_columns(),
+                             partition_by=self.target.partition_by())
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="wizard-create", description="wizard: create stream")
     def create(self, settings: Settings, request: StreamRequest) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Select
 
 from appliance.control.fields import TARGET_FIELDS, Problems
-from appliance.control.streams import (
+from appliance.control.targets import (
+    DEFAULT_PARTITIONING,
     check_target,
     qualified,
     suggested_dead_letter_table,
@@ -25,7 +26,8 @@ from tui.widgets.form import field, show_error
 class TargetStep(VerticalScroll):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._suggested: dict[str, str] = {}  # input id -> the value the wizard last filled in
+        # input id -> the value the wizard last filled in
+        self._suggested: dict[str, str] = {"partitioning": DEFAULT_PARTITIONING}
 
     def compose(self) -> ComposeResult:
         yield Label("", id="target-intro", classes="step-intro", markup=False)
@@ -39,7 +41,8 @@ class TargetStep(VerticalScroll):
             yield field("Starting offsets", Select([("earliest: everything in the topic", "earliest"),
                                                     ("latest: only new messages", "latest")],
                                                    value="earliest", allow_blank=False, id="offsets"), "offsets")
-            yield Vertical(classes="field")
+            yield field("Partition by (none: unpartitioned)", Input(DEFAULT_PARTITIONING, id="partitioning"),
+                        "partitioning")
 
     def value(self, widget_id: str) -> str:
         return self.query_one(f"#{widget_id}", Input).value.strip()
@@ -50,6 +53,13 @@ class TargetStep(VerticalScroll):
     def starting_offsets(self) -> str:
         return str(self.query_one("#offsets", Select).value)
 
+    def partition_by(self) -> str:
+        return self.value("partitioning")
+
+    def propose_partitioning(self, text: str) -> None:
+        """The partitioning the inferred columns propose, unless the user typed their own."""
+        self.suggest("partitioning", text)
+
     def names(self) -> tuple[str, str]:
         """The target table and the dead-letter table, both NAMESPACE.TABLE."""
         namespace = self.value("namespace")
@@ -59,7 +69,8 @@ class TargetStep(VerticalScroll):
         self.query_one("#target-intro", Label).update(text)
 
     def check(self) -> Problems:
-        problems = check_target(self.value("namespace"), self.value("table"), self.value("dlq"), self.value("stream"))
+        problems = check_target(self.value("namespace"), self.value("table"), self.value("dlq"), self.value("stream"),
+                                self.value("partitioning"))
         for name in TARGET_FIELDS:
             show_error(self, name, problems.get(name, ""))
         return problems
@@ -80,7 +91,7 @@ class TargetStep(VerticalScroll):
     def suggest_for_topic(self, topic: str | None) -> None:
         self.suggest("table", suggested_table(topic or ""))
 
-    @on(Input.Changed, "#namespace, #table, #dlq, #stream")
+    @on(Input.Changed, "#namespace, #table, #dlq, #stream, #partitioning")
     def edited(self, event: Input.Changed) -> None:
         if event.input.id == "table":
             table = self.value("table")
