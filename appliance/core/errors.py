@@ -58,6 +58,17 @@ class ConfigError(FloeError):
     """A config file or a setting is malformed."""
 
 
+class SecretUnresolved(FloeError):
+    """A secret reference (`${env:NAME}`, `${file:/path}`) names nothing there is: the message names the
+    reference, never a value. An unset variable stays unset for the life of the process."""
+
+
+class SecretUnreadable(SecretUnresolved):
+    """A secret file that is missing or unreadable now: mounted secrets come and go as they rotate."""
+
+    retryable = True
+
+
 class InvalidName(FloeError, ValueError):
     """A stream, namespace, table or column name is not allowed."""
 
