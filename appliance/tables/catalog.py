@@ -8,6 +8,7 @@ from typing import Iterator
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -98,7 +99,8 @@ class Catalog:
         except NamespaceAlreadyExistsError:
             pass
         if self.check_can_create(name, schema):
-            spec = (partitioning or Partitioning()).spec(schema)
+            # `schema` may be an Arrow schema, as PyIceberg's create_table takes it, when unpartitioned
+            spec = partitioning.spec(schema) if partitioning else UNPARTITIONED_PARTITION_SPEC
             with warehouse_io(self.settings, f"create table {name}"):
                 properties = {"format-version": "2", **table_properties(self.settings)}
                 return self.iceberg.create_table(name, schema, partition_spec=spec, properties=properties), True
