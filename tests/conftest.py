@@ -198,3 +198,34 @@ def pizza_values(n: int, start: int = 0) -> list[bytes]:
                       "status": "accepted" if i % 3 else "delivered", "ordered_at": "2026-11-21T10:00:00Z"})
         for i in range(start, start + n)
     ]
+
+
+# -- real servers, one of each per test session (tests/servers.py) --------------------------------
+
+from servers import PostgresServer, SeaweedServer, ServerUnavailable  # noqa: E402
+
+
+def _start(server_class):
+    """Start a server, or fail the test in one line saying why (never skip)."""
+    try:
+        return server_class()
+    except ServerUnavailable as exc:
+        error = str(exc)
+    pytest.fail(error, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server of the session's own: `postgres.database()` gives a fresh database's URL."""
+    server = _start(PostgresServer)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweed():
+    """SeaweedFS (`weed mini`) of the session's own: S3 at `seaweed.s3_endpoint`, an Iceberg REST catalog
+    at `seaweed.rest_uri`."""
+    server = _start(SeaweedServer)
+    yield server
+    server.stop()

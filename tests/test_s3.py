@@ -1,4 +1,5 @@
-"""A warehouse on S3, end to end, against a real S3 HTTP endpoint on loopback (moto's server).
+"""A warehouse on S3, end to end, against a real S3 server on loopback (SeaweedFS, the session's
+`seaweed` fixture).
 
 Spark tasks write the data files to S3, the driver commits them to the catalog, DuckDB
 reads them back over httpfs, and the secret key never reaches a terminal or a log file.
@@ -7,83 +8,38 @@ reads them back over httpfs, and the secret key never reaches a terminal or a lo
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 
-import boto3
-import moto.server as moto_server
 import pytest
 
-from conftest import floe, pizza_values, wait_for
+from conftest import floe, pizza_values
 
-BUCKET = "floe-bucket"
-ACCESS_KEY = "floe-test-access-key"
-SECRET_KEY = "floe-s3-secret-5cd1b0e2-never-print-me"
 # Undecodable, so they cannot sway the mapping inferred from a sample of the topic.
 MALFORMED = [b"{broken json", b"[1, 2, 3]", b"\xff\xfe invalid utf-8"]
 
 
-class S3Server:
-    """moto's S3 server on 127.0.0.1 and a free port."""
-
-    def __init__(self) -> None:
-        self._server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
-        self.endpoint = f"http://{host}:{port}"
-        self.running = True
-
-    def stop(self) -> None:
-        if self.running:
-            self.running = False
-            self._server.stop()
-
-
 @pytest.fixture
-def s3_server():
-    werkzeug = logging.getLogger("werkzeug")
-    level = werkzeug.level
-    werkzeug.setLevel(logging.WARNING)  # otherwise a log line per request
-    server = S3Server()
-    try:
-        yield server
-    finally:
-        server.stop()
-        werkzeug.setLevel(level)
-
-
-@pytest.fixture
-def s3(s3_server):
-    """A boto3 client of the server, with the warehouse's bucket created."""
-    client = boto3.client(
-        "s3", endpoint_url=s3_server.endpoint, region_name="us-east-1",
-        aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
-    )
-    wait_for(lambda: client.list_buckets() is not None, 30, what="moto S3 server")
-    client.create_bucket(Bucket=BUCKET)
-    return client
-
-
-@pytest.fixture
-def s3_warehouse(floe_home, s3_server, s3):
-    """$FLOE_HOME/floe.toml with the warehouse in the bucket."""
+def s3_warehouse(floe_home, seaweed):
+    """A bucket of the test's own on SeaweedFS, and $FLOE_HOME/floe.toml with the warehouse in it."""
+    bucket = seaweed.new_bucket()
     floe_home.mkdir(parents=True, exist_ok=True)
     (floe_home / "floe.toml").write_text(
         "[warehouse]\n"
-        f'location = "s3://{BUCKET}/warehouse"\n'
+        f'location = "s3://{bucket}/warehouse"\n'
         "\n[warehouse.s3]\n"
-        f'endpoint = "{s3_server.endpoint}"\n'
-        'region = "us-east-1"\n'
-        f'access_key_id = "{ACCESS_KEY}"\n'
-        f'secret_access_key = "{SECRET_KEY}"\n'
+        f'endpoint = "{seaweed.s3_endpoint}"\n'
+        f'region = "{seaweed.region}"\n'
+        f'access_key_id = "{seaweed.access_key}"\n'
+        f'secret_access_key = "{seaweed.secret_key}"\n'
     )
-    return s3
+    return bucket
 
 
 class Floe:
     """Runs `floe` commands and keeps every stdout and stderr, to look for the secret in."""
 
-    def __init__(self) -> None:
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
         self.outputs: list[tuple[str, str]] = []
 
     def __call__(self, *args: str) -> subprocess.CompletedProcess:
@@ -102,23 +58,22 @@ class Floe:
 
     def assert_secret_kept(self, floe_home) -> None:
         for what, text in self.outputs:
-            assert SECRET_KEY not in text, f"secret key printed in {what}"
+            assert self.secret not in text, f"secret key printed in {what}"
         logs = [p for p in (floe_home / "logs").rglob("*") if p.is_file()]
         assert logs, "no log files written"
         for path in logs:
-            assert SECRET_KEY not in path.read_text(errors="replace"), f"secret key written to {path}"
+            assert self.secret not in path.read_text(errors="replace"), f"secret key written to {path}"
 
 
-def _keys(client, prefix: str) -> list[str]:
+def _keys(client, bucket: str, prefix: str) -> list[str]:
     keys = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         keys += [o["Key"] for o in page.get("Contents", [])]
     return keys
 
 
-def test_warehouse_on_s3_end_to_end(broker, topic, floe_home, s3_warehouse):
-    s3 = s3_warehouse
-    run = Floe()
+def test_warehouse_on_s3_end_to_end(broker, topic, floe_home, seaweed, s3_warehouse):
+    run = Floe(seaweed.secret_key)
     good = pizza_values(1000)
     broker.produce(topic, good[:500] + MALFORMED + good[500:])
 
@@ -134,7 +89,7 @@ def test_warehouse_on_s3_end_to_end(broker, topic, floe_home, s3_warehouse):
     assert sorted(d["error_stage"] for d in dead) == ["decode"] * len(MALFORMED)
 
     # The tables' files really are in the bucket, under the warehouse prefix; none on local disk.
-    keys = _keys(s3, "warehouse/")
+    keys = _keys(seaweed.client(), s3_warehouse, "warehouse/")
     data = [k for k in keys if k.endswith(".parquet")]
     assert any(k.startswith("warehouse/ingest/s3orders/data/") for k in data), keys
     assert any(k.startswith("warehouse/ingest/s3orders_dlq/data/") for k in data), keys
@@ -146,23 +101,23 @@ def test_warehouse_on_s3_end_to_end(broker, topic, floe_home, s3_warehouse):
     run.assert_secret_kept(floe_home)
 
 
-def test_s3_outage_is_one_line_without_the_secret(broker, topic, floe_home, s3_server, s3_warehouse):
+def test_s3_outage_is_one_line_without_the_secret(broker, topic, floe_home, seaweed, s3_warehouse):
     """No Spark here: table creation and queries against a stopped endpoint fail as one clear line."""
-    run = Floe()
+    run = Floe(seaweed.secret_key)
     broker.produce(topic, pizza_values(20))
     run.ok("stream", "create", "up", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.up")
-    s3_server.stop()
 
-    for args in (
-        ("stream", "create", "down", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.down"),
-        ("query", "select count(*) from ingest.up"),
-    ):
-        result = run(*args)
-        assert result.returncode == 1, result.stderr
-        assert "Traceback" not in result.stderr, result.stderr
-        error = [line for line in result.stderr.splitlines() if line.startswith("floe: error:")]
-        assert len(error) == 1 and f"s3://{BUCKET}/warehouse" in error[0], result.stderr
-        assert s3_server.endpoint in error[0], result.stderr
+    with seaweed.down():  # killed: nothing listens on its port; running again after the block
+        for args in (
+            ("stream", "create", "down", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.down"),
+            ("query", "select count(*) from ingest.up"),
+        ):
+            result = run(*args)
+            assert result.returncode == 1, result.stderr
+            assert "Traceback" not in result.stderr, result.stderr
+            error = [line for line in result.stderr.splitlines() if line.startswith("floe: error:")]
+            assert len(error) == 1 and f"s3://{s3_warehouse}/warehouse" in error[0], result.stderr
+            assert seaweed.s3_endpoint in error[0], result.stderr
     # The failed create left no stream behind.
     streams = json.loads(run.ok("stream", "list", "--format", "json").stdout)
     assert [s["name"] for s in streams] == ["up"]

@@ -1,7 +1,9 @@
-"""`spark.master = spark://host:port`: Floe on a real Spark standalone cluster.
+"""`spark.master = spark://host:port`: Floe on a real Spark standalone cluster, over a shared catalog and
+warehouse as a cluster of several machines needs them: a SQL catalog on PostgreSQL, the warehouse on S3.
 
 A standalone Master and one Worker run as their own processes (the pip package has no
-sbin/ scripts, so they are started with bin/spark-class), and `floe run` is pointed at them.
+sbin/ scripts, so they are started with bin/spark-class), and `floe run` is pointed at them;
+the executor writes the data files to S3 itself.
 """
 
 from __future__ import annotations
@@ -130,7 +132,14 @@ def query_json(sql):
 
 
 @pytest.mark.slow
-def test_run_on_a_standalone_cluster(broker, topic, standalone_cluster):
+def test_run_on_a_standalone_cluster(broker, topic, standalone_cluster, floe_home, postgres, seaweed):
+    url = postgres.database(f"cluster_{topic}")
+    bucket = seaweed.new_bucket(f"cluster-{topic.replace('_', '-')}")
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text(
+        f'[warehouse]\nlocation = "s3://{bucket}/warehouse"\n\n[warehouse.s3]\nendpoint = "{seaweed.s3_endpoint}"\n'
+        f'region = "{seaweed.region}"\naccess_key_id = "{seaweed.access_key}"\n'
+        f'secret_access_key = "{seaweed.secret_key}"\n\n[catalog]\ntype = "sql"\nuri = "{url}"\n')
     good = pizza_values(6000)  # enough for plan_tasks to use both executor cores
     values = good[:3000] + MALFORMED + good[3000:]
     broker.produce(topic, values)
@@ -163,3 +172,11 @@ def test_run_on_a_standalone_cluster(broker, topic, standalone_cluster):
     # The executor's own log, not just the launch command the worker writes at the top.
     assert "Successfully registered with driver" in executor_log, executor_log[-3000:]
     assert re.search(r"Finished task \S+ in stage \S+ \(TID \d+\)", executor_log), executor_log[-3000:]
+
+    # The tables are in PostgreSQL and their files on S3, as every machine of the cluster sees them.
+    from pyiceberg.catalog import load_catalog
+    shared = load_catalog("floe", type="sql", uri=url, warehouse=f"s3://{bucket}/warehouse", **seaweed.s3_properties())
+    table = shared.load_table("ingest.orders")
+    assert table.scan().to_arrow().num_rows == len(good)
+    assert all(t.file.file_path.startswith(f"s3://{bucket}/") for t in table.scan().plan_files())
+    assert not (floe_home / "catalog.db").exists()

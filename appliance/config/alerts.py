@@ -14,7 +14,8 @@ from enum import StrEnum
 from typing import Any, Callable
 
 from appliance.config.units import parse_duration
-from appliance.core.errors import AlertRuleError, ConfigError
+from appliance.core.errors import AlertRuleError, ConfigError, SecretUnresolved
+from appliance.core.secrets import REFERENCE, has_reference, resolve
 
 
 class Measure(StrEnum):
@@ -187,7 +188,10 @@ def _plugin(url: str):
 
 
 def masked_url(url: str) -> str:
-    """A URL as it may be shown: Apprise's own privacy form, without options, long path parts cut."""
+    """A URL as it may be shown: Apprise's own privacy form, without options, long path parts cut.
+    Secret references (`${env:NAME}`, `${file:/path}`) are shown as written, never resolved."""
+    if has_reference(url):
+        return _masked_with_references(url)
     plugin = _plugin(url)
     scheme = url.split("://", 1)[0] if "://" in url else "?"
     if plugin is None:
@@ -195,14 +199,64 @@ def masked_url(url: str) -> str:
     text = plugin.url(privacy=True).split("?", 1)[0].rstrip("/")
     head, _, path = text.partition("://")
     host, _, rest = path.partition("/")
-    parts = [p if len(p) <= 8 or "…" in p or "..." in p else f"{p[:2]}…{p[-1]}" for p in rest.split("/")]
-    return f"{head}://{host}" + ("/" + "/".join(parts) if rest else "")
+    return f"{head}://{host}" + ("/" + "/".join(_cut(p) for p in rest.split("/")) if rest else "")
+
+
+def _cut(part: str) -> str:
+    return part if len(part) <= 8 or "…" in part or "..." in part else f"{part[:2]}…{part[-1]}"
+
+
+def _masked_with_references(url: str) -> str:
+    """A URL holding references, masked without Apprise (which cannot parse a reference where a
+    token goes, and must not see the values): the references as written, options left out as the
+    privacy form leaves them, a clear password masked and long clear parts cut."""
+    refs = [m.group(0) for m in REFERENCE.finditer(url)]
+    numbers = iter(range(len(refs)))
+    # each reference a token of no URL punctuation while the URL is taken apart ('/' is in `${file:/p}`)
+    text = REFERENCE.sub(lambda m: f"\0{next(numbers)}\0", url)
+
+    def back(part: str) -> str:
+        return _TOKEN.sub(lambda m: refs[int(m.group(1))], part)
+
+    def shown(part: str) -> str:
+        return back(part) if _TOKEN.search(part) else _cut(part)
+
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return "?://…"
+    netloc, _, path = rest.split("?", 1)[0].rstrip("/").partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    # a host name has dots; a long part without is a token where the host goes (Slack's, say)
+    host = back(host) if _TOKEN.search(host) or "." in host or ":" in host or host == "localhost" else _cut(host)
+    if at:
+        user, colon, password = userinfo.partition(":")
+        password = back(password) if re.fullmatch(r"(\0\d+\0)+", password) else "****"
+        host = f"{shown(user)}{':' + password if colon else ''}@{host}"
+    return f"{back(scheme)}://{host}" + ("/" + "/".join(shown(p) for p in path.split("/")) if path else "")
+
+
+_TOKEN = re.compile(r"\0(\d+)\0")
 
 
 def check_urls(urls: tuple[str, ...] | list[str], alert: str) -> None:
-    """Each URL one Apprise can send to; AlertRuleError naming the first that is not (masked)."""
+    """Each URL one Apprise can send to; AlertRuleError naming the first that is not (masked).
+
+    A URL holding secret references is checked with their values when they resolve here (looked
+    at and forgotten), else only its scheme: they are resolved again at each send, in the engine,
+    whose environment and files may differ from this process's."""
     for i, url in enumerate(urls, 1):
-        if not isinstance(url, str) or _plugin(url) is None:
+        if not isinstance(url, str) or not _sendable(url):
             scheme = url.split("://", 1)[0] if isinstance(url, str) and "://" in url else "?"
             raise AlertRuleError(f"alert {alert}: notify URL {i} ({scheme}://…) is not a URL Apprise can send to "
                                  f"(see https://github.com/caronc/apprise/wiki)")
+
+
+def _sendable(url: str) -> bool:
+    if not has_reference(url):
+        return _plugin(url) is not None
+    try:
+        return _plugin(resolve(url)) is not None
+    except SecretUnresolved:
+        from apprise.manager_plugins import NotificationManager  # noqa: PLC0415
+
+        return url.split("://", 1)[0].lower() in NotificationManager() if "://" in url else False

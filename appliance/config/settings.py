@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config.alerts import AlertDef, alerts_from_config
+from appliance.config.catalog import CatalogSettings, catalog_settings, kind_of
 from appliance.config.policy import build_policy, check_values
 from appliance.config.units import parse_duration, parse_size
 from appliance.core.errors import ConfigError
+from appliance.core.secrets import resolve_all
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "config" / "floe.toml"
 DEFAULT_HOME = "~/.floe"
@@ -87,6 +89,7 @@ class Settings:
     maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
     observe: ObserveSettings = field(default_factory=ObserveSettings)
     alerting: AlertingSettings = field(default_factory=AlertingSettings)
+    catalog: CatalogSettings = field(default_factory=CatalogSettings)
 
     @property
     def state_db(self) -> Path:
@@ -100,20 +103,37 @@ class Settings:
     def log_dir(self) -> Path:
         return self.home / "logs"
 
+    @property
+    def on_s3(self) -> bool:
+        """Whether tables live on S3: the warehouse is there, or the catalog names S3 settings."""
+        catalog = dict(self.catalog.properties)
+        return (catalog.get("warehouse", self.warehouse).startswith(("s3://", "s3a://"))
+                or self.warehouse.startswith(("s3://", "s3a://")) or any(k.startswith("s3.") for k in catalog))
+
+    def s3_properties(self) -> dict[str, str]:
+        """PyIceberg's `s3.*` properties: [warehouse.s3], overridden by any `s3.*` of [catalog];
+        secret references resolved now (each use resolves them again)."""
+        props = {
+            "s3.endpoint": self.s3.endpoint,
+            "s3.region": self.s3.region,
+            "s3.access-key-id": self.s3.access_key_id,
+            "s3.secret-access-key": self.s3.secret_access_key,
+        }
+        props.update({k: v for k, v in self.catalog.properties if k.startswith("s3.")})
+        return resolve_all({k: v for k, v in props.items() if v}, "s3 setting")
+
     def catalog_properties(self) -> dict[str, str]:
-        """PyIceberg SqlCatalog properties, S3 keys included when the warehouse is on S3."""
-        props = {"uri": f"sqlite:///{self.catalog_db}", "warehouse": self.warehouse}
-        if self.warehouse.startswith(("s3://", "s3a://")):
-            props.update(
-                {
-                    "s3.endpoint": self.s3.endpoint,
-                    "s3.region": self.s3.region,
-                    "s3.access-key-id": self.s3.access_key_id,
-                    "s3.secret-access-key": self.s3.secret_access_key,
-                }
-            )
-            props = {k: v for k, v in props.items() if v}
-        return props
+        """The PyIceberg catalog's properties, secret references resolved (at each use, never kept):
+        Floe's SQLite catalog when floe.toml has no [catalog]; S3 keys included when the warehouse is on S3."""
+        if self.catalog.own:
+            props = {"uri": f"sqlite:///{self.catalog_db}", "warehouse": self.warehouse}
+        else:
+            props = dict(self.catalog.properties)
+            if kind_of(props) == "sql":
+                props.setdefault("warehouse", self.warehouse)
+        if self.on_s3:
+            props = {**self.s3_properties(), **props}
+        return resolve_all(props, "catalog property")
 
 
 def home_dir() -> Path:
@@ -139,8 +159,9 @@ def _merge(base: dict[str, Any], override: dict[str, Any], path: Path, prefix: s
         if isinstance(base[key], dict):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: {where!r} must be a table")
-            # spark.conf is free-form: any Spark property may be added
-            merged[key] = {**base[key], **value} if where == "spark.conf" else _merge(base[key], value, path, where + ".")
+            # spark.conf and catalog are free-form: Spark's and PyIceberg's own property names
+            free = where in ("spark.conf", "catalog")
+            merged[key] = {**base[key], **value} if free else _merge(base[key], value, path, where + ".")
         else:
             merged[key] = value
     return merged
@@ -204,6 +225,7 @@ def load_settings(home: Path | None = None) -> Settings:
         maintenance=maintenance,
         observe=_observe(raw["observe"], source, check),
         alerting=_alerting(raw["alerting"], source, check, alerts_from_config(alerts, str(source))),
+        catalog=catalog_settings(raw.get("catalog", {}), str(source)),
     )
 
 

@@ -171,6 +171,16 @@ class WarehouseError(FloeError):
     retryable = True
 
 
+class CatalogUnavailable(FloeError):
+    """The Iceberg catalog (its database or REST service) did not answer or failed; often an outage."""
+
+    retryable = True
+
+
+class CatalogAccessDenied(FloeError):
+    """The Iceberg catalog refused Floe's credentials or the operation."""
+
+
 class CommitConflict(FloeError):
     """Another writer changed the table between our read and our commit."""
 

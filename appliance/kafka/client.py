@@ -34,11 +34,27 @@ class KafkaClient:
 
     def __init__(self, settings: KafkaSettings, group: str = "floe", timeout: float = 10.0) -> None:
         self.settings = settings
+        self.group = group
         self.timeout = timeout
+        self._resolved = settings.resolved_options()
+        self._consumer = self._connect(self._resolved)
+
+    def _connect(self, resolved: dict[str, str]) -> Consumer:
         try:
-            self._consumer = Consumer(settings.consumer_config(group, logger=KAFKA_LOG))
+            return Consumer(self.settings.consumer_config(self.group, logger=KAFKA_LOG, resolved=resolved))
         except (KafkaException, ValueError, TypeError) as exc:
-            raise kafka_error(exc, settings, "kafka client") from None
+            raise kafka_error(exc, self.settings, "kafka client") from None
+
+    def _fresh(self) -> None:
+        """Secret references resolved again at each use: a rotated secret (a file rewritten, say)
+        reconnects with its new value; one that no longer resolves fails the use, naming it."""
+        if not self.settings.has_references:
+            return
+        resolved = self.settings.resolved_options()
+        if resolved != self._resolved:
+            consumer = self._connect(resolved)
+            self._consumer.close()
+            self._consumer, self._resolved = consumer, resolved
 
     def close(self) -> None:
         self._consumer.close()
@@ -50,6 +66,7 @@ class KafkaClient:
         self.close()
 
     def topics(self) -> list[str]:
+        self._fresh()
         try:
             meta = self._consumer.list_topics(timeout=self.timeout)
         except KafkaException as exc:
@@ -57,6 +74,7 @@ class KafkaClient:
         return sorted(t for t in meta.topics if not t.startswith("__"))
 
     def partitions(self, topic: str) -> list[int]:
+        self._fresh()
         try:
             meta = self._consumer.list_topics(topic, timeout=self.timeout)
         except KafkaException as exc:
@@ -72,6 +90,7 @@ class KafkaClient:
 
     def watermarks(self, topic: str, partitions: list[int] | None = None) -> dict[int, Watermarks]:
         partitions = partitions if partitions is not None else self.partitions(topic)
+        self._fresh()
         out = {}
         for p in partitions:
             try:

@@ -20,7 +20,8 @@ from appliance.kafka.logs import KAFKA_LOG
 from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
 
-_CONSUMERS: dict[tuple, Consumer] = {}
+# Each cluster's consumer, with the options (secret references resolved) it was made with.
+_CONSUMERS: dict[KafkaSettings, tuple[dict[str, str], Consumer]] = {}
 _THROTTLED: dict[KafkaSettings, int] = {}  # the longest throttle a cluster's brokers reported, ms
 
 # In a Spark worker nobody configures logging: without a handler, librdkafka's
@@ -53,16 +54,24 @@ READER_GROUP = "floe.reader"  # a label for the broker's logs: offsets are assig
 
 
 def _consumer(settings: KafkaSettings) -> Consumer:
-    consumer = _CONSUMERS.get(settings)
-    if consumer is None:
-        def throttled(event) -> None:  # a broker's quota slowed the fetches: an alert rule looks at it
-            _THROTTLED[settings] = max(_THROTTLED.get(settings, 0), int(event.throttle_time * 1000))
+    # Secret references are resolved here, in the task, at each read: the worker's environment and
+    # files, never values shipped with the task; a rotated secret gets a consumer of its own.
+    resolved = settings.resolved_options()
+    kept = _CONSUMERS.get(settings)
+    if kept is not None and kept[0] == resolved:
+        return kept[1]
+    if kept is not None:
+        del _CONSUMERS[settings]
+        kept[1].close()
 
-        consumer = Consumer(settings.consumer_config(
-            READER_GROUP, logger=KAFKA_LOG, throttle_cb=throttled,
-            **{"fetch.wait.max.ms": 50, "queued.max.messages.kbytes": 32768, "max.partition.fetch.bytes": 4194304},
-        ))
-        _CONSUMERS[settings] = consumer
+    def throttled(event) -> None:  # a broker's quota slowed the fetches: an alert rule looks at it
+        _THROTTLED[settings] = max(_THROTTLED.get(settings, 0), int(event.throttle_time * 1000))
+
+    consumer = Consumer(settings.consumer_config(
+        READER_GROUP, logger=KAFKA_LOG, resolved=resolved, throttle_cb=throttled,
+        **{"fetch.wait.max.ms": 50, "queued.max.messages.kbytes": 32768, "max.partition.fetch.bytes": 4194304},
+    ))
+    _CONSUMERS[settings] = (resolved, consumer)
     return consumer
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.core.errors import RegistryAccessDenied, RegistryConfigError, RegistryUnavailable, SchemaNotFound
+from appliance.core.secrets import has_reference
 from appliance.kafka.settings import RegistrySettings
 
 _CLIENTS: dict[RegistrySettings, Registry] = {}
@@ -43,15 +44,30 @@ def registry(settings: RegistrySettings) -> Registry:
 
 class Registry:
     def __init__(self, settings: RegistrySettings) -> None:
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
         self.settings = settings
-        try:
-            self.client = SchemaRegistryClient(settings.client_config())
-        except (ValueError, TypeError) as exc:
-            raise RegistryConfigError(f"schema registry: {settings.scrub(str(exc))}") from None
+        self._config = settings.client_config()  # secret references resolved now, for this client
+        self.client = self._connect(self._config)
         self._parsed: dict[tuple, Any] = {}
         self._lock = threading.Lock()
+
+    def _connect(self, config: dict[str, Any]):
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        try:
+            return SchemaRegistryClient(config)
+        except (ValueError, TypeError) as exc:
+            raise RegistryConfigError(f"schema registry: {self.settings.scrub(str(exc))}") from None
+
+    def _renewed(self) -> bool:
+        """After a refusal, the secret references resolved again: a rotated credential gets a client
+        of its own (the schemas parsed so far stay). True when it did."""
+        if not (has_reference(self.settings.url) or any(has_reference(v) for _, v in self.settings.options)):
+            return False
+        config = self.settings.client_config()
+        if config == self._config:
+            return False
+        self.client, self._config = self._connect(config), config
+        return True
 
     def schema(self, schema_id: int, fmt: str | None = None) -> WriterSchema:
         """The schema registered under `schema_id` (`fmt="serialized"`: Protobuf as a descriptor)."""
@@ -80,7 +96,7 @@ class Registry:
         return found.version, WriterSchema(found.schema_id, schema.schema_type or "AVRO", schema.schema_str, refs)
 
     def subjects(self) -> list[str]:
-        return sorted(self.call(self.client.get_subjects, "subjects"))
+        return sorted(self.call(lambda: self.client.get_subjects(), "subjects"))
 
     def parsed(self, key: tuple, make) -> Any:
         """What `make()` builds from a schema (a decoder, say), built once per key."""
@@ -96,8 +112,10 @@ class Registry:
         with self._lock:
             self._parsed.pop(key, None)
 
-    def call(self, fn, what: str):
-        """`fn()`, its failures as Floe's errors (the registry's HTTP client raises its own kinds)."""
+    def call(self, fn, what: str, renewed: bool = False):
+        """`fn()`, its failures as Floe's errors (the registry's HTTP client raises its own kinds).
+        `fn` reaches the registry through `self.client`: after a refusal it is asked again, once,
+        of a client with the credentials as they resolve now."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         try:
@@ -113,6 +131,8 @@ class Registry:
                 raise RegistryUnavailable(f"{self.settings.display_url} answered {what} with HTTP 404 and no schema "
                                           "registry error code: is the URL a schema registry's?") from None
             if status in (401, 403):
+                if not renewed and self._renewed():
+                    return self.call(fn, what, renewed=True)
                 raise RegistryAccessDenied(f"schema registry {self.settings.display_url} refused access: {text}"
                                            ) from None
             raise RegistryUnavailable(f"schema registry {self.settings.display_url}: {text} (HTTP {status})") from None

@@ -2,7 +2,8 @@
 
 Plain data, no client library: a stream definition holds one without importing
 confluent-kafka, and printing one (a log line, a repr, a worker's description) never
-shows a password.
+shows a password. An option or URL may hold secret references (`${env:NAME}`, `${file:/path}`):
+they are kept as written and resolved only in the configs handed to a client, at each use.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-from appliance.core.errors import KafkaConfigError, RegistryConfigError
+from appliance.core.errors import KafkaConfigError, RegistryConfigError, SecretUnresolved
+from appliance.core.secrets import REFERENCE, has_reference, references, resolve, resolve_all
 
 SECRET_KEY = re.compile(r"(password|secret|token|credentials|private\.key|key\.pem|user\.info)", re.IGNORECASE)
 MASK = "***"
@@ -24,10 +26,41 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 _BOOTSTRAP = re.compile(r"^[^\s:,]+:\d{1,5}$")
+_WORDS = re.compile(r"[^\s:,;=/\"']+")  # clear text beside a reference: masked, its punctuation kept
 
 
 def is_secret(key: str) -> bool:
     return bool(SECRET_KEY.search(key))
+
+
+def shown(key: str, value: str) -> str:
+    """An option's value as it may be shown: a secret key's masked, but its references kept as written
+    (a reference is not a secret); clear text beside a reference is masked word by word."""
+    if not is_secret(key):
+        return value
+    if not has_reference(value):
+        return MASK
+    parts = REFERENCE.split(value)  # clear, provider, name, clear, provider, name, ..., clear
+    out = [_WORDS.sub(MASK, parts[0])]
+    for i in range(1, len(parts), 3):
+        out.append(f"${{{parts[i]}:{parts[i + 1]}}}" + _WORDS.sub(MASK, parts[i + 2]))
+    return "".join(out)
+
+
+def reference_values(texts: Iterable[str]) -> list[str]:
+    """The values the references in `texts` resolve to now, longest first, for scrubbing: those
+    that do not resolve are skipped (scrubbing an error's text must never fail in turn). A
+    `USER:PASSWORD` value gives its password too; a value of a few characters (a timeout's
+    number) is no credential, and scrubbing it would garble every number of a message."""
+    values = set()
+    for text in texts:
+        for reference in references(text):
+            try:
+                value = resolve(reference)
+            except SecretUnresolved:
+                continue
+            values.update(v for v in (value, value.partition(":")[2]) if len(v) >= 4)
+    return sorted(values, key=len, reverse=True)
 
 
 def parse_kafka_options(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
@@ -87,22 +120,35 @@ class KafkaSettings:
 
     @property
     def option_dict(self) -> dict[str, str]:
+        """The options as given: references as written (what is stored and shown)."""
         return dict(self.options)
 
+    @property
+    def has_references(self) -> bool:
+        return any(has_reference(v) for _, v in self.options)
+
+    def resolved_options(self) -> dict[str, str]:
+        """The options with their references resolved now; SecretUnresolved names the first that is not."""
+        return resolve_all(self.option_dict, "kafka option")
+
     def masked_options(self) -> dict[str, str]:
-        return {k: (MASK if is_secret(k) else v) for k, v in self.options}
+        return {k: shown(k, v) for k, v in self.options}
 
     def __repr__(self) -> str:
         return f"KafkaSettings(bootstrap={self.bootstrap!r}, options={self.masked_options()!r})"
 
     def scrub(self, text: str) -> str:
-        """`text` with every secret value replaced, for errors and logs."""
-        for key, value in self.options:
-            if is_secret(key) and value:
-                text = text.replace(value, MASK)
+        """`text` with every secret value replaced, for errors and logs: clear secrets, and what
+        references resolve to (librdkafka's error texts may echo any option's value)."""
+        secrets = [v for k, v in self.options if is_secret(k) and v and not has_reference(v)]
+        for value in sorted(secrets, key=len, reverse=True) + reference_values(v for _, v in self.options):
+            text = text.replace(value, MASK)
         return text
 
-    def consumer_config(self, group: str, logger: Any = None, **extra: Any) -> dict[str, Any]:
+    def consumer_config(self, group: str, logger: Any = None, resolved: dict[str, str] | None = None,
+                        **extra: Any) -> dict[str, Any]:
+        """The consumer's configuration, references resolved now (`resolved`: the options already
+        resolved by the caller, who compares them with those of a client it keeps)."""
         conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap,
             "group.id": group,
@@ -118,7 +164,7 @@ class KafkaSettings:
         }
         if logger is not None:
             conf["logger"] = logger
-        conf.update(dict(self.options))
+        conf.update(self.resolved_options() if resolved is None else resolved)
         conf.update(extra)
         return conf
 
@@ -136,7 +182,8 @@ REGISTRY_OPTIONS = (
 )
 REGISTRY_NUMBERS = ("timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms")
 _URL = re.compile(r"^https?://[^\s/?#]+(:\d{1,5})?(/[^\s]*)?$")
-_USERINFO = re.compile(r"(https?://)([^@/,]+)@")
+# user info: up to an '@' before any '/', except inside a reference (`${file:/run/secrets/p}`)
+_USERINFO = re.compile(r"(https?://)((?:\$\{[^}]*\}|[^@/,])+)@")
 
 
 @dataclass(frozen=True)
@@ -149,14 +196,14 @@ class RegistrySettings:
     @classmethod
     def create(cls, url: str, options: dict[str, str] | None = None) -> RegistrySettings:
         url = (url or "").strip().rstrip("/")
-        if not all(_URL.match(u.strip()) for u in url.split(",")) or not url:
+        if not url or not _url_shaped(url):
             raise RegistryConfigError(f"schema registry URL {mask_url(url)!r} must be http(s)://HOST[:PORT][/PATH]")
         options = dict(options or {})
         for key, value in options.items():
             if key not in REGISTRY_OPTIONS:
                 raise RegistryConfigError(f"schema registry option {key!r} is not one Floe passes on "
                                           f"(use one of {', '.join(REGISTRY_OPTIONS)})")
-            if key in REGISTRY_NUMBERS and not re.fullmatch(r"\d+(\.\d+)?", str(value).strip()):
+            if key in REGISTRY_NUMBERS and not has_reference(value) and not _NUMBER.fullmatch(str(value).strip()):
                 raise RegistryConfigError(f"schema registry option {key} must be a number, not {value!r}")
         return cls(url, tuple(sorted(options.items())))
 
@@ -165,28 +212,70 @@ class RegistrySettings:
         return mask_url(self.url)
 
     def masked_options(self) -> dict[str, str]:
-        return {k: (MASK if is_secret(k) else v) for k, v in self.options}
+        return {k: shown(k, v) for k, v in self.options}
 
     def __repr__(self) -> str:
         return f"RegistrySettings(url={self.display_url!r}, options={self.masked_options()!r})"
 
     def scrub(self, text: str) -> str:
-        """`text` with every secret value (and any password in the URL) replaced."""
-        secrets = [v for k, v in self.options if is_secret(k) and v]
-        secrets += [m.group(2).split(":", 1)[1] for m in _USERINFO.finditer(self.url) if ":" in m.group(2)]
-        for value in secrets:
+        """`text` with every secret value (and any password in the URL) replaced, and what references
+        in the options and the URL resolve to."""
+        secrets = [v for k, v in self.options if is_secret(k) and v and not has_reference(v)]
+        passwords = [_userinfo(m.group(2))[2] for m in _USERINFO.finditer(self.url)]
+        secrets += [p for p in passwords if p and not has_reference(p)]
+        secrets = sorted(secrets, key=len, reverse=True)
+        for value in secrets + reference_values([self.url, *(v for _, v in self.options)]):
             text = text.replace(value, MASK)
         return text
 
     def client_config(self) -> dict[str, Any]:
-        """SchemaRegistryClient's configuration (numbers as numbers: the client checks their types)."""
-        conf: dict[str, Any] = {"url": self.url}
-        for key, value in self.options:
-            conf[key] = (float(value) if "." in value else int(value)) if key in REGISTRY_NUMBERS else value
+        """SchemaRegistryClient's configuration, references resolved now (numbers as numbers: the
+        client checks their types); SecretUnresolved names a reference that does not resolve."""
+        conf: dict[str, Any] = {"url": resolve(self.url, "schema registry URL")}
+        for key, value in resolve_all(dict(self.options), "schema registry option").items():
+            if key in REGISTRY_NUMBERS:
+                if not _NUMBER.fullmatch(value.strip()):  # only a reference's value can be wrong here
+                    raise RegistryConfigError(f"schema registry option {key} must be a number")
+                value = float(value) if "." in value else int(value)
+            conf[key] = value
         return conf
 
 
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def _url_shaped(url: str) -> bool:
+    """Whether each of the URLs looks like one. References stand for text of any shape: the URL is
+    checked with a plain word in their place, or, when a reference is more than a part (the whole
+    URL, its host), with its value, looked at and forgotten; one that does not resolve here is left
+    to its use, which names it."""
+    def shaped(text: str) -> bool:
+        return all(_URL.match(u.strip()) for u in text.split(","))
+
+    with_words = shaped(REFERENCE.sub("secret", url))
+    if with_words or not has_reference(url):
+        return with_words
+    try:
+        return shaped(resolve(url))
+    except SecretUnresolved:
+        return True
+
+
 def mask_url(url: str) -> str:
-    """A URL with the password of its `user:password@` part masked."""
-    return _USERINFO.sub(lambda m: m.group(1) + m.group(2).split(":")[0] + (":" + MASK if ":" in m.group(2) else "")
-                         + "@", url)
+    """A URL with the password of its `user:password@` part masked (a reference is shown as written)."""
+    def masked(m: re.Match) -> str:
+        user, colon, password = _userinfo(m.group(2))
+        if colon and not (has_reference(password) and not REFERENCE.sub("", password)):
+            password = MASK
+        return f"{m.group(1)}{user}{colon}{password}@"
+
+    return _USERINFO.sub(masked, url)
+
+
+def _userinfo(text: str) -> tuple[str, str, str]:
+    """`user:password` split at its first ':' outside a reference, as str.partition splits."""
+    spans = [m.span() for m in REFERENCE.finditer(text)]
+    for i, c in enumerate(text):
+        if c == ":" and not any(a <= i < b for a, b in spans):
+            return text[:i], ":", text[i + 1:]
+    return text, "", ""

@@ -20,6 +20,8 @@ import apprise
 
 from appliance.config.alerts import masked_url
 from appliance.config.settings import Settings
+from appliance.core.errors import SecretUnresolved
+from appliance.core.secrets import resolve
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.state.store import StateStore
 
@@ -38,9 +40,11 @@ def _with_timeouts(url: str) -> str:
 
 
 def send_once(url: str, title: str, body: str, failure: bool) -> bool:
-    """One attempt at one target; True when Apprise says it was delivered."""
+    """One attempt at one target; True when Apprise says it was delivered. `url` as given: its
+    secret references are resolved here, for this attempt only (SecretUnresolved names one that
+    does not resolve)."""
     target = apprise.Apprise()
-    if not target.add(_with_timeouts(url)):
+    if not target.add(_with_timeouts(resolve(url))):
         return False
     kind = apprise.NotifyType.FAILURE if failure else apprise.NotifyType.SUCCESS
     try:
@@ -71,15 +75,18 @@ def deliver(message: Message, attempts: int, wait: Callable[[float], bool] = _sl
     """Send to each URL, each tried up to `attempts` times; `wait(s)` True means give up (stopping)."""
     out = []
     for url in message.urls:
-        ok = False
+        ok, why = False, ""
         for attempt in range(attempts):
-            if send_once(url, message.title, message.body, message.failure):
-                ok = True
-                break
+            try:
+                if send_once(url, message.title, message.body, message.failure):
+                    ok = True
+                    break
+            except SecretUnresolved as exc:  # tried again: a secret file may be back by then
+                why = f" ({exc})"
             if attempt + 1 < attempts and wait(min(2.0 ** attempt, 10.0)):
                 break
         if not ok and report is not None:
-            report(f"notification to {masked_url(url)} failed after {attempts} attempt(s): {message.title}")
+            report(f"notification to {masked_url(url)} failed after {attempts} attempt(s){why}: {message.title}")
         out.append((url, ok))
     return out
 

@@ -30,18 +30,20 @@ def open_connection(settings: Settings) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the extensions loaded and the warehouse's credentials set."""
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     for name in EXTENSIONS:
-        if name == "httpfs" and not settings.warehouse.startswith("s3"):
+        if name == "httpfs" and not settings.on_s3:
             continue
         con.execute(f"LOAD '{extension_path(name)}'")
-    if settings.warehouse.startswith("s3"):
-        s3 = settings.s3
-        endpoint = s3.endpoint.split("://", 1)[-1]
+    if settings.on_s3:
+        # The keys are resolved now (they may be secret references) and live only in this connection.
+        s3 = settings.s3_properties()
+        key, secret, region = (s3.get(k, "") for k in ("s3.access-key-id", "s3.secret-access-key", "s3.region"))
+        url = s3.get("s3.endpoint", "")
+        endpoint = url.split("://", 1)[-1]
         con.execute(
             "CREATE SECRET floe_s3 (TYPE S3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL ?)",
-            [s3.access_key_id, s3.secret_access_key, s3.region, endpoint, s3.endpoint.startswith("https")],
+            [key, secret, region or "us-east-1", endpoint, url.startswith("https")],
         ) if endpoint else con.execute(
-            "CREATE SECRET floe_s3 (TYPE S3, KEY_ID ?, SECRET ?, REGION ?)",
-            [s3.access_key_id, s3.secret_access_key, s3.region],
+            "CREATE SECRET floe_s3 (TYPE S3, KEY_ID ?, SECRET ?, REGION ?)", [key, secret, region or "us-east-1"],
         )
     return con
 

@@ -99,7 +99,7 @@ class StageScheduler(threading.Thread):
     def _location(self, table: str) -> str | None:
         """Where the table's current metadata is: it moves with every commit."""
         try:
-            return self.catalog.iceberg.location(tuple(table.split(".")))
+            return self.catalog.location(table)
         except Exception:  # noqa: BLE001 - a table gone or the catalog busy: the run says what is wrong
             return None
 

@@ -4,11 +4,14 @@ It speaks the part of Confluent's Schema Registry REST API that producers and co
 (registering a schema under a subject, looking one up, fetching by id or by subject and
 version), keeps everything in memory, and checks no compatibility. Any standard client
 (confluent-kafka's serializers, Floe itself) talks to it as to Confluent's, Redpanda's or
-Karapace's registry.
+Karapace's registry. Given `credentials`, it asks for HTTP basic authentication as theirs do,
+and refuses others with 401.
 """
 
 from __future__ import annotations
 
+import base64
+import hmac
 import json
 import threading
 from collections import Counter
@@ -75,9 +78,21 @@ def _not_found(what: str, code: int) -> tuple[int, dict[str, Any]]:
 
 class _Handler(BaseHTTPRequestHandler):
     store: _Store
+    credentials: str | None = None  # USER:PASSWORD every request must bring (basic auth), if set
 
     def log_message(self, *args: Any) -> None:  # quiet: requests are not worth a line each
         pass
+
+    def _refused(self) -> bool:
+        """Whether the request lacks the credentials asked for (then answered 401, as registries do)."""
+        if self.credentials is None:
+            return False
+        expected = "Basic " + base64.b64encode(self.credentials.encode()).decode()
+        if hmac.compare_digest(self.headers.get("Authorization", "").encode(), expected.encode()):
+            return False
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._reply(401, {"error_code": 40101, "message": "Unauthorized"})
+        return True
 
     def _reply(self, status: int, body: Any) -> None:
         data = json.dumps(body).encode()
@@ -92,6 +107,8 @@ class _Handler(BaseHTTPRequestHandler):
         return json.loads(self.rfile.read(length) or b"{}")
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self._refused():
+            return
         url = urlparse(self.path)
         with self.store.lock:
             self.store.served[url.path] += 1
@@ -125,6 +142,8 @@ class _Handler(BaseHTTPRequestHandler):
         return _not_found("Endpoint", 40400)
 
     def do_POST(self) -> None:  # noqa: N802
+        if self._refused():
+            return
         parts = [unquote(p) for p in urlparse(self.path).path.strip("/").split("/")]
         try:
             body = self._body()
@@ -143,11 +162,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class EmbeddedRegistry:
-    """A schema registry served from this process on loopback: `url` is where clients reach it."""
+    """A schema registry served from this process on loopback: `url` is where clients reach it;
+    `credentials` (USER:PASSWORD): the basic authentication every request must bring."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, credentials: str | None = None) -> None:
         self._store = _Store()
-        handler = type("Handler", (_Handler,), {"store": self._store})
+        self.credentials = credentials
+        handler = type("Handler", (_Handler,), {"store": self._store, "credentials": credentials})
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self.url = f"http://{host}:{self._server.server_address[1]}"
@@ -163,7 +184,8 @@ class EmbeddedRegistry:
         """confluent-kafka's client of this registry (for producers' serializers)."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        return SchemaRegistryClient({"url": self.url})
+        auth = {"basic.auth.user.info": self.credentials} if self.credentials else {}
+        return SchemaRegistryClient({"url": self.url, **auth})
 
     def close(self) -> None:
         self._server.shutdown()

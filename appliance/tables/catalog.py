@@ -1,4 +1,5 @@
-"""The Iceberg catalog: PyIceberg's SqlCatalog on SQLite, with the warehouse on disk or S3."""
+"""The Iceberg catalog: Floe's SQLite catalog by default, or any PyIceberg catalog `[catalog]` names (a SQL
+catalog on PostgreSQL, a REST catalog...), with the warehouse on disk or S3."""
 
 from __future__ import annotations
 
@@ -6,14 +7,23 @@ import logging
 from contextlib import contextmanager
 from typing import Iterator
 
-from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.catalog import Catalog as IcebergCatalog
+from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import (
+    ForbiddenError,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    OAuthError,
+    UnauthorizedError,
+)
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from appliance.config.catalog import SECRET_PROPERTY, URI_PASSWORD
 from appliance.config.settings import Settings
-from appliance.core.errors import TableConflict, TableNotFound
+from appliance.core.errors import CatalogAccessDenied, CatalogUnavailable, FloeError, TableConflict, TableNotFound
+from appliance.core.secrets import has_reference, resolve
 from appliance.model.names import check_table_name
 from appliance.model.partitioning import Partitioning
 from appliance.tables.commits import commit_lock
@@ -38,14 +48,50 @@ def table_properties(settings: Settings) -> dict[str, str]:
     }
 
 
-def open_catalog(settings: Settings) -> SqlCatalog:
-    return FloeSqlCatalog("floe", **settings.catalog_properties())
+def open_catalog(settings: Settings) -> IcebergCatalog:
+    """The catalog, its secret references resolved now: Floe's fast SQL catalog for SQLite and
+    PostgreSQL, PyIceberg's own for the rest (a REST catalog commits through its service)."""
+    props = settings.catalog_properties()
+    try:
+        if settings.catalog.kind == "sql":
+            return FloeSqlCatalog("floe", **props)
+        return load_catalog("floe", **props)
+    except FloeError:
+        raise
+    except (UnauthorizedError, ForbiddenError, OAuthError) as exc:
+        raise CatalogAccessDenied(f"{settings.catalog.describe()} refused Floe: "
+                                  f"{_quiet(settings, exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - a driver's or HTTP client's error: one line, secrets removed
+        raise CatalogUnavailable(f"{settings.catalog.describe()} cannot be reached: "
+                                 f"{_quiet(settings, exc)}") from None
+
+
+def _quiet(settings: Settings, exc: BaseException) -> str:
+    """An exception's first line with every secret of the catalog's properties taken out: secret-named
+    values, values given by reference, and passwords inside URIs."""
+    text = " ".join(str(exc).split("\n")[0].split()) or type(exc).__name__
+    try:
+        s3 = settings.s3_properties()
+    except FloeError:
+        s3 = {}
+    for key, value in (*settings.catalog.properties, *s3.items()):
+        try:
+            value = resolve(value)
+        except FloeError:
+            continue
+        secrets = [value] if SECRET_PROPERTY.search(key) or has_reference(dict(settings.catalog.properties).get(key, "")) \
+            else []
+        secrets += URI_PASSWORD.findall(value)
+        for secret in secrets:
+            if len(secret) >= 3:
+                text = text.replace(secret, "***")
+    return text[:300]
 
 
 @contextmanager
 def warehouse_io(settings: Settings, what: str) -> Iterator[None]:
     """Storage failures as one line naming the warehouse (and its endpoint), never its keys."""
-    with storage_errors(describe(settings.warehouse, settings.s3.endpoint), what):
+    with storage_errors(describe(settings.warehouse, settings.s3_properties().get("s3.endpoint", "")), what):
         yield
 
 
@@ -59,9 +105,21 @@ class Catalog:
 
     def current(self, table: Table) -> Table:
         """`table` itself while nobody has committed to it since; otherwise as it is now."""
+        if not isinstance(self.iceberg, FloeSqlCatalog):
+            fresh = self.iceberg.load_table(table.name())
+            return table if fresh.metadata_location == table.metadata_location else fresh
         if self.iceberg.location(table.name()) == table.metadata_location:
             return table
         return self.iceberg.load_table(table.name())
+
+    def location(self, name: str) -> str | None:
+        """Where the table's current metadata is (it moves with every commit); None if there is no table."""
+        if isinstance(self.iceberg, FloeSqlCatalog):
+            return self.iceberg.location(tuple(name.split(".")))
+        try:
+            return self.iceberg.load_table(name).metadata_location
+        except NoSuchTableError:
+            return None
 
     def exists(self, name: str) -> bool:
         return self.iceberg.table_exists(name)

@@ -1,5 +1,5 @@
 """PyIceberg's SqlCatalog, minus the work a 1-second commit repeats: metadata read once per location,
-a commit staged without deep copies and swapped in with one SQL statement on SQLite."""
+a commit staged without deep copies and swapped in with one compare-and-set SQL statement (SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,17 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
+from sqlalchemy import text
 
 from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.transactions import staged_metadata
 
 _CURRENT = ("SELECT metadata_location FROM iceberg_tables"
-            " WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?")
-_SWAP = ("UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ?"
-         " WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ?")
+            " WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name")
+# The compare-and-set of a commit: it changes the row only if nobody moved the table since it was read.
+_SWAP = ("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old"
+         " WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name"
+         " AND metadata_location = :old")
 
 
 class FloeSqlCatalog(SqlCatalog):
@@ -42,8 +45,9 @@ class FloeSqlCatalog(SqlCatalog):
         self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._writer = MetadataWriter()
-        # The commit's two statements go straight to SQLite: through SQLAlchemy they cost more
-        # than the rest of a stream's commit. Other databases take PyIceberg's way.
+        # The commit's two statements go straight to SQLite: through SQLAlchemy's ORM they cost more
+        # than the rest of a stream's commit. Other databases (PostgreSQL) run the same two statements
+        # through SQLAlchemy Core, in a transaction of their own.
         self._sqlite = self.engine.url.database if self.engine.dialect.name == "sqlite" else None
         self._db: sqlite3.Connection | None = None  # opened by the first commit
         self._db_lock = threading.Lock()
@@ -95,7 +99,7 @@ class FloeSqlCatalog(SqlCatalog):
         """PyIceberg's commit of an existing table, in two plain SQL statements rather than its ORM
         session (a third of a stream commit's CPU); creating a table goes through PyIceberg."""
         namespace, name = ".".join(table.name()[:-1]), table.name()[-1]
-        found = self._sql(_CURRENT, (self.name, namespace, name), rows=True) if self._sqlite else None
+        found = self._sql(_CURRENT, {"catalog": self.name, "namespace": namespace, "name": name}, rows=True)
         if not found:
             response = super().commit_table(table, requirements, updates)
             self._remember(response.metadata_location, response.metadata)
@@ -105,8 +109,8 @@ class FloeSqlCatalog(SqlCatalog):
         if staged.metadata == current.metadata:
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
         self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
-        done = self._sql(_SWAP, (staged.metadata_location, current.metadata_location, self.name, namespace, name,
-                                 current.metadata_location))
+        done = self._sql(_SWAP, {"new": staged.metadata_location, "old": current.metadata_location,
+                                 "catalog": self.name, "namespace": namespace, "name": name})
         if done < 1:
             raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
         self._remember(staged.metadata_location, staged.metadata)
@@ -115,14 +119,16 @@ class FloeSqlCatalog(SqlCatalog):
     def location(self, identifier: tuple[str, ...]) -> str | None:
         """Where the table's current metadata is: one indexed query, to tell whether a cached
         table is still current."""
-        if not self._sqlite:
-            return self.load_table(identifier).metadata_location
-        found = self._sql(_CURRENT, (self.name, ".".join(identifier[:-1]), identifier[-1]), rows=True)
+        found = self._sql(_CURRENT, {"catalog": self.name, "namespace": ".".join(identifier[:-1]),
+                                     "name": identifier[-1]}, rows=True)
         return found[0][0] if found else None
 
-    def _sql(self, statement: str, args: tuple, rows: bool = False):
-        """One statement on this catalog's own connection, in a transaction of its own: its rows,
-        or how many rows it changed."""
+    def _sql(self, statement: str, args: dict, rows: bool = False):
+        """One statement in a transaction of its own: its rows, or how many rows it changed."""
+        if not self._sqlite:
+            with self.engine.begin() as connection:
+                result = connection.execute(text(statement), args)
+                return [tuple(r) for r in result.fetchall()] if rows else result.rowcount
         with self._db_lock:
             if self._db is None:
                 self._db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)

@@ -1,0 +1,165 @@
+"""The catalogs teams run: a SQL catalog on a real PostgreSQL with the warehouse on a real S3 server, and
+a real Iceberg REST catalog (SeaweedFS), each through kills, maintenance, a stage and the audit, read
+back by PyIceberg on its own; the REST catalog rejects a stale commit and Floe retries it on fresh
+metadata. Credentials are given by reference and never reach FLOE_HOME."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import threading
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
+
+from conftest import floe, run_until_killed
+
+PG_PASSWORD = "pg-pass-8d1c0e47-never-store-me"
+
+
+class Ids:
+    """JSON events with ids 0, 1, 2...: what was sent, to compare with what landed."""
+
+    def __init__(self, broker, topic: str) -> None:
+        self.producer, self.topic, self.sent = broker.producer(), topic, 0
+
+    def send(self, n: int, stop: threading.Event | None = None) -> None:
+        for _ in range(n):
+            if stop is not None and stop.is_set():
+                break
+            self.producer.produce(self.topic, value=orjson.dumps({"id": self.sent, "v": f"row {self.sent}"}),
+                                  partition=self.sent % 4)
+            self.sent += 1
+            if stop is not None and self.sent % 50 == 0:
+                self.producer.poll(0)
+                stop.wait(0.01)  # a trickle, not one burst
+        assert self.producer.flush(30) == 0
+
+
+def query(sql: str) -> list[dict]:
+    result = floe("query", sql, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def every_byte_under(home: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())
+
+
+def through_kills_maintenance_and_a_stage(broker, topic: str, own_catalog) -> None:
+    """A stream through kills, `floe maintain`, a stage and the audit; the tables read back alike by
+    DuckDB (through Floe) and by PyIceberg through `own_catalog`, a catalog of its own."""
+    ids = Ids(broker, topic)
+    ids.send(500)
+    created = floe("stream", "create", "c", "--bootstrap", broker.bootstrap, "--topic", topic,
+                   "--table", "ingest.c")
+    assert created.returncode == 0, created.stderr
+    rng = random.Random(7)
+    for _ in range(2):
+        run_until_killed(rng.uniform(8, 14), lambda stop: ids.send(800, stop))
+        ids.send(100)  # arrives while the engine is down
+    final = floe("run", "--until-caught-up", timeout=600)
+    assert final.returncode == 0, final.stderr
+    landed = query("select count(*) n, count(distinct id) d, min(id) lo, max(id) hi from ingest.c")[0]
+    assert landed == {"n": ids.sent, "d": ids.sent, "lo": 0, "hi": ids.sent - 1}
+    assert own_catalog.load_table("ingest.c").scan().to_arrow().num_rows == ids.sent
+
+    compacted = floe("maintain", "ingest.c", "--compact")
+    assert compacted.returncode == 0, compacted.stderr
+    staged = floe("stage", "create", "tens", "--from", "ingest.c", "--sql",
+                  "select id % 10 as tens, count(*) as n from source group by id % 10", "--table", "prep.tens")
+    assert staged.returncode == 0, staged.stderr
+    assert floe("run", "--until-caught-up", timeout=600).returncode == 0
+    rows = own_catalog.load_table("prep.tens").scan().to_arrow().to_pylist()
+    assert sum(r["n"] for r in rows) == ids.sent and len(rows) == 10
+    assert own_catalog.load_table("ingest.c").scan().to_arrow().num_rows == ids.sent
+    audit = floe("audit", "c")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+@pytest.mark.slow
+def test_postgres_catalog_and_s3_warehouse_through_kills_maintenance_and_a_stage(broker, topic, floe_home,
+                                                                                  postgres, seaweed, monkeypatch,
+                                                                                  tmp_path):
+    postgres.user("floe", PG_PASSWORD)
+    url = postgres.database(f"lake_{topic}", owner="floe")
+    bucket = seaweed.new_bucket(f"b-{topic.replace('_', '-')}")
+    monkeypatch.setenv("FLOE_TEST_PG_PASSWORD", PG_PASSWORD)
+    secret_file = tmp_path / "s3-secret"
+    secret_file.write_text(seaweed.secret_key + "\n")
+    floe_home.mkdir(parents=True, exist_ok=True)
+    uri = url.replace("postgresql+psycopg2://postgres@", "postgresql+psycopg2://floe:${env:FLOE_TEST_PG_PASSWORD}@")
+    (floe_home / "floe.toml").write_text(
+        f'[engine]\nmax_batch_messages = 300\ncommit_interval = "200ms"\nretry_backoff = "1s"\n\n'
+        f'[warehouse]\nlocation = "s3://{bucket}/warehouse"\n\n'
+        f'[warehouse.s3]\nendpoint = "{seaweed.s3_endpoint}"\nregion = "{seaweed.region}"\n'
+        f'access_key_id = "{seaweed.access_key}"\nsecret_access_key = "${{file:{secret_file}}}"\n\n'
+        f'[catalog]\ntype = "sql"\nuri = "{uri}"\n')
+    own = load_catalog("floe", type="sql", uri=url.replace("postgres@", f"floe:{PG_PASSWORD}@"),
+                       warehouse=f"s3://{bucket}/warehouse", **seaweed.s3_properties())
+    through_kills_maintenance_and_a_stage(broker, topic, own)
+    assert not list(floe_home.glob("catalog.db")), "the PostgreSQL catalog, not a SQLite file, holds the tables"
+    everything = every_byte_under(floe_home)
+    assert PG_PASSWORD.encode() not in everything and seaweed.secret_key.encode() not in everything
+
+
+@pytest.mark.slow
+def test_rest_catalog_through_kills_maintenance_and_a_stage(broker, topic, floe_home, seaweed, monkeypatch):
+    monkeypatch.setenv("FLOE_TEST_REST_CREDENTIAL", f"{seaweed.access_key}:{seaweed.secret_key}")
+    monkeypatch.setenv("FLOE_TEST_S3_SECRET", seaweed.secret_key)
+    floe_home.mkdir(parents=True, exist_ok=True)
+    props = seaweed.rest_properties()
+    props.update({"credential": "${env:FLOE_TEST_REST_CREDENTIAL}", "s3.secret-access-key": "${env:FLOE_TEST_S3_SECRET}"})
+    # Each test's tables in a namespace of its own: the REST catalog lives as long as the session.
+    (floe_home / "floe.toml").write_text(
+        '[engine]\nmax_batch_messages = 300\ncommit_interval = "200ms"\nretry_backoff = "1s"\n\n'
+        '[catalog]\ntype = "rest"\n'
+        + "".join(f'"{k}" = "{v}"\n' for k, v in props.items()))
+    own = load_catalog("own", **seaweed.rest_properties())
+    for namespace in own.list_namespaces():  # the session's REST catalog holds earlier tests' tables
+        for table in own.list_tables(namespace):
+            own.purge_table(table)
+    through_kills_maintenance_and_a_stage(broker, topic, own)
+    assert seaweed.secret_key.encode() not in every_byte_under(floe_home)
+
+
+def test_the_rest_catalog_rejects_a_stale_commit_and_floe_retries_it_on_fresh_metadata(floe_home, seaweed):
+    from appliance.config.settings import load_settings
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.commits import commit_files
+    from appliance.tables.fastpath.appends import append_files
+    from appliance.tables.snapshots import committed_offsets
+
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[catalog]\ntype = "rest"\n' + "".join(
+        f'"{k}" = "{v}"\n' for k, v in seaweed.rest_properties().items()))
+    settings = load_settings()
+    name = f"stale.t{next(_counter)}_{random.randrange(1 << 30)}"
+    first = Catalog(settings)
+    table, _ = first.ensure_table(name, Schema(NestedField(1, "id", LongType(), required=False)))
+    second = Catalog(settings).table(name)  # the same version, through another client
+
+    def files(t, ids):
+        return list(_dataframe_to_data_files(t.metadata, pa.table({"id": pa.array(ids, pa.int64())}), t.io))
+
+    table, _ = commit_files(table, files(table, [1, 2]), "s1", "topic", None, {0: 2})
+    with pytest.raises(CommitFailedException):  # the catalog checks assert-ref-snapshot-id itself
+        append_files(second, files(second, [9]), {})
+    stale = second
+    after, snapshot = commit_files(stale, files(stale, [3, 4, 5]), "s2", "topic", None, {0: 3})
+    fresh = load_catalog("own", **seaweed.rest_properties()).load_table(name)
+    assert fresh.metadata_location == after.metadata_location
+    assert sorted(fresh.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3, 4, 5]
+    assert committed_offsets(fresh, "s1") == {0: 2} and committed_offsets(fresh, "s2") == {0: 3}
+    assert fresh.current_snapshot().snapshot_id == snapshot and len(fresh.snapshots()) == 2
+
+
+_counter = itertools.count()
