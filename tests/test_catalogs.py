@@ -83,6 +83,14 @@ def through_kills_maintenance_and_a_stage(broker, topic: str, own_catalog) -> No
     assert own_catalog.load_table("ingest.c").scan().to_arrow().num_rows == ids.sent
     audit = floe("audit", "c")
     assert audit.returncode == 0, audit.stdout + audit.stderr
+    # What the UI's Tables section shows, and the system tables, come through the same catalog.
+    shown = floe("table", "show", "ingest.c", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["specs"][0]["partitioning"] == "day(_kafka_timestamp)"
+    system = {".".join(t) for t in own_catalog.list_tables("floe")}
+    assert {"floe.batches", "floe.events"} <= system, system
+    batches = own_catalog.load_table("floe.batches").scan().to_arrow()
+    assert batches.num_rows > 0
 
 
 @pytest.mark.slow
