@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import subprocess
 import threading
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from conftest import floe, run_until_killed
+from conftest import FLOE, ROOT, floe, run_until_killed, wait_for
 
 PG_PASSWORD = "pg-pass-8d1c0e47-never-store-me"
 
@@ -87,10 +88,19 @@ def through_kills_maintenance_and_a_stage(broker, topic: str, own_catalog) -> No
     shown = floe("table", "show", "ingest.c", "--format", "json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["specs"][0]["partitioning"] == "day(_kafka_timestamp)"
-    system = {".".join(t) for t in own_catalog.list_tables("floe")}
-    assert {"floe.batches", "floe.events"} <= system, system
-    batches = own_catalog.load_table("floe.batches").scan().to_arrow()
-    assert batches.num_rows > 0
+    # A running engine exports its state to the system tables in the same catalog.
+    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def exported() -> bool:
+            if ("floe",) not in own_catalog.list_namespaces():
+                return False
+            tables = {".".join(t) for t in own_catalog.list_tables("floe")}
+            return {"floe.batches", "floe.events"} <= tables and \
+                own_catalog.load_table("floe.batches").scan().to_arrow().num_rows > 0
+        wait_for(exported, 180, 0.5, what="the system tables in the catalog")
+    finally:
+        engine.terminate()
+        engine.wait(60)
 
 
 @pytest.mark.slow
@@ -107,6 +117,7 @@ def test_postgres_catalog_and_s3_warehouse_through_kills_maintenance_and_a_stage
     uri = url.replace("postgresql+psycopg2://postgres@", "postgresql+psycopg2://floe:${env:FLOE_TEST_PG_PASSWORD}@")
     (floe_home / "floe.toml").write_text(
         f'[engine]\nmax_batch_messages = 300\ncommit_interval = "200ms"\nretry_backoff = "1s"\n\n'
+        '[observe]\nsystem_tables_interval = "1s"\n\n'
         f'[warehouse]\nlocation = "s3://{bucket}/warehouse"\n\n'
         f'[warehouse.s3]\nendpoint = "{seaweed.s3_endpoint}"\nregion = "{seaweed.region}"\n'
         f'access_key_id = "{seaweed.access_key}"\nsecret_access_key = "${{file:{secret_file}}}"\n\n'
@@ -129,6 +140,7 @@ def test_rest_catalog_through_kills_maintenance_and_a_stage(broker, topic, floe_
     # Each test's tables in a namespace of its own: the REST catalog lives as long as the session.
     (floe_home / "floe.toml").write_text(
         '[engine]\nmax_batch_messages = 300\ncommit_interval = "200ms"\nretry_backoff = "1s"\n\n'
+        '[observe]\nsystem_tables_interval = "1s"\n\n'
         '[catalog]\ntype = "rest"\n'
         + "".join(f'"{k}" = "{v}"\n' for k, v in props.items()))
     own = load_catalog("own", **seaweed.rest_properties())
