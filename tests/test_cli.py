@@ -216,6 +216,25 @@ def test_query_formats():
     assert "| answer |" in table and "| 42     |" in table and "(1 row)" in table
 
 
+def test_show_tables_lists_every_table_as_a_query_names_it(broker, topic):
+    # Floe's own "no table named ..." error suggests `show tables`: it must list the tables, which are views
+    # in their namespaces' schemas, where DuckDB's own SHOW TABLES (the default schema only) finds none.
+    from appliance.config.settings import load_settings
+    from appliance.query.session import QuerySession
+
+    broker.produce(topic, pizza_values(5))
+    assert floe("stream", "create", "st", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.st").returncode == 0
+    listed = floe("query", "show tables", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == ["ingest.st", "ingest.st_dlq"]
+    with QuerySession(load_settings()) as session:  # the UI's Query section runs statements this way
+        assert session.run("  SHOW TABLES;\n").column("name").to_pylist() == ["ingest.st", "ingest.st_dlq"]
+    missing = one_line_error(floe("table", "show", "ingest.nope"), "ingest.nope", "show tables")
+    suggested = missing.split("`")[1].removeprefix("floe query ").strip('"')
+    assert floe("query", suggested, "--format", "csv").stdout == "name\ningest.st\ningest.st_dlq\n"
+
+
 def test_engine_that_cannot_start_says_why_in_one_line(floe_home):
     one_line_error(floe("run", "--spark-master", "yarn"), "--spark-master", "'yarn'")
     one_line_error(floe("run", env={"FLOE_SPARK_MASTER": "local[two]"}), "FLOE_SPARK_MASTER", "'local[two]'")
