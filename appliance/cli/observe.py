@@ -9,6 +9,7 @@ import threading
 import click
 
 from appliance.cli.base import cli, err, install_stop, settings
+from appliance.config.alerts import FOR_HELP
 
 
 def _age(seconds: float | None) -> str:
@@ -78,7 +79,7 @@ def alert() -> None:
 @click.option("--rule", required=True, help="e.g. 'lag_messages > 100000', 'dead_letter_ratio > 0.05', stalled.")
 @click.option("--stream", default=None, help="One stream (default: every stream).")
 @click.option("--stage", default=None, help="One stage, for failed and stalled (default: every stage too).")
-@click.option("--for", "for_", default=None, help="Window or hold time, e.g. 5m (defaults depend on the rule).")
+@click.option("--for", "for_", default=None, help=f"Window or hold time, e.g. 5m ({FOR_HELP}).")
 @click.option("--notify", multiple=True, required=True, help="An Apprise URL (repeatable): slack://..., "
               "mailto://..., json://host/path, ntfys://topic...")
 def alert_add(name: str, rule: str, stream: str | None, stage: str | None, for_: str | None,
