@@ -58,12 +58,14 @@ def a_stream(broker, tmp_path_factory):
     return home
 
 
-@pytest.mark.parametrize("args", [["stream", "list"], ["stream", "list", "--format", "json"], ["status"],
-                                  ["--help"], ["stream", "--help"]])
-def test_light_commands_import_nothing_heavy(a_stream, monkeypatch, args):
+@pytest.mark.parametrize("args, ran", [
+    (["stream", "list"], "appliance.query.formatting"), (["stream", "list", "--format", "json"], "appliance.views.streams"),
+    (["status"], "appliance.views.status"), (["--help"], "appliance.cli"), (["stream", "--help"], "appliance.cli"),
+])
+def test_light_commands_import_nothing_heavy(a_stream, monkeypatch, args, ran):
     monkeypatch.setenv("FLOE_HOME", str(a_stream))
     modules = loaded_by(*args)
-    assert "appliance.views.streams" in modules or "--help" in args or args == ["status"]
+    assert ran in modules  # the command did its work: the check below is about a real run
     assert heavy(modules, HEAVY + ICEBERG_TABLES) == []
 
 
