@@ -61,6 +61,17 @@ def status(**fields) -> StreamStatus:
     return dataclasses.replace(StreamStatus("s", phase=StreamPhase.RUNNING), **fields)
 
 
+def test_an_alert_added_without_for_shows_the_rules_default_not_0s(store):
+    # The window an alert runs with is what it shows: the rule's default when none was given, said as such.
+    settings, _ = store
+    for name, rule, for_ in [("lag", "lag_messages > 5", None), ("stuck", "stalled", None), ("fail", "failed", None),
+                             ("slow", "throttled", ""), ("lag2", "lag_messages > 5", "90s"), ("dl", "dead_letter_ratio > 0.1", "2h")]:
+        add_alert(settings, name, rule, ["json://h/x"], for_=for_)
+    shown = {a.name: (a.summary()["for"], a.window) for a in alerts_overview(settings)[0]}
+    assert shown == {"lag": ("at once (default)", 0), "stuck": ("5m (default)", 300), "fail": ("1m (default)", 60),
+                     "slow": ("1m (default)", 60), "lag2": ("90s", 90), "dl": ("2h", 7200)}
+
+
 def test_lag_seconds_is_bounded_by_the_newest_commit_and_the_last_time_nothing_waited():
     assert status(lag=0).lag_seconds(NOW_MS) == 0
     assert status(lag=None).lag_seconds(NOW_MS) is None

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.expressions import AlwaysTrue, And, EqualTo, GreaterThanOrEqual, LessThanOrEqual
 
-from appliance.auditor.check import _split
+from appliance.auditor.check import _split, masked_reason
 from appliance.auditor.tally import PartitionTally, runs
 from appliance.config.settings import load_settings
 from appliance.control.streams import create_stream
@@ -164,3 +164,30 @@ def test_runs_and_splits():
     t.add(np.array([9, 10, 11, 11, 14, 15, 99]))
     assert t.missing() == [(12, 14)] and t.duplicated() == [(11, 12, 2)]
     assert (t.below, t.beyond, t.rows_in_range) == ([9], [15, 99], 4)
+
+
+@pytest.mark.parametrize("message, grouped", [
+    ("invalid UTF-8 at byte 12", "invalid UTF-8 at byte N"),
+    ("expected 3 fields, got -4", "expected N fields, got N"),
+    ("offsets 1,2,3 in partition[0]", "offsets N,N,N in partition[N]"),
+    ("at 2024-01-05T10:00:00.123+00:00 (ISO-8859-1, x86_64, int32, base64)",
+     "at N (ISO-8859-1, x86_64, int32, base64)"),
+    ("12:34 value 1.5.", "N value N."),
+    ("no digits here", "no digits here"),
+])
+def test_reasons_group_numbers_without_damaging_words(message, grouped):
+    import duckdb
+
+    # The expression the audit runs, in DuckDB as the audit runs it.
+    con = duckdb.connect()
+    assert con.execute(f"SELECT {masked_reason('m')} FROM (SELECT ? AS m)", [message]).fetchone()[0] == grouped
+
+
+def test_messages_differing_only_in_numbers_group_together():
+    import duckdb
+
+    con = duckdb.connect()
+    found = con.execute(f"SELECT {masked_reason('m')} AS r, count(*) FROM (VALUES ('invalid UTF-8 at byte 3'), "
+                        "('invalid UTF-8 at byte 41'), ('invalid UTF-16 at byte 3')) t(m) GROUP BY r ORDER BY r"
+                        ).fetchall()
+    assert found == [("invalid UTF-16 at byte N", 1), ("invalid UTF-8 at byte N", 2)]

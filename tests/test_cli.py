@@ -216,7 +216,53 @@ def test_query_formats():
     assert "| answer |" in table and "| 42     |" in table and "(1 row)" in table
 
 
+def test_show_tables_lists_every_table_as_a_query_names_it(broker, topic):
+    # Floe's own "no table named ..." error suggests `show tables`: it must list the tables, which are views
+    # in their namespaces' schemas, where DuckDB's own SHOW TABLES (the default schema only) finds none.
+    from appliance.config.settings import load_settings
+    from appliance.query.session import QuerySession
+
+    broker.produce(topic, pizza_values(5))
+    assert floe("stream", "create", "st", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.st").returncode == 0
+    listed = floe("query", "show tables", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == ["ingest.st", "ingest.st_dlq"]
+    with QuerySession(load_settings()) as session:  # the UI's Query section runs statements this way
+        assert session.run("  SHOW TABLES;\n").column("name").to_pylist() == ["ingest.st", "ingest.st_dlq"]
+    missing = one_line_error(floe("table", "show", "ingest.nope"), "ingest.nope", "show tables")
+    suggested = missing.split("`")[1].removeprefix("floe query ").strip('"')
+    assert floe("query", suggested, "--format", "csv").stdout == "name\ningest.st\ningest.st_dlq\n"
+
+
 def test_engine_that_cannot_start_says_why_in_one_line(floe_home):
     one_line_error(floe("run", "--spark-master", "yarn"), "--spark-master", "'yarn'")
     one_line_error(floe("run", env={"FLOE_SPARK_MASTER": "local[two]"}), "FLOE_SPARK_MASTER", "'local[two]'")
     one_line_error(floe("run", env={"JAVA_HOME": "/nonexistent/jdk"}), "JAVA_HOME=/nonexistent/jdk has no bin/java")
+
+
+def test_status_with_the_engine_down_says_what_streams_were(broker, topic, floe_home):
+    # A killed engine leaves its streams "running" in the state database: `floe status` must not say they run.
+    import subprocess
+    import sys
+
+    from appliance.config.settings import load_settings
+    from appliance.core.clock import now
+    from appliance.core.vocabulary import EngineState, StreamPhase
+    from appliance.state.store import StateStore
+
+    broker.produce(topic, pizza_values(5))
+    assert floe("stream", "create", "gone", "--bootstrap", broker.bootstrap, "--topic", topic,
+                "--table", "ingest.gone").returncode == 0
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with StateStore(load_settings().state_db) as state:  # what the engine wrote before its kill -9
+        state.engine_heartbeat(int(dead.stdout), "local[2]", EngineState.RUNNING, now())
+        state.update_status("gone", phase=StreamPhase.RUNNING)
+    shown = floe("status")
+    assert shown.returncode == 2, shown.stderr
+    assert "engine: DOWN: the engine's process" in shown.stdout
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("gone "))
+    assert row.split()[1:4] == ["stopped", "(was", "running)"], shown.stdout
+    assert "the engine is down" in shown.stdout
+    report = json.loads(floe("status", "--format", "json").stdout)
+    assert [(s["name"], s["state"], s["was"]) for s in report["streams"]] == [("gone", "stopped", "running")]

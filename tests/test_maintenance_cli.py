@@ -60,6 +60,10 @@ def test_maintain_and_policies_from_the_command_line(broker, topic, spark, floe_
 
     runs = floe("table", "runs", "ingest.x")
     assert runs.returncode == 0
-    assert runs.stdout.splitlines()[0].split()[1:4] == ["cli", "ingest.x", "compact"]
+    header, first = runs.stdout.splitlines()[:2]
+    assert header.split() == ["started", "trigger", "table", "task", "outcome", "took", "detail"]
+    assert first.split()[1:4] == ["cli", "ingest.x", "compact"]
+    # Each heading stands over its column.
+    assert first.index("ingest.x") == header.index("table") and first.index("compact") == header.index("task")
     assert floe("table", "policy", "ingest.x", "--unset", "target-file-size").returncode == 0
     assert state.policy("table", "ingest.x") == {}

@@ -130,3 +130,28 @@ def test_protobuf_through_the_session_registry(floe):
     assert floe.query("select order_id, store from lake.orders order by 1").to_pylist() == [
         {"order_id": 1, "store": "Napoli"}, {"order_id": 2, "store": "Roma"}]
     assert floe.audit("orders").ok
+
+
+def test_the_pytest_extra_brings_everything_the_plugin_imports():
+    """`pip install 'floe[pytest]'` is the one command the README gives: every package the plugin's modules
+    import, at their top or in a fixture, must come with floe or with that extra."""
+    import ast
+    import re
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {re.split(r"[\[<>=!~ ;]", r, maxsplit=1)[0].lower().replace("_", "-")
+                for r in project["dependencies"] + project["optional-dependencies"]["pytest"]}
+    assert {"pytest", "pytest-xdist"} <= declared
+    imported = set()
+    for module in (ROOT / "appliance" / "testing").glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"appliance", "__future__"}
+    owners = packages_distributions()
+    needed = {d.lower().replace("_", "-") for name in third_party for d in owners.get(name, [name])}
+    assert needed and needed <= declared, sorted(needed - declared)

@@ -68,7 +68,7 @@ async def test_an_alert_added_in_the_form_is_listed_audited_tested_and_removed(f
         await until(pilot, lambda: not isinstance(app.screen, AlertFormScreen), 10, "the form closed")
         await until(pilot, lambda: "orders_lag" in [k.value for k in table.rows], 10, "the alert listed")
         assert cell(table, "orders_lag", "rule") == "lag_messages > 1000"
-        assert cell(table, "orders_lag", "subject") == "*" and cell(table, "orders_lag", "for") == "120s"
+        assert cell(table, "orders_lag", "subject") == "*" and cell(table, "orders_lag", "for") == "2m"
         assert cell(table, "orders_lag", "open") == "0" and cell(table, "orders_lag", "from") == "floe alert"
         shown = cell(table, "orders_lag", "notify")
         assert shown.startswith("json://") and SECRET not in shown and "hook-token-abcdef" not in shown
@@ -106,14 +106,21 @@ async def test_the_form_adds_what_the_engine_checked_and_says_what_is_wrong_in_o
         assert isinstance(app.screen, AlertFormScreen)
         assert alerts_overview(settings)[0] == []
 
+        # An empty For means the rule's default, and the placeholder says which, as the rule is typed.
+        placeholder = screen.query_one("#alert-for", Input)
+        assert placeholder.placeholder == "the rule's default"  # lag_messagez is no measure
+        fill(screen, rule="lag_messages")
+        await until(pilot, lambda: placeholder.placeholder == "at once", 5, "lag_messages' default in the placeholder")
         fill(screen, name="bad", rule="stalled", notify="json://127.0.0.1:9/a, json://127.0.0.1:9/b")
+        await until(pilot, lambda: placeholder.placeholder == "5m", 5, "stalled's default in the placeholder")
         screen.query_one("#alert-notify", Input).focus()
         await pilot.press("enter")
         await until(pilot, lambda: not isinstance(app.screen, AlertFormScreen), 10, "the form closed")
         table = app.query_one("#alerts-table")
         await until(pilot, lambda: "bad" in [k.value for k in table.rows], 10, "the alert listed")
+        assert cell(table, "bad", "for") == "5m (default)"
     [alert] = alerts_overview(settings)[0]
-    assert alert.rule == "stalled" and len(alert.notify) == 2
+    assert alert.rule == "stalled" and len(alert.notify) == 2 and alert.window == 300
 
 
 async def test_a_stage_alert_added_in_the_form_watches_that_stage(floe_home):

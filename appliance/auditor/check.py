@@ -188,9 +188,20 @@ def _offsets(con, table, stream: StreamDef) -> Iterator:
         raise QueryError(f"reading {'.'.join(table.name())}: {one_line(exc)}") from None
 
 
+# A number standing on its own (an offset, a count, a timestamp like 2024-01-05T10:00:00.123+00:00) becomes N,
+# so alike messages group; digits that are part of a word stay ("UTF-8", "ISO-8859-1", "int32", "x86_64").
+# DuckDB's regular expressions (RE2) have no look-behind: the character before the number is matched and kept.
+NUMBER = r"(^|[^A-Za-z0-9_.-])-?[0-9]+([.:/T+-][0-9]+)*"
+
+
+def masked_reason(column: str) -> str:
+    """The SQL expression that groups dead letters' messages: their first 160 characters, numbers masked."""
+    return f"regexp_replace(left({column}, 160), '{NUMBER}', '\\1N', 'g')"
+
+
 def _reasons(con, table, stream: StreamDef) -> list[Reason]:
     """The dead letters grouped by stage and message (numbers masked, so alike messages group)."""
-    reason = f"regexp_replace(left({ERROR_MESSAGE.name}, 160), '[0-9]+', 'N', 'g')"
+    reason = masked_reason(ERROR_MESSAGE.name)
     sql = _scan(table, stream, f"{ERROR_STAGE.name}, {reason} AS reason, count(*) AS n, "
                 f"arg_min({KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}), min({KAFKA_OFFSET.name})",
                 f"GROUP BY ALL ORDER BY n DESC LIMIT {REASONS}")

@@ -125,7 +125,7 @@ def table_policy(name: str, unset: tuple[str, ...], fmt: str, **values: str | No
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None:
     """The most recent maintenance runs, of one table or of all."""
-    from appliance.maintenance.maintainer import format_run
+    from appliance.maintenance.maintainer import RUN_HEADER, format_run
     from appliance.state.store import StateStore
     from appliance.tables.catalog import Catalog
 
@@ -139,6 +139,8 @@ def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None
         return
     if not runs:
         err("no maintenance runs yet")
+        return
+    click.echo(f"{'started':19}  {'trigger':8} {RUN_HEADER}")
     for run in runs:
         click.echo(f"{run.started_at[:19]}  {run.trigger:8} {format_run(run)}")
 

@@ -9,12 +9,17 @@ import threading
 import click
 
 from appliance.cli.base import cli, err, install_stop, settings
+from appliance.config.alerts import FOR_HELP
 
 
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def _state(line) -> str:
+    return f"{line.state} (was {line.was})" if line.was else line.state
 
 
 @cli.command()
@@ -33,17 +38,21 @@ def status(fmt: str) -> None:
         sys.exit(report.exit_code)
     click.echo(f"status: {report.verdict}")
     click.echo(f"engine: {'up' if report.engine.up else 'DOWN'}: {report.engine.reason}")
+    lines = [*report.streams, *report.stages]
+    width = max([12] + [len(_state(x)) for x in lines])
     if report.streams:
-        click.echo(f"\n{'stream':24} {'state':12} {'lag':>10} {'lag s':>8} {'fresh':>8}  error")
+        click.echo(f"\n{'stream':24} {'state':{width}} {'lag':>10} {'lag s':>8} {'fresh':>8}  error")
         for s in report.streams:
             lag = "-" if s.lag_messages is None else f"{s.lag_messages:,}"
-            click.echo(f"{s.name:24} {s.state:12} {lag:>10} {_age(s.lag_seconds):>8} "
+            click.echo(f"{s.name:24} {_state(s):{width}} {lag:>10} {_age(s.lag_seconds):>8} "
                        f"{_age(s.freshness_seconds):>8}  {s.error}")
     if report.stages:
-        click.echo(f"\n{'stage':24} {'state':12} {'lag rows':>10}  error")
+        click.echo(f"\n{'stage':24} {'state':{width}} {'lag rows':>10}  error")
         for st in report.stages:
             lag = "-" if st.lag_rows is None else f"{st.lag_rows:,}"
-            click.echo(f"{st.name:24} {st.state:12} {lag:>10}  {st.error}")
+            click.echo(f"{st.name:24} {_state(st):{width}} {lag:>10}  {st.error}")
+    if any(x.was for x in lines):
+        click.echo("\nthe engine is down: nothing runs; \"was\" is what it last reported (start it: floe run)")
     if report.incidents:
         click.echo("\nopen incidents:")
         for i in report.incidents:
@@ -70,7 +79,7 @@ def alert() -> None:
 @click.option("--rule", required=True, help="e.g. 'lag_messages > 100000', 'dead_letter_ratio > 0.05', stalled.")
 @click.option("--stream", default=None, help="One stream (default: every stream).")
 @click.option("--stage", default=None, help="One stage, for failed and stalled (default: every stage too).")
-@click.option("--for", "for_", default=None, help="Window or hold time, e.g. 5m (defaults depend on the rule).")
+@click.option("--for", "for_", default=None, help=f"Window or hold time, e.g. 5m ({FOR_HELP}).")
 @click.option("--notify", multiple=True, required=True, help="An Apprise URL (repeatable): slack://..., "
               "mailto://..., json://host/path, ntfys://topic...")
 def alert_add(name: str, rule: str, stream: str | None, stage: str | None, for_: str | None,

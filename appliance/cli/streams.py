@@ -84,11 +84,9 @@ def stream_list(fmt: str) -> None:
     if not rows:
         err("no streams yet: create one with `floe stream create`")
         return
-    import pyarrow as pa
+    from appliance.query.formatting import format_rows
 
-    from appliance.query.formatting import format_table
-
-    click.echo(format_table(pa.Table.from_pylist(rows)))
+    click.echo(format_rows(list(rows[0]), rows))
 
 
 @stream.command("show")

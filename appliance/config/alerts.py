@@ -39,6 +39,23 @@ STAGE_RULES = (Measure.FAILED, Measure.STALLED)  # the only measures a stage has
 # Measures taken over a window (`for`): the window's default. The others hold for `for` before opening.
 WINDOWED = {Measure.DEAD_LETTER_RATIO: 300.0, Measure.STALLED: 300.0, Measure.THROTTLED: 60.0}
 DEFAULT_FOR = {Measure.FAILED: 60.0}
+# Every other rule opens as soon as it holds (thresholds, auth_failed, maintenance_failed, engine_down).
+FOR_HELP = "default: 5m for dead_letter_ratio and stalled, 1m for failed and throttled, at once for the others"
+
+
+def default_window(measure: Measure) -> float:
+    """The rule's `for` when none is given: its window, its hold, or 0 (it opens as soon as it holds)."""
+    return WINDOWED.get(measure) or DEFAULT_FOR.get(measure, 0.0)
+
+
+def describe_window(seconds: float) -> str:
+    """A window as a user writes one: `5m`, `90s`, `1h`; 0 is `at once`."""
+    if seconds <= 0:
+        return "at once"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
@@ -127,9 +144,7 @@ class AlertDef:
     @property
     def window(self) -> float:
         """How far back a windowed measure looks, or how long a condition holds before it opens."""
-        if self.for_seconds is not None:
-            return self.for_seconds
-        return WINDOWED.get(self.rule.measure) or DEFAULT_FOR.get(self.rule.measure, 0.0)
+        return self.for_seconds if self.for_seconds is not None else default_window(self.rule.measure)
 
 
 def make_alert(name: Any, rule: Any, stream: Any = None, for_: Any = None, notify: Any = (),

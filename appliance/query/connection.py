@@ -8,6 +8,8 @@ statement on a fresh connection (the CLI); `query.session` keeps one open (the U
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import pyarrow as pa
 
@@ -17,6 +19,16 @@ from appliance.core.extensions import extension_path
 from appliance.tables.catalog import open_catalog, warehouse_io
 
 EXTENSIONS = ("avro", "iceberg", "httpfs")  # avro before iceberg: iceberg reads Avro manifests
+
+# DuckDB's SHOW TABLES lists the default schema only, where Floe puts nothing: each table is a view in its
+# namespace's schema. So `show tables` lists every table, named as a query names it (`ingest.orders`).
+_SHOW_TABLES = re.compile(r"\s*show\s+tables\s*;?\s*", re.IGNORECASE)
+EVERY_TABLE = "SELECT schema || '.' || name AS name FROM (SHOW ALL TABLES) WHERE NOT temporary ORDER BY 1"
+
+
+def statement(sql: str) -> str:
+    """What DuckDB runs for `sql`: the same text, but `show tables` lists the tables of every schema."""
+    return EVERY_TABLE if _SHOW_TABLES.fullmatch(sql) else sql
 
 
 def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
@@ -104,7 +116,7 @@ def one_line(exc: BaseException) -> str:
 def run_query(settings: Settings, sql: str) -> pa.Table:
     con = connect(settings)
     try:
-        result = con.execute(sql)
+        result = con.execute(statement(sql))
         if result.description is None:
             return pa.table({})
         return result.to_arrow_table()

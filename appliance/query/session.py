@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from appliance.config.settings import Settings
 from appliance.core.errors import QueryCancelled, QueryError
-from appliance.query.connection import attach_catalog, drop, one_line, open_connection
+from appliance.query.connection import attach_catalog, drop, one_line, open_connection, statement
 
 
 class QuerySession:
@@ -47,7 +47,7 @@ class QuerySession:
             con = self._con
             self._refresh(con)
             self._check_cancelled()
-            result = con.execute(sql)
+            result = con.execute(statement(sql))
             self._check_cancelled()
             if result.description is None:
                 return pa.table({})

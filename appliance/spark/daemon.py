@@ -12,6 +12,11 @@ cheap: a full `gc.collect()` walked every object of pyarrow, PyIceberg and pydan
 about 50 ms per task. Objects that survive a task are frozen out of later collections,
 and the whole heap is collected again now and then, so cycles that die later are freed.
 
+A worker whose socket the JVM has closed (it stopped reading: a `take` or `limit` has its rows, a
+preview is done, or the session stops) fails to flush with BrokenPipeError, and PySpark prints that
+traceback to stderr, which is FLOE_HOME/logs/spark-console.log, on every such stop. The worker still
+exits as PySpark would make it; only that expected traceback is left out. Any other failure is printed.
+
 Used through `spark.python.daemon.module` (see `session.py`).
 """
 
@@ -60,9 +65,22 @@ class _AfterTask:
         return found
 
 
+def quiet_on_closed_socket(worker):
+    """`pyspark.daemon.worker`, returning 1 (the worker process exits, as when it fails) instead of raising
+    BrokenPipeError: the JVM closed the socket on purpose, and nothing is left to tell it."""
+    def run(sock, authenticated):
+        try:
+            return worker(sock, authenticated)
+        except BrokenPipeError:
+            return 1
+
+    return run
+
+
 if __name__ == "__main__":
     clean_path()
     from pyspark import daemon  # imported after the clean-up, so from site-packages
 
     daemon.gc = _AfterTask()
+    daemon.worker = quiet_on_closed_socket(daemon.worker)
     daemon.manager()

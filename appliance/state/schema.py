@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-import sqlite_utils
+from appliance.state.sqlite import Database
 
 # Every table of the state database: columns, primary key, indexes. Created or completed
 # when a StateStore opens, under one lock, never by an insert while others read and write.
@@ -136,7 +136,7 @@ def use_wal(conn: sqlite3.Connection, timeout: float = 30.0) -> None:
             time.sleep(0.02)
 
 
-def migrate(db: sqlite_utils.Database) -> None:
+def migrate(db: Database) -> None:
     """Create what is missing: tables, and the columns a newer Floe added to them."""
     for name, (columns, pk, indexes) in SCHEMA.items():
         table = db[name]

@@ -16,8 +16,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from appliance.core.clock import now
 from appliance.core.errors import StreamExists, StreamNotFound
 from appliance.core.vocabulary import (
@@ -41,6 +39,7 @@ from appliance.state.records import (
     StreamStatus,
 )
 from appliance.state.schema import migrate, use_wal
+from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
 
 
@@ -54,7 +53,7 @@ class StateStore(StageRecords, AlertRecords, HistoryRecords):
         conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
         if fresh:
             os.chmod(path, 0o600)  # it holds Kafka credentials
-        self.db = sqlite_utils.Database(conn)
+        self.db = Database(conn)
         self.db.execute("PRAGMA busy_timeout=30000")
         use_wal(conn)
         if not durable:

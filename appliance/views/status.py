@@ -25,6 +25,7 @@ class StreamLine:
     freshness_seconds: float | None
     last_commit_at: str | None
     error: str
+    was: str = ""  # with the engine down: what the engine last said the stream was doing (state: stopped)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,12 @@ class StageLine:
     lag_rows: int | None
     last_run_at: str | None
     error: str
+    was: str = ""  # as StreamLine.was
+
+# What a stream or stage is only while an engine runs it: with the engine down, it is stopped.
+LIVE = {StreamPhase.STARTING, StreamPhase.RUNNING, StreamPhase.CATCHING_UP, StagePhase.RUNNING,
+        StagePhase.UP_TO_DATE}
+STOPPED = "stopped"
 
 
 @dataclass(frozen=True)
@@ -74,16 +81,23 @@ class StatusReport:
                 "incidents": [asdict(i) for i in self.incidents]}
 
 
-def _stream(name: str, paused: bool, status: StreamStatus, now_ms: float) -> StreamLine:
+def _shown(state: StreamPhase | StagePhase, engine_up: bool) -> tuple[str, str]:
+    """The state to show and, when the engine is down, the live state it last wrote (else "")."""
+    return (STOPPED, str(state)) if not engine_up and state in LIVE else (str(state), "")
+
+
+def _stream(name: str, paused: bool, status: StreamStatus, now_ms: float, engine_up: bool) -> StreamLine:
     state = StreamPhase.PAUSED if paused else status.phase
-    return StreamLine(name, str(state), status.lag, status.lag_seconds(now_ms), status.freshness_seconds(now_ms),
-                      status.last_commit_at, status.last_error if state is StreamPhase.FAILED else "")
+    shown, was = _shown(state, engine_up)
+    return StreamLine(name, shown, status.lag, status.lag_seconds(now_ms), status.freshness_seconds(now_ms),
+                      status.last_commit_at, status.last_error if state is StreamPhase.FAILED else "", was)
 
 
-def _stage(name: str, paused: bool, status: StageStatus) -> StageLine:
+def _stage(name: str, paused: bool, status: StageStatus, engine_up: bool) -> StageLine:
     state = StagePhase.PAUSED if paused else status.phase
-    return StageLine(name, str(state), status.lag_rows, status.last_run_at,
-                     status.last_error if state is StagePhase.FAILED else "")
+    shown, was = _shown(state, engine_up)
+    return StageLine(name, shown, status.lag_rows, status.last_run_at,
+                     status.last_error if state is StagePhase.FAILED else "", was)
 
 
 def status_report(settings: Settings) -> StatusReport:
@@ -92,8 +106,9 @@ def status_report(settings: Settings) -> StatusReport:
     with StateStore(settings.state_db) as state:
         health = engine_health(settings, state)
         statuses, stage_statuses = state.statuses(), state.stage_statuses()
-        streams = [_stream(s.name, s.paused, statuses.get(s.name) or StreamStatus(s.name), now_ms)
+        streams = [_stream(s.name, s.paused, statuses.get(s.name) or StreamStatus(s.name), now_ms, health.up)
                    for s in state.streams()]
-        stages = [_stage(s.name, s.paused, stage_statuses.get(s.name) or StageStatus(s.name)) for s in state.stages()]
+        stages = [_stage(s.name, s.paused, stage_statuses.get(s.name) or StageStatus(s.name), health.up)
+                  for s in state.stages()]
         incidents = [IncidentLine(i.alert, i.subject, i.rule, i.value, i.opened_at) for i in state.open_incidents()]
     return StatusReport(health, streams, stages, incidents)

@@ -16,8 +16,6 @@ from appliance.core.vocabulary import StreamPhase
 from appliance.model.stream import StreamDef
 from appliance.state.records import BatchRecord, StreamStatus
 from appliance.state.store import StateStore
-from appliance.tables.catalog import Catalog
-from appliance.tables.snapshots import committed_offsets
 
 RECENT = dt.timedelta(minutes=2)  # batches read for the last-minute figures and the throughput line
 
@@ -236,6 +234,11 @@ class StreamInfo:
 
 
 def stream_info(settings: Settings, name: str) -> StreamInfo:
+    # The committed offsets are read from the table itself (its snapshots are the truth); the catalog is
+    # imported here, not above, so `floe stream list` and `floe status` do not pay for PyIceberg's tables.
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.snapshots import committed_offsets
+
     with StateStore(settings.state_db) as state:
         s = state.stream(name)
         status = state.status(name)

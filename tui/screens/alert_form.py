@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from appliance.config.alerts import Measure
+from appliance.config.alerts import Measure, default_window, describe_window
 from appliance.control.alerts import add_alert
 from tui.format import first_line
 from tui.widgets.form import field
@@ -36,6 +36,17 @@ _SEPARATOR = re.compile(r"\s+|,\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)|,\s*$")
 def notify_urls(text: str) -> list[str]:
     """The notify URLs typed in one field: separated by commas, spaces or newlines."""
     return [u.strip().strip(",") for u in _SEPARATOR.split(text) if u and u.strip().strip(",")]
+
+
+FOR_UNKNOWN = "the rule's default"
+MEASURES = {m.value for m in Measure}
+
+
+def for_placeholder(rule: str) -> str:
+    """What an empty For means for `rule` (`5m`, `at once`), as the alert will be saved with it."""
+    # The measure decides the default, so it shows as soon as the measure is typed, before the comparison.
+    name = re.match(r"\s*([a-z_]*)", rule).group(1)
+    return describe_window(default_window(Measure(name))) if name in MEASURES else FOR_UNKNOWN
 
 
 @dataclass
@@ -60,7 +71,8 @@ class AlertFormScreen(ReportsFailures, ModalScreen[str | None]):
             with Horizontal(classes="row"):
                 yield field("Name", Input(placeholder="orders_lag", id="alert-name"), "alert-name")
                 yield field("Rule", Input(placeholder="lag_messages > 100000", id="alert-rule"), "alert-rule")
-                yield field("For (empty: its default)", Input(placeholder="5m", id="alert-for"), "alert-for")
+                yield field("For (empty: the rule's default)", Input(placeholder=FOR_UNKNOWN, id="alert-for"),
+                            "alert-for")
             with Horizontal(classes="row"):
                 yield field("Stream (empty: every stream)", Input(placeholder="*", id="alert-stream"),
                             "alert-stream")
@@ -77,6 +89,11 @@ class AlertFormScreen(ReportsFailures, ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         self.query_one("#alert-name", Input).focus()
+
+    @on(Input.Changed, "#alert-rule")
+    def rule_changed(self, event: Input.Changed) -> None:
+        # The placeholder is what an empty For means for this rule: what the alert is saved with.
+        self.query_one("#alert-for", Input).placeholder = for_placeholder(event.value)
 
     def _value(self, name: str) -> str:
         return self.query_one(f"#{name}", Input).value.strip()

@@ -1,0 +1,43 @@
+"""Spark's console log keeps what a user needs and not what every stop prints.
+
+A quiet session (a stage's check or preview) sends the JVM's stderr, and its Python workers', to
+FLOE_HOME/logs/spark-console.log. A `take` stops reading a worker's output early, as a preview's
+limit and a session's stop do: PySpark then printed a BrokenPipeError traceback per worker. A
+worker's own unexpected output must still get there.
+"""
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+SESSION = """
+import sys
+from appliance.config.settings import load_settings
+from appliance.spark.session import spark_session
+
+spark = spark_session(load_settings(), app_name="console", quiet=True)
+
+def rows(batches):
+    for batch in batches:
+        yield batch
+
+def loud(x):
+    if x == 7:
+        print("UNEXPECTED from a worker", file=sys.stderr)
+    return x
+
+# Two partitions of many batches each, of which `take` reads a handful: the JVM closes the workers' sockets.
+assert len(spark.range(2_000_000).repartition(2).mapInArrow(rows, "id long").take(5)) == 5
+assert spark.sparkContext.parallelize(range(1_000_000), 2).map(lambda x: x).take(3) == [0, 1, 2]
+assert spark.sparkContext.parallelize(range(10), 1).map(loud).count() == 10
+spark.stop()
+"""
+
+
+def test_a_stopped_read_leaves_no_broken_pipe_traceback_and_the_rest_stays(floe_home):
+    done = subprocess.run([sys.executable, "-c", SESSION], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    log = (floe_home / "logs" / "spark-console.log").read_text()
+    assert "UNEXPECTED from a worker" in log  # what a worker says is kept
+    assert "BrokenPipeError" not in log and "Traceback" not in log, log
