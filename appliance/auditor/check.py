@@ -17,12 +17,13 @@ import duckdb
 import numpy as np
 
 from appliance.auditor.report import AuditReport, OffsetRange, PartitionAudit, Reason
+from appliance.auditor.scans import scan_sql
 from appliance.auditor.tally import PartitionTally, runs, tally
 from appliance.auditor.upserts import audit_upserts
 from appliance.config.settings import Settings
 from appliance.core.errors import FloeError, QueryError
 from appliance.kafka.client import KafkaClient, Watermarks
-from appliance.model.columns import ERROR_MESSAGE, ERROR_STAGE, INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
+from appliance.model.columns import ERROR_MESSAGE, ERROR_STAGE, KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.stream import StreamDef
 from appliance.query.connection import one_line, open_connection
 from appliance.state.store import StateStore
@@ -168,18 +169,8 @@ def _watermarks(settings: Settings, stream: StreamDef, report: AuditReport) -> d
         return {}
 
 
-def _scan(table, stream: StreamDef, columns: str, rest: str = "") -> str | None:
-    if table.current_snapshot() is None:
-        return None
-    location = table.metadata_location.replace("'", "''")
-    # A reused table may hold an earlier stream's rows: only those ingested since this one began count.
-    since = stream.created_at.replace("'", "''")
-    return (f"SELECT {columns} FROM iceberg_scan('{location}') "
-            f"WHERE {INGESTED_AT.name} >= TIMESTAMPTZ '{since}' {rest}")
-
-
 def _offsets(con, table, stream: StreamDef) -> Iterator:
-    sql = _scan(table, stream, f"{KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}")
+    sql = scan_sql(table, stream, f"{KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}")
     if sql is None:
         return
     try:
@@ -202,7 +193,7 @@ def masked_reason(column: str) -> str:
 def _reasons(con, table, stream: StreamDef) -> list[Reason]:
     """The dead letters grouped by stage and message (numbers masked, so alike messages group)."""
     reason = masked_reason(ERROR_MESSAGE.name)
-    sql = _scan(table, stream, f"{ERROR_STAGE.name}, {reason} AS reason, count(*) AS n, "
+    sql = scan_sql(table, stream, f"{ERROR_STAGE.name}, {reason} AS reason, count(*) AS n, "
                 f"arg_min({KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}), min({KAFKA_OFFSET.name})",
                 f"GROUP BY ALL ORDER BY n DESC LIMIT {REASONS}")
     if sql is None:

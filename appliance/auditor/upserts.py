@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 
 from appliance.auditor.report import AuditReport, PartitionAudit
+from appliance.auditor.scans import scan_sql
 from appliance.config.settings import Settings
 from appliance.core.errors import QueryError
 from appliance.decode.formats import format_of
@@ -26,7 +27,7 @@ from appliance.decode.keys import Keyed
 from appliance.decode.rows import decode_batch
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.kafka.reader import Piece
-from appliance.model.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
+from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.keys import key_values
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
@@ -159,23 +160,14 @@ def _describe(report: AuditReport, audit: KeyAudit) -> None:
                             "decides)")
 
 
-def _scan_sql(table, stream: StreamDef, columns: str) -> str | None:
-    if table.current_snapshot() is None:
-        return None
-    location = table.metadata_location.replace("'", "''")
-    since = stream.created_at.replace("'", "''")
-    return (f"SELECT {columns} FROM iceberg_scan('{location}') "
-            f"WHERE {INGESTED_AT.name} >= TIMESTAMPTZ '{since}'")
-
-
 def _pairs(con, table, stream: StreamDef, columns: str) -> set[tuple[int, int]]:
-    sql = _scan_sql(table, stream, columns)
+    sql = scan_sql(table, stream, columns)
     return set() if sql is None else set(map(tuple, _fetch(con, table, sql)))
 
 
 def _table_rows(con, table, stream: StreamDef) -> list[tuple[Any, tuple[int, int]]]:
     keys = ", ".join(f'"{k}"' for k in stream.key)
-    sql = _scan_sql(table, stream, f"{keys}, {KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}")
+    sql = scan_sql(table, stream, f"{keys}, {KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}")
     if sql is None:
         return []
     arrow = con.execute(sql).to_arrow_table()
