@@ -290,4 +290,4 @@ def test_a_stage_table_partitioned_as_asked_over_the_querys_columns(broker, topi
     for f in live_data_files(table):  # every row of a file in its partition
         low, high = (int.from_bytes(b[field], "little", signed=True) for b in (f.lower_bounds, f.upper_bounds))
         assert low == high == f.partition[1]
-    equal("prep.parts", "select order_id, store_id from ingest.sp", "order_id")
+    equal("prep.parts", "select order_id, store_id from ingest.sp", "order_id, store_id")
