@@ -109,6 +109,9 @@ class _Writer:
     def without(self, kept: list[ManifestFile], removing: set[str]) -> list[ManifestFile]:
         """`kept` with every manifest that lists a file of `removing` rewritten: that entry DELETED."""
         out, found = [], set()
+        # The manifests a rewrite touches become one per spec and content, not one each: a compaction
+        # touches most of a table's manifests, and a reader of the snapshot it makes opens every one.
+        again: dict[tuple[int, ManifestContent], list[ManifestEntry]] = {}
         for m in kept:
             entries = [e for e in self.manifests.entries(self.table.io, m) if e.status != ManifestEntryStatus.DELETED]
             hit = [e for e in entries if e.data_file.file_path in removing]
@@ -116,9 +119,10 @@ class _Writer:
                 out.append(m)
                 continue
             found.update(e.data_file.file_path for e in hit)
-            again = [_again(e, ManifestEntryStatus.DELETED, self.snapshot_id) if e.data_file.file_path in removing
-                     else _again(e, ManifestEntryStatus.EXISTING) for e in entries]
-            out.append(self.manifest(again, m.partition_spec_id, m.content))
+            again.setdefault((m.partition_spec_id, m.content), []).extend(
+                _again(e, ManifestEntryStatus.DELETED, self.snapshot_id) if e.data_file.file_path in removing
+                else _again(e, ManifestEntryStatus.EXISTING) for e in entries)
+        out += [self.manifest(entries, spec_id, content) for (spec_id, content), entries in again.items()]
         missing = removing - found
         if missing:
             raise RewriteConflict(f"{len(missing)} file(s) to remove are no longer in the table, e.g. "
