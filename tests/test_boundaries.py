@@ -34,13 +34,15 @@ ALLOWED: dict[str, set[str]] = {
     "observe": {"core", "config", "kafka", "model", "tables", "state"},
     "auditor": {"core", "config", "kafka", "model", "decode", "tables", "state", "query"},
     "ingest": _BELOW_INGEST | {"maintenance", "stages", "observe"},
+    "deadletters": _BELOW_INGEST | {"query", "ingest"},
     "views": {"core", "config", "model", "tables", "state", "query", "maintenance"},
     "control": {"core", "config", "kafka", "model", "decode", "tables", "state", "views", "spark", "stages",
+                "deadletters",
                 "observe"},
     "demo": {"core", "config", "kafka", "standins", "state", "ingest", "control"},
     "testing": _BELOW_INGEST | {"standins", "ingest", "stages", "query", "control", "auditor"},
     "cli": _BELOW_INGEST | {"standins", "ingest", "maintenance", "stages", "observe", "query", "views", "control",
-                            "demo", "cli", "auditor"},
+                            "demo", "cli", "auditor", "deadletters"},
 }
 # The UI reaches the engine through its operations and read models only, and the plain data
 # they hand over: typed state records and Kafka connection settings.

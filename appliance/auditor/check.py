@@ -29,7 +29,8 @@ from appliance.query.connection import one_line, open_connection
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
 from appliance.tables.evolution import mapping_of
-from appliance.tables.snapshots import committed_offsets, retention_deleted
+from appliance.tables.moves import replay_of
+from appliance.tables.snapshots import committed_offsets, purged, retention_deleted
 
 BATCH_ROWS = 1 << 20
 REASONS = 10
@@ -42,8 +43,7 @@ def audit_stream(settings: Settings, name: str) -> AuditReport:
         expired = state.expired_offsets(stream.id)
     catalog = Catalog(settings)
     with warehouse_io(settings, f"read stream {name}'s tables"):
-        target = catalog.table(stream.table)  # first: see the module's docstring
-        dead = catalog.table(stream.dead_letter_table)
+        target, dead = _tables(catalog, stream)
     report = AuditReport(stream.name, stream.topic, stream.table, stream.dead_letter_table)
     committed = committed_offsets(target, stream.id) or {}
     dead_committed = committed_offsets(dead, stream.id) or {}
@@ -66,13 +66,26 @@ def audit_stream(settings: Settings, name: str) -> AuditReport:
         tally(_offsets(con, target, stream), rows, make)
         tally(_offsets(con, dead, stream), dead_rows, make)
         report.dead_letters = _reasons(con, dead, stream)
-    report.retention_deleted = retention_deleted(target) + retention_deleted(dead)
+    report.retention_deleted = retention_deleted(target) + retention_deleted(dead) + purged(dead)
     for p in sorted(set(rows) | set(dead_rows)):
         _partition(report, p, rows.setdefault(p, make(p)), dead_rows.setdefault(p, make(p)), marks.get(p),
                    dead_committed.get(p), [(lo, hi) for q, lo, hi in expired if q == p])
     _explain_by_retention(report)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _tables(catalog: Catalog, stream: StreamDef, attempts: int = 5):
+    """The target, then the dead-letter table (see the module's docstring), as of the same replay: a
+    replay moves dead letters to the target in one catalog transaction, so two loads on either side
+    of it would find its messages in neither table. Loaded again, in the same order, until both
+    name the same newest replay."""
+    for _ in range(attempts):
+        target = catalog.table(stream.table)
+        dead = catalog.table(stream.dead_letter_table)
+        if replay_of(target) == replay_of(dead):
+            break
+    return target, dead
 
 
 def _dead_reasons(settings: Settings, dead, stream: StreamDef) -> list[Reason]:
@@ -141,7 +154,7 @@ def _explain_by_retention(report: AuditReport) -> None:
     if lost and lost <= report.retention_deleted:
         report.retention, report.gaps = report.gaps, []
     elif report.retention_deleted:
-        report.notes.append(f"retention deleted {report.retention_deleted:,} rows from these tables; "
+        report.notes.append(f"retention and purges deleted {report.retention_deleted:,} rows from these tables; "
                             f"{lost:,} offsets are missing, more than it can explain")
 
 

@@ -107,7 +107,7 @@ class AuditReport:
         dead = sum(p.dead_letter_rows for p in self.partitions)
         for title, ranges in (("LOST (in neither table)", self.gaps), ("DUPLICATED", self.duplicates),
                               ("expired from the topic before Floe read them (not a loss)", self.expired),
-                              (f"missing, within the {self.retention_deleted:,} rows retention deleted",
+                              (f"missing, within the {self.retention_deleted:,} rows retention and purges deleted",
                                self.retention)):
             if ranges:
                 lines.append(f"{title}: {sum(r.count for r in ranges):,} offsets in {len(ranges):,} ranges")

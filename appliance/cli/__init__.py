@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from appliance.cli import doctor, engine, maintenance, observe, query, stages, streams  # noqa: F401  (they add their commands)
+from appliance.cli import dlq, doctor, engine, maintenance, observe, query, stages, streams  # noqa: F401  (they add their commands)
 from appliance.cli.base import cli, err
 from appliance.core.errors import FloeError
 

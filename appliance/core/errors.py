@@ -244,6 +244,20 @@ class StageConflict(FloeError):
     retryable = True
 
 
+class ReplayConflict(FloeError):
+    """Dead letters a replay read were taken or rewritten meanwhile (another replay, compaction)."""
+
+    retryable = True
+
+
+class DeadLetterReplayUnsupported(FloeError):
+    """The catalog cannot commit a stream's two tables at once, which a replay needs."""
+
+
+class DeadLetterFilterInvalid(FloeError):
+    """A `--where` over the dead-letter table that does not parse or does not run."""
+
+
 class QueryError(FloeError):
     """A SQL statement failed; the message is DuckDB's."""
 

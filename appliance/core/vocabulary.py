@@ -139,6 +139,8 @@ class EventKind(StrEnum):
     NOTIFICATION_FAILED = "notification_failed"
     NOTIFICATION_REQUEUED = "notification_requeued"  # undelivered before the engine stopped: queued again at start
     METRICS_FAILED = "metrics_failed"
+    DEAD_LETTERS_REPLAYED = "dead_letters_replayed"
+    DEAD_LETTERS_PURGED = "dead_letters_purged"
 
     @classmethod
     def maintenance(cls, task: MaintenanceTask) -> EventKind:

@@ -29,6 +29,7 @@ SOURCE_TABLE_KEY = "floe.source-table"
 # A table property: how many rows retention has deleted from the table, ever. Snapshots are
 # expired, a property stays; `floe audit` tells rows retention removed from lost ones with it.
 RETENTION_DELETED_KEY = "floe.retention-deleted-rows"
+PURGED_KEY = "floe.purged-rows"  # dead letters purged on purpose (`floe dlq purge`), ever
 POSITION_KEYS = (STREAM_KEY, TOPIC_KEY, OFFSETS_KEY, STAGE_KEY, SOURCE_SNAPSHOT_KEY, SOURCE_TABLE_KEY)
 
 
@@ -208,3 +209,7 @@ def snapshot_infos(table: Table) -> list[SnapshotInfo]:
 
 def retention_deleted(table: Table) -> int:
     return int(table.properties.get(RETENTION_DELETED_KEY, "0"))
+
+
+def purged(table: Table) -> int:
+    return int(table.properties.get(PURGED_KEY, "0"))

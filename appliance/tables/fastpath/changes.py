@@ -111,7 +111,9 @@ class _Writer:
         out, found = [], set()
         # The manifests a rewrite touches become one per spec and content, not one each: a compaction
         # touches most of a table's manifests, and a reader of the snapshot it makes opens every one.
-        again: dict[tuple[int, ManifestContent], list[ManifestEntry]] = {}
+        # The entries it removes go to manifests of their own: holding no live file, they are skipped
+        # by readers (their counts in the manifest list say so) and left out by the next commit.
+        again: dict[tuple[int, ManifestContent, bool], list[ManifestEntry]] = {}
         for m in kept:
             entries = [e for e in self.manifests.entries(self.table.io, m) if e.status != ManifestEntryStatus.DELETED]
             hit = [e for e in entries if e.data_file.file_path in removing]
@@ -119,10 +121,12 @@ class _Writer:
                 out.append(m)
                 continue
             found.update(e.data_file.file_path for e in hit)
-            again.setdefault((m.partition_spec_id, m.content), []).extend(
-                _again(e, ManifestEntryStatus.DELETED, self.snapshot_id) if e.data_file.file_path in removing
-                else _again(e, ManifestEntryStatus.EXISTING) for e in entries)
-        out += [self.manifest(entries, spec_id, content) for (spec_id, content), entries in again.items()]
+            for e in entries:
+                gone = e.data_file.file_path in removing
+                again.setdefault((m.partition_spec_id, m.content, gone), []).append(
+                    _again(e, ManifestEntryStatus.DELETED, self.snapshot_id) if gone
+                    else _again(e, ManifestEntryStatus.EXISTING))
+        out += [self.manifest(entries, spec_id, content) for (spec_id, content, _), entries in again.items()]
         missing = removing - found
         if missing:
             raise RewriteConflict(f"{len(missing)} file(s) to remove are no longer in the table, e.g. "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Iterator
 
 from pyiceberg.catalog import StagedTable
 from pyiceberg.catalog.sql import SqlCatalog
@@ -17,6 +19,7 @@ from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from sqlalchemy import text
 
+from appliance.core.failpoints import failpoint
 from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.transactions import staged_metadata
 
@@ -51,6 +54,27 @@ class FloeSqlCatalog(SqlCatalog):
         self._sqlite = self.engine.url.database if self.engine.dialect.name == "sqlite" else None
         self._db: sqlite3.Connection | None = None  # opened by the first commit
         self._db_lock = threading.Lock()
+        self._held = threading.local()  # this thread's commits held for `together`
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """The commits made in this block (by this thread) swap in at its end, in one SQL transaction:
+        every table moves, or none does. Each commit's metadata file is written at once, but no
+        reader sees it before the block ends; one that can no longer swap (another writer moved its
+        table) rolls them all back and raises CommitFailedException."""
+        held: list[tuple[dict, CommitTableResponse]] = []
+        self._held.swaps = held
+        try:
+            yield
+        finally:
+            self._held.swaps = None
+        failpoint("catalog_before_swap")
+        if not held:
+            return
+        if not self._sql_all([_SWAP] * len(held), [args for args, _ in held]):
+            raise CommitFailedException("a table committed together with others was updated by another process")
+        for args, response in held:
+            self._remember(response.metadata_location, response.metadata)
 
     def _write_metadata(self, metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
         self._writer.write(metadata, io, metadata_path)
@@ -109,8 +133,14 @@ class FloeSqlCatalog(SqlCatalog):
         if staged.metadata == current.metadata:
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
         self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
-        done = self._sql(_SWAP, {"new": staged.metadata_location, "old": current.metadata_location,
-                                 "catalog": self.name, "namespace": namespace, "name": name})
+        args = {"new": staged.metadata_location, "old": current.metadata_location,
+                "catalog": self.name, "namespace": namespace, "name": name}
+        held = getattr(self._held, "swaps", None)
+        if held is not None:
+            response = CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+            held.append((args, response))
+            return response
+        done = self._sql(_SWAP, args)
         if done < 1:
             raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
         self._remember(staged.metadata_location, staged.metadata)
@@ -136,6 +166,27 @@ class FloeSqlCatalog(SqlCatalog):
                 cursor = self._db.execute(statement, args)
                 return cursor.fetchall() if rows else cursor.rowcount
 
+    def _sql_all(self, statements: list[str], args: list[dict]) -> bool:
+        """Statements in one transaction, each of which must change a row: all of them, or none."""
+        if not self._sqlite:
+            with self.engine.connect() as connection:
+                with connection.begin() as tx:
+                    if all(connection.execute(text(s), a).rowcount >= 1 for s, a in zip(statements, args)):
+                        return True
+                    tx.rollback()
+                    return False
+        with self._db_lock:
+            if self._db is None:
+                self._db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)
+            try:
+                with self._db:  # commits at the end, rolls back on an exception
+                    for s, a in zip(statements, args):
+                        if self._db.execute(s, a).rowcount < 1:
+                            raise _RolledBack()
+                return True
+            except _RolledBack:
+                return False
+
     def _table_at(self, identifier: tuple[str, ...], location: str) -> Table:
         metadata = self._cached(location)
         if metadata is None:
@@ -143,3 +194,7 @@ class FloeSqlCatalog(SqlCatalog):
             self._remember(location, metadata)
         return Table(identifier=identifier, metadata=metadata, metadata_location=location,
                      io=self._load_file_io(metadata.properties, location), catalog=self)
+
+
+class _RolledBack(Exception):
+    """One statement of `_sql_all` changed nothing: the transaction is rolled back."""

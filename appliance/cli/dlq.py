@@ -1,0 +1,61 @@
+"""`floe dlq`: a stream's dead letters listed, replayed into the target once the mapping is fixed, purged."""
+
+from __future__ import annotations
+
+import click
+
+from appliance.cli.base import cli, err, settings
+
+WHERE_HELP = "A SQL condition over the dead-letter table's columns, e.g. \"error_stage = 'convert'\"."
+
+
+@cli.group()
+def dlq() -> None:
+    """A stream's dead letters: list, replay, purge."""
+
+
+@dlq.command("list")
+@click.argument("stream")
+@click.option("--where", default=None, help=WHERE_HELP)
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+def dlq_list(stream: str, where: str | None, limit: int, fmt: str) -> None:
+    """The stream's dead letters, oldest offset first, with why each one failed."""
+    from appliance.deadletters.listing import list_dead_letters
+    from appliance.query.formatting import format_csv, format_json, format_table
+
+    rows = list_dead_letters(settings(), stream, where, limit)
+    click.echo({"table": format_table, "csv": format_csv, "json": format_json}[fmt](rows), nl=fmt == "table")
+
+
+@dlq.command("replay")
+@click.argument("stream")
+@click.option("--where", default=None, help=WHERE_HELP + " Default: every dead letter of the stream.")
+@click.option("--dry-run", is_flag=True, help="Say how many would move and why the others would stay; change nothing.")
+def dlq_replay(stream: str, where: str | None, dry_run: bool) -> None:
+    """Decode dead letters again with the stream's current mapping; those that now decode move to the target."""
+    from appliance.control.dead_letters import preview_replay, replay_dead_letters
+
+    s = settings()
+    report = preview_replay(s, stream, where) if dry_run else replay_dead_letters(s, stream, where)
+    for line in report.lines():
+        click.echo(line)
+
+
+@dlq.command("purge")
+@click.argument("stream")
+@click.option("--where", required=True, help=WHERE_HELP)
+@click.option("--yes", is_flag=True, help="Do it: without it, nothing is deleted.")
+def dlq_purge(stream: str, where: str, yes: bool) -> None:
+    """Delete the dead letters nobody wants (recorded in the audit trail)."""
+    from appliance.control.dead_letters import purge_dead_letters
+    from appliance.deadletters.selection import check_where
+
+    if not yes:
+        check_where(where)
+        raise click.UsageError("purge deletes dead letters for good: add --yes")
+    deleted, waiting = purge_dead_letters(settings(), stream, where)
+    click.echo(f"{stream}: purged {deleted:,} dead letters"
+               + (f"; {waiting:,} past the stream's committed position were left" if waiting else ""))
+    if not deleted:
+        err(f"{stream}: no dead letter matched")

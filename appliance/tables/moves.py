@@ -1,0 +1,241 @@
+"""Rows moved between a stream's two tables in one step: dead letters replayed into the target.
+
+The target gains the replayed rows (appended; in an upsert table, with position deletes for the
+rows they replace), and the dead-letter table loses the replayed messages by position deletes (and
+gains, for those that still fail, a row with their new reason). Both snapshots swap in by one
+catalog transaction (`FloeSqlCatalog.together`), so no reader ever finds a message in both tables
+or in neither, and a kill at any moment leaves either both commits or none. Each snapshot carries
+its parent's stream offsets, so the stream running beside it resumes where it was.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation
+
+from appliance.core.errors import DeadLetterReplayUnsupported, ReplayConflict
+from appliance.core.failpoints import failpoint
+from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP
+from appliance.tables.datafiles import delete_files, live_entries
+from appliance.tables.fastpath.changes import FileChanges, commit_changes, spec_of
+from appliance.tables.fastpath.deletes import write_deletes_by_partition
+from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
+from appliance.tables.folding import live_deletes
+from appliance.tables.keyindex import KeyIndex
+from appliance.tables.snapshots import PURGED_KEY, offsets_summary, purged
+
+REPLAY_KEY = "floe.replay"  # both snapshots of one replay carry its id
+REPLAY_TARGET_KEY = "floe.replay.target-snapshot"  # the dead-letter snapshot names its target's
+
+
+@dataclass
+class Move:
+    """What a replay's tasks wrote, and the dead letters it takes out of their table."""
+
+    taken: dict[str, np.ndarray]  # dead-letter data file -> positions of the messages replayed
+    target_files: list[DataFile] = field(default_factory=list)
+    dead_letter_files: list[DataFile] = field(default_factory=list)  # those that still fail, new reason
+    file_keys: list[list[Any]] = field(default_factory=list)  # upsert tables: each target file's keys
+    deleted: list[tuple[Any, int, int]] = field(default_factory=list)  # upsert: (key, partition, offset)
+    key_columns: tuple[str, ...] = ()
+    taken_at: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (partition, offset) per position
+
+    def positions_of(self, messages: set[tuple[int, int]]) -> dict[str, np.ndarray]:
+        """The dead-letter positions of `messages` (partition, offset)."""
+        out = {}
+        for path, positions in self.taken.items():
+            found = [pos for pos, at in zip(positions.tolist(), self.taken_at.get(path, ())) if at in messages]
+            if found:
+                out[path] = np.array(found, dtype=np.int64)
+        return out
+
+
+@dataclass(frozen=True)
+class Moved:
+    target_snapshot: int | None
+    dead_letter_snapshot: int | None
+    superseded: dict[str, np.ndarray]  # upsert: dead-letter positions left where they are (a newer row won)
+    superseded_count: int = 0
+
+
+def check_together(table: Table) -> None:
+    if not isinstance(table.catalog, FloeSqlCatalog):
+        raise DeadLetterReplayUnsupported(
+            f"replaying dead letters needs Floe's SQL catalog (SQLite or PostgreSQL), which commits two "
+            f"tables at once; this catalog ({type(table.catalog).__name__}) cannot")
+
+
+def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
+    """Commit `move` to both tables in one catalog transaction; the caller holds both commit locks.
+
+    Raises ReplayConflict when a dead letter to take is no longer where the replay read it
+    (another replay took it, or compaction rewrote its file): the replay then reads again.
+    """
+    check_together(target)
+    entries = live_entries(dead_letter)
+    files = {e.data_file.file_path: e.data_file for e in entries if e.data_file.content == DataFileContent.DATA}
+    _check_taken(dead_letter, entries, files, move.taken)
+    replay = uuid.uuid4().hex
+    target_changes, superseded, count = _target_changes(target, move)
+    taken = _without(move.taken, superseded)
+    dl_deletes = write_deletes_by_partition(dead_letter.metadata, dead_letter.io, taken, files) if taken else []
+    dl_changes = FileChanges(data=move.dead_letter_files, deletes=dl_deletes)
+    try:
+        # Both tables always get a snapshot, each naming the replay: a reader that loaded one table
+        # before the replay and the other after it can tell (`replay_of`) and load again.
+        with target.catalog.together():
+            new_target = commit_changes(target, target_changes,
+                                        Operation.OVERWRITE if target_changes.deletes else Operation.APPEND,
+                                        _carried(target, replay))
+            failpoint("replay_between_commits")
+            target_id = new_target.current_snapshot().snapshot_id
+            new_dl = commit_changes(dead_letter, dl_changes, Operation.OVERWRITE if dl_deletes else Operation.APPEND,
+                                    {**_carried(dead_letter, replay), REPLAY_TARGET_KEY: str(target_id)})
+    except BaseException:
+        delete_files(target, [f.file_path for f in target_changes.deletes])
+        delete_files(dead_letter, [f.file_path for f in dl_deletes])
+        raise
+    return Moved(target_id, new_dl.current_snapshot().snapshot_id, superseded, count)
+
+
+def replay_of(table: Table) -> str | None:
+    """The id of the newest replay that committed to `table`."""
+    from appliance.tables.snapshots import ancestors, summary_properties
+
+    return next((summary_properties(s)[REPLAY_KEY] for s in ancestors(table.metadata)
+                 if REPLAY_KEY in summary_properties(s)), None)
+
+
+def _check_taken(dead_letter: Table, entries, files: dict[str, DataFile], taken: dict[str, np.ndarray]) -> None:
+    gone = [p for p in taken if p not in files]
+    if gone:
+        raise ReplayConflict(f"dead-letter file {gone[0]} is no longer in {'.'.join(dead_letter.name())}")
+    deleted = live_deletes(dead_letter, entries)
+    for path, positions in taken.items():
+        already = deleted.of(path)
+        if already is not None and np.isin(positions, already).any():
+            raise ReplayConflict(f"dead letters of {path} were taken meanwhile (another replay or purge)")
+
+
+def _carried(table: Table, replay: str) -> dict[str, str]:
+    return {**offsets_summary(table.metadata, table.metadata.current_snapshot_id), REPLAY_KEY: replay}
+
+
+def _without(taken: dict[str, np.ndarray], left: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {}
+    for path, positions in taken.items():
+        kept = positions[~np.isin(positions, left[path])] if path in left else positions
+        if kept.size:
+            out[path] = kept
+    return out
+
+
+def _target_changes(target: Table, move: Move) -> tuple[FileChanges, dict[str, np.ndarray], int]:
+    """The target's changes: the new rows appended, or, in an upsert table, each key's replayed row in
+    place of its older one. A key whose current row came later in the topic keeps it: the replayed
+    row is deleted in the same snapshot, and its dead letter stays (returned by dead-letter position)."""
+    new = list(move.target_files)
+    for f in new:
+        f.spec_id = spec_of(f, target.metadata.default_spec_id)
+    if not move.key_columns:
+        return FileChanges(data=new), {}, 0
+    index = KeyIndex(move.key_columns)
+    index.build(target)
+    replayed = [(f.file_path, i, key, *meta) for f, keys in zip(new, move.file_keys)
+                for i, (key, meta) in enumerate(zip(keys, _rows_meta(target.io, {f.file_path: None})[f.file_path]))]
+    keys = [r[2] for r in replayed] + [k for k, _, _ in move.deleted]
+    current = _current_rows(target, index, keys)
+    doomed: dict[str, list[int]] = defaultdict(list)
+    losers: set[tuple[int, int]] = set()  # (partition, offset) of replayed messages a newer row beats
+    best: dict[Any, tuple[str, int, int, int, Any]] = {}  # a key replayed twice (two partitions): the later
+    for path, pos, key, p, o, ts in replayed:
+        mine = (p, o, ts)
+        if _later(current.get(key, (None, None))[1], mine):
+            doomed[path].append(pos)
+            losers.add((p, o))
+            continue
+        other = best.get(key)
+        if other is None:
+            best[key] = (path, pos, p, o, ts)
+        elif _later(other[2:], mine):  # this key twice in the replay: the later message's row stays
+            doomed[path].append(pos)
+            losers.add((p, o))
+        else:
+            doomed[other[0]].append(other[1])
+            losers.add((other[2], other[3]))
+            best[key] = (path, pos, p, o, ts)
+    for key, p, o in move.deleted:
+        where, meta = current.get(key, (None, None))
+        if where is not None and _later(meta, (p, o, None)):
+            losers.add((p, o))
+        elif where is not None:
+            doomed[where[0]].append(where[1])
+            best.pop(key, None)
+    for key in best:  # each replayed row replaces its key's current one
+        where = current.get(key, (None, None))[0]
+        if where is not None:
+            doomed[where[0]].append(where[1])
+    deletes = write_deletes_by_partition(
+        target.metadata, target.io, {p: np.unique(np.array(v, dtype=np.int64)) for p, v in doomed.items()},
+        {**index.files, **{f.file_path: f for f in new}})
+    return FileChanges(data=new, deletes=deletes), move.positions_of(losers), len(losers)
+
+
+def _rows_meta(io, wanted: dict[str, list[int] | None]) -> dict[str, list[tuple[int, int, Any]]]:
+    """(partition, offset, Kafka timestamp) of the rows at each file's positions (None: every row)."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for path, positions in wanted.items():
+        with io.new_input(path).open() as f:
+            rows = pq.read_table(f, columns=[KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name])
+        if positions is not None:
+            rows = rows.take(positions)
+        out[path] = list(zip(*(rows.column(i).to_pylist() for i in range(3))))
+    return out
+
+
+def _current_rows(target: Table, index: KeyIndex, keys: list[Any]) -> dict[Any, tuple[tuple[str, int], tuple]]:
+    """Each key's current row in the target: where it is, and its (partition, offset, timestamp)."""
+    places = {key: where for key in keys if (where := index.locate(key)) is not None}
+    wanted: dict[str, list[int]] = defaultdict(list)
+    for path, pos in places.values():
+        wanted[path].append(pos)
+    meta = _rows_meta(target.io, wanted)
+    at = {(path, pos): m for path, positions in wanted.items() for pos, m in zip(positions, meta[path])}
+    return {key: (where, at[where]) for key, where in places.items()}
+
+
+def _later(theirs: tuple | None, mine: tuple) -> bool:
+    """Whether the row of `theirs` (partition, offset, timestamp) came after the message of `mine`:
+    by offset within a partition, by Kafka timestamp across partitions."""
+    if theirs is None:
+        return False
+    if theirs[0] == mine[0]:
+        return theirs[1] > mine[1]
+    return theirs[2] is not None and mine[2] is not None and theirs[2] > mine[2]
+
+
+def commit_purge(dead_letter: Table, taken: dict[str, np.ndarray]) -> Table:
+    """Delete the dead letters at `taken` by position, counting them in the table's purged rows (so
+    `floe audit` can tell their offsets from a loss); the caller holds the table's commit lock.
+    Raises ReplayConflict when one of them is no longer where it was read."""
+    entries = live_entries(dead_letter)
+    files = {e.data_file.file_path: e.data_file for e in entries if e.data_file.content == DataFileContent.DATA}
+    _check_taken(dead_letter, entries, files, taken)
+    deletes = write_deletes_by_partition(dead_letter.metadata, dead_letter.io, taken, files)
+    count = sum(len(p) for p in taken.values())
+    try:
+        return commit_changes(dead_letter, FileChanges(deletes=deletes), Operation.DELETE,
+                              offsets_summary(dead_letter.metadata, dead_letter.metadata.current_snapshot_id),
+                              {PURGED_KEY: str(purged(dead_letter) + count)})
+    except BaseException:
+        delete_files(dead_letter, [f.file_path for f in deletes])
+        raise
