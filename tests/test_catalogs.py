@@ -183,3 +183,47 @@ def test_the_rest_catalog_rejects_a_stale_commit_and_floe_retries_it_on_fresh_me
 
 
 _counter = itertools.count()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_commits_made_together_swap_in_one_transaction_or_not_at_all(floe_home, backend, request):
+    """What a dead-letter replay stands on: two tables' commits land together, and one that lost its race
+    takes the other down with it (the other table is left where it was)."""
+    from appliance.config.settings import load_settings
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.fastpath.appends import append_files
+
+    floe_home.mkdir(parents=True, exist_ok=True)
+    if backend == "postgres":
+        postgres = request.getfixturevalue("postgres")
+        url = postgres.database(f"together_{next(_counter)}_{random.randrange(1 << 20)}")
+        (floe_home / "floe.toml").write_text(f'[catalog]\ntype = "sql"\nuri = "{url}"\n')
+    settings = load_settings()
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    catalog = Catalog(settings)
+    a, _ = catalog.ensure_table("two.a", schema)
+    b, _ = catalog.ensure_table("two.b", schema)
+
+    def files(t, ids):
+        return list(_dataframe_to_data_files(t.metadata, pa.table({"id": pa.array(ids, pa.int64())}), t.io))
+
+    def ids(name):
+        return sorted(Catalog(settings).table(name).scan().to_arrow().column("id").to_pylist())
+
+    with a.catalog.together():
+        a2 = append_files(a, files(a, [1]), {})
+        b2 = append_files(b, files(b, [2]), {})
+        assert (ids("two.a"), ids("two.b")) == ([], [])  # nothing visible before the block ends
+    assert (ids("two.a"), ids("two.b")) == ([1], [2])
+    with pytest.raises(CommitFailedException):
+        with a.catalog.together():
+            append_files(a2, files(a2, [4]), {})
+            append_files(b2, files(b2, [5]), {})
+            other = Catalog(settings)  # another writer moves b before the block ends
+            append_files(other.table("two.b"), files(b2, [3]), {})
+    assert (ids("two.a"), ids("two.b")) == ([1], [2, 3])  # a's commit rolled back with b's
+    with pytest.raises(CommitFailedException):
+        with a.catalog.together():
+            append_files(a2, files(a2, [6]), {})
+            append_files(b2, files(b2, [7]), {})  # stale already: refused as it is made
+    assert (ids("two.a"), ids("two.b")) == ([1], [2, 3])

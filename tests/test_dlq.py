@@ -156,3 +156,27 @@ def test_an_upsert_replay_never_overwrites_a_newer_row_of_its_key(broker, topic,
     assert rows("select id, code, _kafka_offset o from ingest.up order by id") == [
         {"id": 1, "code": None, "o": 1}, {"id": 2, "code": "x2", "o": 2}, {"id": 3, "code": "x3", "o": 4}]
     assert [r["o"] for r in rows("select _kafka_offset o from ingest.up_dlq")] == [0]
+
+
+async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker, topic):
+    from tui.app import FloeApp
+    from tui.screens.confirm import ConfirmScreen
+    from tui.screens.stream_detail import StreamDetailScreen
+
+    from tui_helpers import until
+
+    strict_stream(broker, topic, "ui", 30)
+    assert floe("run", "--until-caught-up").returncode == 0
+    fix_mapping("ui")
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(StreamDetailScreen("ui"))
+        await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 10, "the stream's detail")
+        await pilot.press("d")
+        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, 120, "the preview")
+        question = str(confirm.query_one("#confirm-question").render())
+        assert "would move 10 to the target, 0 would stay" in question, question
+        assert count("ingest.ui_dlq") == 10  # a preview changes nothing
+        await pilot.press("y")
+        await until(pilot, lambda: count("ingest.ui_dlq") == 0, 120, "the replay")
+    assert count("ingest.ui") == 30

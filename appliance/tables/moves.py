@@ -79,6 +79,8 @@ def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
     (another replay took it, or compaction rewrote its file): the replay then reads again.
     """
     check_together(target)
+    if dead_letter.catalog is not target.catalog:  # `together` holds one catalog's commits
+        raise ValueError("a move's two tables must come from the same catalog object")
     entries = live_entries(dead_letter)
     files = {e.data_file.file_path: e.data_file for e in entries if e.data_file.content == DataFileContent.DATA}
     _check_taken(dead_letter, entries, files, move.taken)

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Sparkline, Static
 from textual.worker import get_current_worker
 
+from appliance.control.dead_letters import replay_in_process
 from appliance.control.streams import set_paused
 from appliance.core.vocabulary import StreamPhase
 from appliance.state.records import BatchRecord
@@ -28,6 +29,7 @@ from appliance.views.streams import StreamDetail, stream_detail
 from tui.format import age, clock, count, number, one_line
 from tui.messages import ActionDone
 from tui.screens.audit_report import AuditScreen
+from tui.screens.confirm import ConfirmScreen
 from tui.styles import phase_text
 from tui.widgets.rows import put_row, trim_rows
 from tui.widgets.texts import Texts
@@ -82,6 +84,7 @@ class StreamDetailScreen(ReportsFailures, Screen):
         Binding("p", "pause", "Pause"),
         Binding("r", "resume", "Resume"),
         Binding("a", "audit", "Audit"),
+        Binding("d", "replay", "Replay dead letters"),
     ]
     AUTO_FOCUS = "#batches-table"
 
@@ -303,6 +306,41 @@ class StreamDetailScreen(ReportsFailures, Screen):
     def action_audit(self) -> None:
         """Exactly-once, checked on the live tables (`floe audit`): reads only, so safe while ingesting."""
         self.app.push_screen(AuditScreen(self.stream_name))
+
+    def action_replay(self) -> None:
+        """Dead letters decoded again with the mapping as it is now (`floe dlq replay`): a preview
+        first, then, once confirmed, the replay itself."""
+        self.notify(f"Previewing a replay of {self.stream_name}'s dead letters…", timeout=4)
+        self.preview_replay()
+
+    @work(thread=True, exclusive=True, group="detail-replay", exit_on_error=False)
+    def preview_replay(self) -> None:
+        try:
+            lines = replay_in_process(self.app.settings, self.stream_name, dry_run=True)
+        except Exception as exc:
+            self.post_message(ActionDone(f"Replay preview: {exc}", error=True))
+            return
+        self.app.call_from_thread(self._confirm_replay, lines)
+
+    def _confirm_replay(self, lines: list[str]) -> None:
+        if not lines or " 0 dead letters selected" in lines[0]:
+            self.notify(lines[0] if lines else "No dead letters to replay", timeout=6)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.notify(f"Replaying {self.stream_name}'s dead letters…", timeout=4)
+                self.run_replay()
+
+        self.app.push_screen(ConfirmScreen("\n".join(lines) + "\n\nReplay them now?", yes="Replay"), answered)
+
+    @work(thread=True, exclusive=True, group="detail-replay", exit_on_error=False)
+    def run_replay(self) -> None:
+        try:
+            lines = replay_in_process(self.app.settings, self.stream_name)
+            self.post_message(ActionDone(lines[0] if lines else "Replayed"))
+        except Exception as exc:
+            self.post_message(ActionDone(f"Replay: {exc}", error=True))
 
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:
