@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
@@ -20,8 +21,9 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from appliance.config.settings import Settings
 from appliance.control.audit import VIA_ENV
-from appliance.control.processes import ENGINE_LOG, start_engine
+from appliance.control.processes import ENGINE_LOG, EngineLaunch, start_engine
 from appliance.views.engine import engine_status
+from tui.commands import FloeCommands
 from tui.format import plural
 from tui.messages import ActionDone, EngineStatusRead
 from tui.panes.alerts import AlertsLoaded, AlertsPane
@@ -40,7 +42,13 @@ class FloeApp(ReportsFailures, App):
     TITLE = "Floe"
     SUB_TITLE = "Kafka → Iceberg"
     CSS_PATH = CSS_PATH
+    COMMANDS = App.COMMANDS | {FloeCommands}
+    # Keys of the sections, which must not act behind a screen pushed over them (an editor, a form).
+    SECTION_ACTIONS = {"section", "new_stream"}
     BINDINGS = [
+        # Esc closes whatever screen is over the sections, wherever its focus is (an editor's text box
+        # would keep it otherwise); an open dropdown closes first.
+        Binding("escape", "close_screen", "Close", priority=True),
         Binding("1", "section('streams')", "Streams"),
         Binding("2", "section('tables')", "Tables"),
         Binding("3", "section('query')", "Query"),
@@ -54,13 +62,16 @@ class FloeApp(ReportsFailures, App):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, settings: Settings, start_section: str = "streams", clock: bool = True) -> None:
+    def __init__(self, settings: Settings, start_section: str = "streams", clock: bool = True,
+                 notices: tuple[str, ...] = (), engine_launch: EngineLaunch | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.start_section = start_section
         self.clock = clock
+        self.notices = notices  # said once the UI shows (what `floe demo` did before it)
+        self.engine_launch = engine_launch  # an engine started for this UI (`floe demo`), not yet alive
         self.engine_alive = False
-        self.engine_starting = False  # set from Ctrl+E until the engine is alive or has exited
+        self.engine_starting = engine_launch is not None  # until the engine is alive or has exited
         self.failures = FailureLog()
         self.via: str | None = None  # FLOE_VIA before the app set it, put back when it ends
 
@@ -89,6 +100,12 @@ class FloeApp(ReportsFailures, App):
         self.theme = "textual-dark"
         self.check_engine()
         self.set_interval(1.0, self.check_engine)
+        for notice in self.notices:
+            self.notify(notice, timeout=10)
+        if self.engine_launch is not None:
+            self.wait_for_engine(self.engine_launch)
+        # The section's main table has the focus from the start, so Enter and its keys work at once.
+        self.call_after_refresh(self.action_section, self.start_section)
 
     def on_unmount(self) -> None:
         if self.via is None:
@@ -114,7 +131,12 @@ class FloeApp(ReportsFailures, App):
         if not labels:  # a late answer while the app shuts down
             return
         label = labels.first(Static)
-        if status.alive:
+        if status.alive != getattr(self, "_shown_alive", None):
+            self._shown_alive = status.alive
+            self.refresh_bindings()  # the footer offers Ctrl+E only while no engine runs
+        if not status.alive and self.engine_starting:
+            label.update(f"[yellow]● engine starting…[/] streams ingest once it runs — home {self.settings.home}")
+        elif status.alive:
             label.update(f"[green]● engine running[/] pid {status.pid}, spark {status.spark_master}"
                          f" — home {self.settings.home}")
         else:
@@ -131,6 +153,37 @@ class FloeApp(ReportsFailures, App):
     def toast(self, message: ActionDone) -> None:
         self.notify(message.text, severity="error" if message.error else "information",
                     timeout=8 if message.error else 4)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.SECTION_ACTIONS and len(self.screen_stack) > 1:
+            return False
+        if action == "start_engine":
+            return not self.engine_alive
+        if action == "close_screen":  # False: Esc goes on to the section's own bindings, or a dropdown's
+            return len(self.screen_stack) > 1 and type(self.focused).__name__ != "SelectOverlay"
+        return True
+
+    async def action_close_screen(self) -> None:
+        screen = self.screen
+        action = next((b.action for b in screen.BINDINGS if isinstance(b, Binding)
+                       and "escape" in (k.strip() for k in b.key.split(",")) and b.action != "close_screen"), None)
+        if action is None:
+            raise SkipAction()
+        await screen.run_action(action)
+
+    @on(TabbedContent.TabActivated, "#sections")
+    def section_shown(self, event: TabbedContent.TabActivated) -> None:
+        pane_id = event.pane.id if event.pane is not None else None
+        if pane_id and self.focused is not None and event.pane in self.focused.ancestors_with_self:
+            return  # the section's own widget has the focus already
+        if pane_id:
+            self.call_after_refresh(self._focus_section, pane_id)
+
+    def _focus_section(self, name: str) -> None:
+        pane = self.query_one(f"#{name}-pane")
+        if self.focused is None or pane not in self.focused.ancestors_with_self:
+            target = next((w for kind in ("TextArea", "Tree", "DataTable") for w in pane.query(kind)), pane)
+            target.focus()
 
     def action_section(self, name: str) -> None:
         self.query_one(TabbedContent).active = name
@@ -161,14 +214,38 @@ class FloeApp(ReportsFailures, App):
         for where, node in (("anywhere", self), ("screen", self.screen)):
             for binding in node.BINDINGS:
                 if isinstance(binding, Binding):
-                    rows.append((binding.key.replace(",", " / "), binding.description or binding.action, where))
+                    rows.append((self.keys_shown(binding), binding.description or binding.action, where))
         # The sections' own panes only: tabs nested in a pane (the table view's) hold plain widgets.
         for pane in self.query("#sections > ContentSwitcher > TabPane > *"):
             for binding in getattr(pane, "BINDINGS", []):
                 if isinstance(binding, Binding):
-                    rows.append((binding.key.replace(",", " / "), binding.description,
+                    rows.append((self.keys_shown(binding), binding.description,
                                  pane.__class__.__name__.replace("Pane", "")))
         self.push_screen(HelpScreen(rows))
+
+    def keys_shown(self, binding: Binding) -> str:
+        """A binding's keys as the footer shows them ("?", "F1", "^e"), not by their names."""
+        shown = []
+        for key in (k.strip() for k in binding.key.split(",")):
+            text = self.get_key_display(Binding(key, binding.action))
+            shown.append(text.upper() if text[:1] == "f" and text[1:].isdigit() else text)
+        return " / ".join(shown)
+
+    @work(thread=True, group="engine-start", exit_on_error=False)
+    def wait_for_engine(self, launch: EngineLaunch) -> None:
+        try:
+            worker = get_current_worker()
+            self._started(launch.wait_until_alive(self.settings, cancelled=lambda: worker.is_cancelled))
+        finally:
+            self.engine_starting = False
+
+    def _started(self, outcome) -> None:
+        """In a worker: the header says what is true before the toast says why."""
+        self.engine_starting = False
+        self.post_message(EngineStatusRead(engine_status(self.settings)))
+        if outcome.exit_code is not None:
+            self.post_message(ActionDone(f"The engine exited (code {outcome.exit_code}): {outcome.last_line}",
+                                         error=True))
 
     def action_start_engine(self) -> None:
         if self.engine_alive:
@@ -186,13 +263,11 @@ class FloeApp(ReportsFailures, App):
             launch = start_engine(self.settings)
             self.post_message(ActionDone(f"Starting the engine in the background (log: {launch.log})"))
             worker = get_current_worker()
-            outcome = launch.wait_until_alive(self.settings, cancelled=lambda: worker.is_cancelled)
-            if outcome.exit_code is not None:
-                self.post_message(ActionDone(f"The engine exited (code {outcome.exit_code}): {outcome.last_line}",
-                                             error=True))
+            self._started(launch.wait_until_alive(self.settings, cancelled=lambda: worker.is_cancelled))
         finally:
-            self.engine_starting = False  # a plain flag, read only by the key's action
+            self.engine_starting = False  # a plain flag, read by the key's action and the header
 
 
-def run_tui(settings: Settings, start_section: str = "streams") -> None:
-    FloeApp(settings, start_section).run()
+def run_tui(settings: Settings, start_section: str = "streams", notices: tuple[str, ...] = (),
+            engine_launch: EngineLaunch | None = None) -> None:
+    FloeApp(settings, start_section, notices=notices, engine_launch=engine_launch).run()

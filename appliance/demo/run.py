@@ -62,8 +62,10 @@ def run_demo(settings: Settings, rate: float, stop_event: threading.Event, out: 
                                  daemon=True, name="demo-publisher")
     publisher.start()
     _wait_for_sample(broker, stop_event)
+    notices: list[str] = []  # what the UI says once it shows: printed lines are hidden behind it
     try:
         delete_stream(settings, DEMO_STREAM, drop_tables=True)  # the last demo's broker is gone with its offsets
+        notices.append(f"Replaced the previous demo stream {DEMO_STREAM} (and its tables): its broker is gone")
         out(f"replaced the previous demo stream {DEMO_STREAM}")
     except StreamNotFound:
         pass
@@ -72,7 +74,7 @@ def run_demo(settings: Settings, rate: float, stop_event: threading.Event, out: 
     out(created.stream.mapping_toml().rstrip())
     try:
         if ui is not None:
-            _with_ui(settings, ui, stop_event)
+            _with_ui(settings, ui, stop_event, tuple(notices))
         else:
             _with_status_lines(settings, stop_event, out)
     finally:
@@ -81,12 +83,12 @@ def run_demo(settings: Settings, rate: float, stop_event: threading.Event, out: 
         broker.close()
 
 
-def _with_ui(settings: Settings, ui: Callable, stop_event: threading.Event) -> None:
+def _with_ui(settings: Settings, ui: Callable, stop_event: threading.Event, notices: tuple[str, ...]) -> None:
     # With the UI, the engine is its own `floe run` process, as in production: the UI
     # owns the terminal, and Spark's JVM writes to a log file instead of over it.
     launch = start_engine(settings, log_name="demo-engine.out")
     try:
-        ui(settings, "streams")
+        ui(settings, "streams", notices=notices, engine_launch=launch)
     finally:
         stop_event.set()
         stop(launch.process)

@@ -20,12 +20,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Button, DataTable, Static, TextArea
+from textual.widgets import Button, DataTable, Input, Static, TextArea
 
 from appliance.core.errors import QueryCancelled
 from appliance.query.formatting import cell_text
 from appliance.query.history import HISTORY_LIMIT, append_history, load_history
 from appliance.query.session import QuerySession
+from appliance.views.tables import table_names
 from tui.format import first_line, seconds
 from tui.panes.query_export import ExportBar
 from tui.workers import ReportsFailures
@@ -88,7 +89,7 @@ class QueryPane(ReportsFailures, Vertical):
         Binding("escape", "leave_editor", "Leave editor", show=False, priority=True),
         Binding("ctrl+up", "history(-1)", "Older query"),
         Binding("ctrl+down", "history(1)", "Newer query"),
-        Binding("ctrl+s", "focus_export", "Export"),
+        Binding("ctrl+s", "export", "Export"),
     ]
 
     def __init__(self, *args, **kwargs) -> None:
@@ -105,7 +106,7 @@ class QueryPane(ReportsFailures, Vertical):
 
     def compose(self) -> ComposeResult:
         editor = TextArea.code_editor("", language="sql", id="query-editor",
-                                      placeholder="select * from ingest.orders limit 100")
+                                      placeholder="select * from NAMESPACE.TABLE limit 100")
         yield editor
         with Horizontal(id="query-bar"):
             yield Button("▶ Run", id="query-run", variant="primary", compact=True)
@@ -128,6 +129,7 @@ class QueryPane(ReportsFailures, Vertical):
             self.session.close()  # interrupts a running statement; the worker then closes it
 
     def on_show(self) -> None:
+        self.load_placeholder()
         focused = self.app.focused
         if focused is None or self not in focused.ancestors_with_self:
             self.query_one("#query-editor", TextArea).focus()
@@ -310,5 +312,35 @@ class QueryPane(ReportsFailures, Vertical):
         editor.move_cursor(editor.document.end)
         editor.focus()
 
-    def action_focus_export(self) -> None:
-        self.query_one(ExportBar).focus_path()
+    def action_export(self) -> None:
+        """The last result exported in one step: the format asked, the path suggested (or the one typed)."""
+        from tui.screens.export_format import ExportFormatScreen
+
+        bar = self.query_one(ExportBar)
+        if bar.result is None:
+            self.notify("Run a query first: export saves the last result", severity="warning")
+            return
+        bar.suggest_path()
+        path = self.query_one("#export-path", Input).value
+
+        def chosen(fmt: str | None) -> None:
+            if fmt:
+                bar.export(fmt)
+
+        self.app.push_screen(ExportFormatScreen(bar.result.num_rows, path), chosen)
+
+    def set_sql(self, text: str) -> None:
+        """`text` in the editor, ready to run (the command palette's "open a table in Query")."""
+        self._history_pos = None
+        self._load_editor(text)
+
+    @work(thread=True, exclusive=True, group="query-placeholder", exit_on_error=False)
+    def load_placeholder(self) -> None:
+        # A table that exists, a stream's first: the placeholder is an example the user can run.
+        names = table_names(self.app.settings)
+        ours = [n for n in names if not n.startswith("floe.")] or names
+        if ours:
+            self.app.call_from_thread(self._set_placeholder, f"select * from {ours[0]} limit 100")
+
+    def _set_placeholder(self, text: str) -> None:
+        self.query_one("#query-editor", TextArea).placeholder = text
