@@ -242,3 +242,19 @@ def test_an_unresolvable_reference_is_one_line_naming_it(broker, topic, monkeypa
     assert ran.returncode != 0 and "${env:FLOE_T_LATER}" in ran.stderr and value not in ran.stderr, ran.stderr
     shown = json.loads(floe("stream", "show", "s", "--format", "json").stdout)
     assert "${env:FLOE_T_LATER}" in json.dumps(shown) and value not in json.dumps(shown)
+
+
+def test_why_a_notification_failed_is_apprise_s_reason_without_the_target_s_secrets(monkeypatch):
+    from appliance.observe.notify import deliver, last_reason, send_once
+
+    monkeypatch.setenv("FLOE_T_PW", "pw-7f3e9a1c55")
+    monkeypatch.setenv("FLOE_T_TOKEN", "tok-0b8d2e6f4a")
+    url = "json://floe:${env:FLOE_T_PW}@127.0.0.1:1/hook/${env:FLOE_T_TOKEN}"
+    assert not send_once(url, "t", "b", False)
+    reason = last_reason()
+    assert "Connection refused" in reason and "pw-7f3e9a1c55" not in reason and "tok-0b8d2e6f4a" not in reason
+    reasons: dict[str, str] = {}
+    reports: list[str] = []
+    assert deliver(Message((url,), "t", "b", failure=False), 1, report=reports.append, reasons=reasons) == [(url, False)]
+    assert "Connection refused" in reasons[url] and "Connection refused" in reports[0]
+    assert not send_once("nosuch://x", "t", "b", False) and "does not understand" in last_reason()

@@ -77,6 +77,7 @@ async def test_an_alert_added_in_the_form_is_listed_audited_tested_and_removed(f
         await until(pilot, lambda: any("FAILED" in t and "orders_lag" in t for t in toasts(app)), 30, "the test")
         report = next(t for t in toasts(app) if "FAILED" in t and "orders_lag" in t)
         assert "1 of 1 target FAILED" in report and "FAILED  json://" in report and SECRET not in report
+        assert "Connection refused" in report and "hook-token-abcdef" not in report  # Apprise's reason, masked
 
         await pilot.press("d")
         await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen", 5, "the confirmation")

@@ -198,7 +198,10 @@ def alerts_from_config(raw: Any, source: str) -> list[AlertDef]:
 def _plugin(url: str):
     import apprise  # noqa: PLC0415  (a third of a second: only for those who need it)
 
-    logging.getLogger("apprise").setLevel(logging.CRITICAL)  # its messages may name a target in full
+    quiet = logging.getLogger("apprise")  # its messages may name a target in full: never to a log
+    quiet.propagate = False
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
     return apprise.Apprise.instantiate(url)
 
 

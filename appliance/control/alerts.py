@@ -62,6 +62,7 @@ def remove_alert(settings: Settings, name: str) -> None:
 class Delivery:
     target: str  # masked
     ok: bool
+    reason: str = ""  # why it failed, as Apprise said (secrets masked)
 
 
 def send_test(settings: Settings, name: str) -> list[Delivery]:
@@ -70,6 +71,7 @@ def send_test(settings: Settings, name: str) -> list[Delivery]:
         alert = find_alert(settings, state, name)
         note = Message(alert.notify, f"[Floe] TEST: {alert.name} ({alert.rule})",
                        f"A test of alert {alert.name}: when {alert.rule} holds, Floe notifies here.", failure=False)
+        reasons: dict[str, str] = {}
         results = deliver(note, settings.alerting.notify_attempts, report=lambda text: state.add_event(
-            EventKind.NOTIFICATION_FAILED, text))
-    return [Delivery(masked_url(url), ok) for url, ok in results]
+            EventKind.NOTIFICATION_FAILED, text), reasons=reasons)
+    return [Delivery(masked_url(url), ok, reasons.get(url, "")) for url, ok in results]

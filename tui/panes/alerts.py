@@ -75,7 +75,8 @@ def incident_cells(i: Incident) -> dict[str, str]:
 
 def tested(name: str, deliveries) -> tuple[str, bool]:
     """A test's outcome as a toast: ok or FAILED per masked target, and whether any failed."""
-    lines = [f"{'ok' if d.ok else 'FAILED'}  {d.target}" for d in deliveries]
+    lines = [f"ok  {d.target}" if d.ok else f"FAILED  {d.target}: {d.reason or 'Apprise gave no reason'}"
+             for d in deliveries]
     failed = sum(not d.ok for d in deliveries)
     head = (f"Test of alert {name}: {failed} of {plural(len(deliveries), 'target')} FAILED" if failed
             else f"Test of alert {name}: sent to {plural(len(deliveries), 'target')}")
