@@ -61,9 +61,18 @@ def test_stream_lifecycle_from_the_command_line(broker, topic, floe_home):
     assert again.returncode == 0, again.stderr
     assert "amount_eur" in floe("stream", "show", "orders2").stdout
 
+    from appliance.config.settings import load_settings
+    from appliance.state.store import StateStore
+
+    with StateStore(load_settings().state_db) as state:  # each table with a maintenance run behind it
+        for name in ("ingest.orders", "ingest.orders2"):
+            state.db["maintenance_runs"].insert({"task": "compact", "table_name": name, "trigger": "manual",
+                                                 "started_at": "2026-11-25T10:00:00", "outcome": "ok", "dry_run": 0})
     deleted = floe("stream", "delete", "orders2", "--drop-tables")
     assert deleted.returncode == 0, deleted.stderr
     assert "ingest.orders2" not in tables()
+    runs = json.loads(floe("table", "runs", "--format", "json").stdout)
+    assert [r["table_name"] for r in runs] == ["ingest.orders"]  # a dropped table's runs are not listed
     assert floe("stream", "delete", "orders").returncode == 0
     assert "ingest.orders" in tables()  # kept without --drop-tables
     assert streams() == []

@@ -249,6 +249,8 @@ def delete_stage(settings: Settings, name: str, drop_table: bool = False) -> Sta
         state.add_event(EventKind.STAGE_DELETED, "deleted" + (" with its table" if drop_table else ""), name)
     if drop_table:
         Catalog(settings).drop(stage.table)
+        with StateStore(settings.state_db) as state:
+            state.forget_table(stage.table)
     return stage
 
 

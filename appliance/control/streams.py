@@ -331,5 +331,8 @@ def delete_stream(settings: Settings, name: str, drop_tables: bool = False) -> S
         catalog = Catalog(settings)
         catalog.drop(stream.table)
         catalog.drop(stream.dead_letter_table)
+        with StateStore(settings.state_db) as state:
+            state.forget_table(stream.table)
+            state.forget_table(stream.dead_letter_table)
     mapping_path(settings, name).unlink(missing_ok=True)
     return stream

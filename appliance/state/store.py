@@ -245,6 +245,13 @@ class StateStore(StageRecords, AlertRecords, HistoryRecords):
         else:
             self.db["policies"].delete_where("scope = ? and name = ?", [scope, name])
 
+    def forget_table(self, table: str) -> None:
+        """A dropped table's maintenance runs and pending requests: a table made again under its name
+        starts with none (those exported stay in `floe.maintenance`)."""
+        for kind in ("maintenance_runs", "maintenance_requests"):
+            if self.db[kind].exists():
+                self.db[kind].delete_where("table_name = ?", [table])
+
     def record_run(self, run: RunRecord) -> int:
         run.id = self.db["maintenance_runs"].insert(run.row()).last_pk
         return run.id
