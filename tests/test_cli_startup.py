@@ -69,8 +69,21 @@ def test_light_commands_import_nothing_heavy(a_stream, monkeypatch, args, ran):
     assert heavy(modules, HEAVY + ICEBERG_TABLES) == []
 
 
-def test_stream_show_imports_no_engine_nor_query_nor_ui(a_stream, monkeypatch):
+def test_stream_show_reads_the_offsets_off_the_metadata_file_and_imports_nothing_heavy(a_stream, monkeypatch,
+                                                                                        spark):
+    from appliance.config.settings import load_settings
+    from appliance.ingest.engine import Engine
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.snapshots import committed_offsets
+
     monkeypatch.setenv("FLOE_HOME", str(a_stream))
     modules = loaded_by("stream", "show", "light")
-    assert "appliance.views.streams" in modules
-    assert heavy(modules, ("pyspark", "py4j", "duckdb", "textual")) == []
+    assert "appliance.tables.metadata_json" in modules
+    assert heavy(modules, HEAVY + ICEBERG_TABLES) == []
+    before = json.loads(floe("stream", "show", "light", "--format", "json").stdout)["committed_offsets"]
+    Engine(load_settings(), spark=spark).run(until_caught_up=True)
+    shown = json.loads(floe("stream", "show", "light", "--format", "json").stdout)["committed_offsets"]
+    settings = load_settings()
+    truth = committed_offsets(Catalog(settings).table("ingest.light"), json.loads(
+        floe("stream", "show", "light", "--format", "json").stdout)["id"])
+    assert before is None and {int(p): o for p, o in shown.items()} == truth and sum(truth.values()) == 5

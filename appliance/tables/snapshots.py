@@ -18,8 +18,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-STREAM_KEY = "floe.stream-id"
-OFFSETS_KEY = "floe.offsets"
+from appliance.tables.metadata_json import OFFSETS_KEY, STREAM_KEY, parse_offsets  # noqa: F401  (one definition)
+
 TOPIC_KEY = "floe.topic"
 MAINTENANCE_KEY = "floe.maintenance"  # which task made a snapshot
 # A stage's commits: which stage, and the snapshot of its source table it has read up to.
@@ -44,10 +44,6 @@ def offsets_properties(stream_id: str, topic: str, offsets: dict[int, int]) -> d
 
 def offsets_json(offsets: dict[int, int]) -> str:
     return json.dumps({str(p): o for p, o in sorted(offsets.items())})
-
-
-def parse_offsets(text: str) -> dict[int, int]:
-    return {int(p): int(o) for p, o in json.loads(text).items()}
 
 
 def _lineage(metadata: TableMetadata, start: Snapshot | None = None) -> Iterator[Snapshot]:

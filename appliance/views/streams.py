@@ -234,10 +234,9 @@ class StreamInfo:
 
 
 def stream_info(settings: Settings, name: str) -> StreamInfo:
-    # The committed offsets are read from the table itself (its snapshots are the truth); the catalog is
-    # imported here, not above, so `floe stream list` and `floe status` do not pay for PyIceberg's tables.
-    from appliance.tables.catalog import Catalog
-    from appliance.tables.snapshots import committed_offsets
+    # The committed offsets are read from the table itself (its snapshots are the truth): from its metadata
+    # file where that is cheap, else through the catalog, imported only then (PyIceberg's tables cost).
+    from appliance.tables.metadata_json import NOT_HERE, committed_offsets_of
 
     with StateStore(settings.state_db) as state:
         s = state.stream(name)
@@ -245,7 +244,12 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         batches = state.recent_batches(name, 5)
         source = source_view(state, s)
     try:
-        offsets: dict[int, int] | str | None = committed_offsets(Catalog(settings).table(s.table), s.id)
+        offsets: dict[int, int] | str | None = committed_offsets_of(settings, s.table, s.id)
+        if offsets is NOT_HERE:
+            from appliance.tables.catalog import Catalog
+            from appliance.tables.snapshots import committed_offsets
+
+            offsets = committed_offsets(Catalog(settings).table(s.table), s.id)
     except Exception as exc:  # the table may have been dropped by hand
         offsets = f"unavailable: {exc}"
     return StreamInfo(
