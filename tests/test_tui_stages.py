@@ -1,6 +1,7 @@
 """The Stages section against a real engine, broker, catalog and Spark, driven by Textual's Pilot: the
-live list (state, lineage, lag, rows in and out), pause, resume, delete, and the editor's preview and
-save, which run `floe stage` commands of their own."""
+live list (state, lineage, lag, rows in and out), pause, resume, delete, and the editor: its example
+query (a placeholder), its preview and save, which run `floe stage` commands of their own when no
+engine runs (tests/test_stage_requests.py: the running engine's answers)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from appliance.ingest.engine import Engine
 from appliance.query.connection import run_query
 from appliance.tables.catalog import Catalog
 from tui.app import FloeApp
-from tui.screens.stage_editor import StageEditorScreen
+from tui.screens.stage_editor import EXAMPLE, StageEditorScreen
 
 from conftest import pizza_values
 from tui_helpers import cell, until
@@ -100,3 +101,21 @@ async def test_the_editor_previews_a_query_refuses_a_bad_one_and_saves_a_stage(b
         table = app.query_one("#stages-table")
         await until(pilot, lambda: "by_status" in [k.value for k in table.rows], 30, "the new stage listed")
     assert Catalog(settings).exists("prep.by_status")
+
+
+async def test_the_editor_shows_an_example_query_that_is_not_its_text(floe_home):
+    settings = load_settings()
+    app = FloeApp(settings, "stages", clock=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        app.query_one("#stages-table").focus()
+        await pilot.press("n")
+        editor = await until(pilot, lambda: isinstance(app.screen, StageEditorScreen)
+                             and app.screen.query_one("#stage-sql", TextArea), 10, "the editor")
+        assert editor.text == "" and editor.placeholder == EXAMPLE
+        await until(pilot, lambda: "orders per hour" in editor.render_line(0).text, 10, "the example shown")
+        await pilot.press("f5")
+        await until(pilot, lambda: "The query is empty" in shown(app, "#stage-status"), 10, "the empty query told")
+        editor.focus()
+        await pilot.press(*"select 1")
+        await until(pilot, lambda: editor.text == "select 1", 10, "typed over the example, not after it")
+        assert "orders per hour" not in editor.render_line(0).text

@@ -8,9 +8,6 @@ import click
 
 from appliance.cli.base import cli, err, settings
 
-KINDS = {"append": "appends the rows its query gives for each run's new rows",
-         "group": "keeps its table equal to the query over the whole source, merging each run's new rows"}
-
 
 @cli.group()
 def stage() -> None:
@@ -30,11 +27,10 @@ def _columns(columns: list[tuple[str, str]]) -> str:
               "hour(COL), month(COL), year(COL), bucket(N, COL), truncate(W, COL) or a column (default: none).")
 def stage_create(name: str, source: str, sql: str, table: str, partition_by: str | None) -> None:
     """Create stage NAME: its query checked, its table created; `floe run` keeps it up to date."""
-    from appliance.control.stages import create_stage
+    from appliance.control.stages import create_stage, created_line
 
     created = create_stage(settings(), name, source=source, sql=sql, table=table, partition_by=partition_by)
-    s = created.stage
-    err(f"created {s.kind} stage {s.name}: {s.source} -> {s.table}; it {KINDS[s.kind]}")
+    err(created_line(created.stage))
     click.echo(_columns(created.columns))
 
 
@@ -43,11 +39,10 @@ def stage_create(name: str, source: str, sql: str, table: str, partition_by: str
 @click.option("--sql", required=True, help="The stage's new query.")
 def stage_update(name: str, sql: str) -> None:
     """Give stage NAME a new query (a failed stage then resumes from its last committed point)."""
-    from appliance.control.stages import update_stage
+    from appliance.control.stages import update_stage, updated_line
 
     updated = update_stage(settings(), name, sql)
-    again = " (its table is recomputed from the whole source by the next run)" if updated.stage.kind == "group" else ""
-    err(f"updated stage {name}{again}")
+    err(updated_line(updated.stage))
     click.echo(_columns(updated.columns))
 
 
@@ -58,11 +53,11 @@ def stage_update(name: str, sql: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 def stage_preview(source: str, sql: str, rows: int, fmt: str) -> None:
     """Run a stage's query over a sample of SOURCE and print the result; nothing is created."""
-    from appliance.control.stages import preview
+    from appliance.control.stages import preview, preview_line
     from appliance.query.formatting import format_csv, format_json, format_table
 
     kind, result = preview(settings(), source, sql, rows)
-    err(f"a {kind} stage: it {KINDS[kind]}")
+    err(preview_line(kind))
     click.echo({"table": format_table, "csv": format_csv, "json": format_json}[fmt](result), nl=False)
     if fmt == "table":
         click.echo()

@@ -25,7 +25,7 @@ from appliance.state.store import StateStore
 
 VIA_ENV = "FLOE_VIA"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
-SKIPPED = ("settings", "spark")  # arguments that are the process's, not the change's
+SKIPPED = ("settings", "spark", "checked")  # arguments that are the process's, not the change's
 
 F = TypeVar("F", bound=Callable[..., Any])
 

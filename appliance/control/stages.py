@@ -3,6 +3,8 @@
 A stage's SQL is checked twice before anything is written: what can be kept incrementally
 (`stages.sql`, without Spark), then what Spark makes of it over empty rows (its columns, or a
 one-line error: an unknown column, a type that does not fit). Only then is its table created.
+Spark is the command's own session, or, for the UI, the running engine's (`control/stage_requests.py`);
+with no engine to ask, the UI runs the `floe stage` command in a process of its own.
 """
 
 from __future__ import annotations
@@ -10,23 +12,24 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 
 from appliance.config.settings import Settings, ensure_home
 from appliance.control.audit import audited
 from appliance.core.clock import now
-from appliance.core.errors import InvalidName, StageExists, StageQueryRefused, TableConflict
-from appliance.core.vocabulary import EventKind
+from appliance.core.errors import FloeError, InvalidName, StageExists, StageQueryRefused, TableConflict
+from appliance.core.vocabulary import EventKind, StageAsk
 from appliance.model.names import check_stream_name, check_table_name
 from appliance.model.partitioning import Partitioning
-from appliance.model.stage import GROUP, SOURCE, StageDef
+from appliance.model.stage import DOES, GROUP, StageDef
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
 from appliance.tables.system import refuse_system
 
-PREVIEW_SAMPLE = 10_000  # rows of the source a preview reads, the newest files first
+if TYPE_CHECKING:
+    from appliance.stages.checks import Checked
 
 
 @contextmanager
@@ -44,22 +47,20 @@ def _spark(settings: Settings, spark) -> Iterator[object]:
         own.stop()
 
 
+def _checked(settings: Settings, catalog: Catalog, query, source: str, spark, checked: Checked | None) -> Checked:
+    """What Spark makes of the query: `checked` when the running engine said it already, else on `spark`."""
+    if checked is not None:
+        return checked
+    from appliance.stages.checks import check
+
+    with _spark(settings, spark) as session:
+        return check(session, catalog, query, catalog.table(source))
+
+
 @dataclass(frozen=True)
 class CreatedStage:
     stage: StageDef
     columns: list[tuple[str, str]]  # the table's columns: name, Spark SQL type
-
-
-def _iceberg_schema(spark, columns: list[tuple[str, str]]):
-    """An Iceberg schema (fresh field ids, every column optional) for Spark columns."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from appliance.tables.fastpath.internals import arrow_to_iceberg_schema
-
-    struct = spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in columns)).schema
-    arrow = to_arrow_schema(struct)
-    arrow = pa.schema([f.with_nullable(True) for f in arrow])
-    return arrow_to_iceberg_schema(arrow)
 
 
 def _check_names(state: StateStore, catalog: Catalog, name: str, source: str, table: str, kind: str) -> None:
@@ -111,10 +112,10 @@ def _rows_in(catalog: Catalog, name: str) -> int:
 
 @audited("stage create")
 def create_stage(settings: Settings, name: str, *, source: str, sql: str, table: str, spark=None,
-                 partition_by: str | None = None) -> CreatedStage:
+                 partition_by: str | None = None, checked: Checked | None = None) -> CreatedStage:
     """Create stage `name`: its SQL checked, its table created from the query's columns (partitioned as
-    `partition_by` says, over them; none by default)."""
-    from appliance.stages.runner import output_columns
+    `partition_by` says, over them; none by default). `checked`: what the running engine made of
+    this query, in place of a Spark session here."""
     from appliance.stages.sql import analyse
 
     ensure_home(settings)
@@ -123,14 +124,13 @@ def create_stage(settings: Settings, name: str, *, source: str, sql: str, table:
     catalog = Catalog(settings)
     with StateStore(settings.state_db) as state:
         _check_names(state, catalog, name, source, table, query.kind)
-    with warehouse_io(settings, f"create stage {name}"), _spark(settings, spark) as session:
-        columns = output_columns(session, catalog, query, catalog.table(source))
+    with warehouse_io(settings, f"create stage {name}"):
+        checked = _checked(settings, catalog, query, source, spark, checked)
         if _rows_in(catalog, table):
             raise TableConflict(f"table {table} exists and holds rows: a new stage would add to them; "
                                 "choose another table or drop it")
         created = not catalog.exists(table)
-        schema = _iceberg_schema(session, columns)
-        target = catalog.ensure_table(table, schema, layout.check(schema))[0]
+        target = catalog.ensure_table(table, checked.schema, layout.check(checked.schema))[0]
     stage = StageDef(name=name, id=StateStore.new_id(), source=source, sql=sql, table=table, kind=query.kind,
                      paused=False, created_at=now())
     try:
@@ -141,14 +141,14 @@ def create_stage(settings: Settings, name: str, *, source: str, sql: str, table:
         if created:
             catalog.drop(".".join(target.name()))
         raise
-    return CreatedStage(stage, columns)
+    return CreatedStage(stage, checked.columns)
 
 
 @audited("stage update")
-def update_stage(settings: Settings, name: str, sql: str, spark=None) -> CreatedStage:
+def update_stage(settings: Settings, name: str, sql: str, spark=None, checked: Checked | None = None) -> CreatedStage:
     """New SQL for a stage. An appending stage goes on from where it is with the new query; a grouping
-    stage's table is recomputed from the whole source by its next run (its state follows its query)."""
-    from appliance.stages.runner import output_columns
+    stage's table is recomputed from the whole source by its next run (its state follows its query).
+    `checked`: what the running engine made of this query, in place of a Spark session here."""
     from appliance.stages.sql import analyse
 
     query = analyse(sql)
@@ -158,9 +158,9 @@ def update_stage(settings: Settings, name: str, sql: str, spark=None) -> Created
     if query.kind != stage.kind:
         raise StageQueryRefused(f"stage {name!r} is a {stage.kind} stage and this query makes a {query.kind} one: "
                                 "delete the stage and create it again")
-    with warehouse_io(settings, f"update stage {name}"), _spark(settings, spark) as session:
-        columns = output_columns(session, catalog, query, catalog.table(stage.source))
-        schema = _iceberg_schema(session, columns)
+    with warehouse_io(settings, f"update stage {name}"):
+        checked = _checked(settings, catalog, query, stage.source, spark, checked)
+        schema = checked.schema
         try:
             _widen(settings, catalog, stage.table, schema)
         except StageQueryRefused:
@@ -177,7 +177,7 @@ def update_stage(settings: Settings, name: str, sql: str, spark=None) -> Created
         state.update_stage(name, **fields)
         state.add_event(EventKind.STAGE_UPDATED, "query changed" + ("; its table is recomputed from the whole "
                                                                      "source" if stage.kind == GROUP else ""), name)
-        return CreatedStage(state.stage(name), columns)
+        return CreatedStage(state.stage(name), checked.columns)
 
 
 def _widen(settings: Settings, catalog: Catalog, name: str, schema) -> None:
@@ -199,35 +199,14 @@ def _widen(settings: Settings, catalog: Catalog, name: str, schema) -> None:
 def preview(settings: Settings, source: str, sql: str, rows: int = 20, spark=None) -> tuple[str, pa.Table]:
     """(the query's kind, its result over a sample of `source`: its files as planned, until about
     PREVIEW_SAMPLE rows), without creating anything."""
-    from appliance.stages.frames import tasks_frame
-    from appliance.stages.runner import Views, bind_tables, spark_errors
-    from appliance.stages.sql import DIALECT, analyse
+    from appliance.stages.checks import preview_rows
+    from appliance.stages.sql import analyse
 
     query = analyse(sql)
     catalog = Catalog(settings)
     catalog.check_exists(source)
     with warehouse_io(settings, f"preview a stage over {source}"), _spark(settings, spark) as session:
-        table = catalog.table(source)
-        snapshot = table.current_snapshot()
-        tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files()) if snapshot else []
-        sample, count = [], 0
-        for task in tasks:
-            if count >= PREVIEW_SAMPLE:
-                break
-            sample.append(task)
-            count += task.file.record_count
-        views = Views(session)
-        try:
-            views.bind(SOURCE, tasks_frame(session, table, table.schema(), sample))
-            bind_tables(views, session, catalog, query)
-            result = session.sql(query.bound(views.names).sql(dialect=DIALECT)).limit(rows).toArrow()
-        except spark_errors() as exc:
-            from appliance.core.errors import StageFailed
-
-            raise StageFailed(views.described(exc)) from None
-        finally:
-            views.drop()
-    return query.kind, result
+        return query.kind, preview_rows(session, catalog, query, catalog.table(source), rows)
 
 
 @audited(lambda a: "stage pause" if a["paused"] else "stage resume")
@@ -254,16 +233,83 @@ def delete_stage(settings: Settings, name: str, drop_table: bool = False) -> Sta
     return stage
 
 
-# ---- for the UI: the same operations in a `floe` process of their own, so that no UI hosts a JVM ----
+def created_line(stage: StageDef) -> str:
+    return f"created {stage.kind} stage {stage.name}: {stage.source} -> {stage.table}; it {DOES[stage.kind]}"
+
+
+def updated_line(stage: StageDef) -> str:
+    again = " (its table is recomputed from the whole source by the next run)" if stage.kind == GROUP else ""
+    return f"updated stage {stage.name}{again}"
+
+
+def preview_line(kind: str) -> str:
+    return f"a {kind} stage: it {DOES[kind]}"
+
+
+# ---- for the UI, which never hosts a JVM: the running engine's session, else a `floe` process of its own ----
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a `floe stage` command said: its result (a preview's rows), or its one-line error."""
+    """What a preview or a save came to: its result (a preview's rows and columns) or its one-line error,
+    and who answered: the running engine, or a `floe stage` command of its own."""
 
     ok: bool
-    said: str  # its stderr's last line: what it did, or what is wrong
+    said: str  # what it did, or what is wrong
     rows: list[dict] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    by_engine: bool = False
+
+
+def _problem(exc: Exception) -> Outcome:
+    text = str(exc) if isinstance(exc, FloeError) else f"{type(exc).__name__}: {exc}"
+    return Outcome(False, " ".join(text.split()))
+
+
+def preview_for_ui(settings: Settings, source: str, sql: str, rows: int = 50) -> Outcome:
+    """The query's result over a sample of `source`, previewed by the running engine on its session; by
+    `floe stage preview` in a process of its own (a JVM's start) when no engine answers."""
+    from appliance.control.stage_requests import ask_engine
+    from appliance.stages.sql import analyse
+
+    try:
+        analyse(sql)  # a query refused (empty, ORDER BY...) is told at once, without Spark
+        answer = ask_engine(settings, StageAsk.PREVIEW, source, sql, rows).answer
+        if answer is None:
+            return preview_apart(settings, source, sql, rows)
+        if answer.error:
+            return Outcome(False, answer.error, by_engine=True)
+        table = answer.table()
+    except Exception as exc:  # noqa: BLE001 - said in one line, as a command would say it
+        return _problem(exc)
+    return Outcome(True, preview_line(answer.query_kind), table.to_pylist(), table.column_names, by_engine=True)
+
+
+def save_for_ui(settings: Settings, name: str, source: str, sql: str, table: str, new: bool) -> Outcome:
+    """Create (new) or update a stage: its query checked by the running engine, then the stage saved
+    here (nothing more needs Spark); by `floe stage create` or `update` in a process of its own when no
+    engine answers."""
+    from appliance.control.stage_requests import ask_engine
+    from appliance.stages.checks import Checked
+    from appliance.stages.sql import analyse
+
+    try:
+        analyse(sql)  # a query refused (empty, ORDER BY...) is told at once, without Spark
+        if not new:
+            with StateStore(settings.state_db) as state:
+                source = state.stage(name).source
+        answer = ask_engine(settings, StageAsk.CHECK, source, sql).answer
+        if answer is None:
+            return save_apart(settings, name, source, sql, table, new)
+        if answer.error:
+            return Outcome(False, answer.error, by_engine=True)
+        checked = Checked.of_json(answer.query_kind, answer.columns, answer.table_schema)
+        if new:
+            stage = create_stage(settings, name, source=source, sql=sql, table=table, checked=checked).stage
+            return Outcome(True, created_line(stage), by_engine=True)
+        return Outcome(True, updated_line(update_stage(settings, name, sql, checked=checked).stage), by_engine=True)
+    except Exception as exc:  # noqa: BLE001 - what a command would say on its last line
+        return _problem(exc)
 
 
 def _outcome(done) -> Outcome:
@@ -272,10 +318,11 @@ def _outcome(done) -> Outcome:
     if done.returncode:
         return Outcome(False, said or f"exited with code {done.returncode}")
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip().startswith("{")]
-    return Outcome(True, said, rows)
+    return Outcome(True, said, rows, list(rows[0]) if rows else [])
 
 
 def preview_apart(settings: Settings, source: str, sql: str, rows: int = 50) -> Outcome:
+    """`floe stage preview` in a process of its own."""
     from appliance.control.processes import run_floe
 
     return _outcome(run_floe(settings, ["stage", "preview", "--from", source, "--sql", sql, "--rows", str(rows),
@@ -283,7 +330,7 @@ def preview_apart(settings: Settings, source: str, sql: str, rows: int = 50) -> 
 
 
 def save_apart(settings: Settings, name: str, source: str, sql: str, table: str, new: bool) -> Outcome:
-    """`floe stage create` (new) or `floe stage update`."""
+    """`floe stage create` (new) or `floe stage update`, in a process of its own."""
     from appliance.control.processes import run_floe
 
     args = ["stage", "create", name, "--from", source, "--sql", sql, "--table", table] if new else \

@@ -86,6 +86,14 @@ class RunTrigger(StrEnum):
     REQUEST = "request"
 
 
+class StageAsk(StrEnum):
+    """What the UI asks the running engine about a stage's query (`stage_requests`)."""
+
+    PREVIEW = "preview"  # its result over a sample of the source
+    CHECK = "check"  # its table's columns, as saving it checks them
+    WARM = "warm"  # the editor opened: get a preview's path through Spark ready, answered without waiting
+
+
 class RequestState(StrEnum):
     """A maintenance run asked for that has no recorded outcome yet."""
 

@@ -1,5 +1,5 @@
 """The engine: one worker thread per active stream, each running batches on a shared SparkSession,
-and the maintenance scheduler beside them.
+and beside them the maintenance scheduler, the stage thread and the answers to the UI's stage editor.
 
 It reconciles with the state database every half second: a new active stream gets a
 worker; a paused, deleted or redefined stream's worker stops after its current batch.
@@ -27,6 +27,7 @@ from appliance.observe.alerts import AlertThread
 from appliance.observe.metrics import MetricsServer
 from appliance.observe.systables import SystemTablesThread
 from appliance.spark.session import spark_session
+from appliance.stages.requests import StageRequests
 from appliance.stages.scheduler import StageScheduler
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
@@ -60,6 +61,7 @@ class Engine:
         self.started_at = now()
         self.maintenance: MaintenanceScheduler | None = None
         self.stages: StageScheduler | None = None
+        self.stage_requests: StageRequests | None = None  # previews and checks the UI asks for
         self.committed = threading.Event()  # a stream committed: the stages look at their sources
         self.jobs: BatchJobs | None = None
         # None: no endpoint. `[observe] metrics_port` 0 means off; a port given here, 0 means any free one.
@@ -113,6 +115,8 @@ class Engine:
             self.maintenance.start()
             self.stages = StageScheduler(self.settings, self.spark, self.catalog, self.stopping, self.committed)
             self.stages.start()
+            self.stage_requests = StageRequests(self.settings, self.spark, self.stopping)
+            self.stage_requests.start()
             self._start_observers()
         failed: list[str] = []
         try:
@@ -147,10 +151,10 @@ class Engine:
             while self.maintenance.is_alive():
                 self.maintenance.cancel()
                 self.maintenance.join(1.0)
-        if self.stages is not None:
-            while self.stages.is_alive():  # a run in flight commits nothing once cancelled
-                self.stages.cancel()
-                self.stages.join(1.0)
+        for thread in (self.stages, self.stage_requests):
+            while thread is not None and thread.is_alive():  # a run in flight commits nothing once cancelled
+                thread.cancel()
+                thread.join(1.0)
         for worker in self.workers.values():
             worker.join()
         if self.jobs is not None:

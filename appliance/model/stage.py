@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 APPEND, GROUP = "append", "group"  # its kinds: rows appended, or groups kept equal to the whole query
 KINDS = (APPEND, GROUP)
+DOES = {APPEND: "appends the rows its query gives for each run's new rows",
+        GROUP: "keeps its table equal to the query over the whole source, merging each run's new rows"}
 SOURCE = "source"  # how a stage's SQL names the new rows of its source table
 
 

@@ -121,6 +121,8 @@ def parse(sql: str) -> exp.Select | exp.Union:
         where = f" at line {first.get('line')}, column {first.get('col')}" if first.get("line") else ""
         raise StageQueryRefused(f"the stage's query does not parse{where}: "
                                 f"{(first.get('description') or str(exc)).splitlines()[0]}") from None
+    if not statements:
+        raise _refuse("is empty: write one SELECT over `source`, the source table's rows new since the last run")
     if len(statements) != 1:
         raise _refuse(f"must be one SELECT statement, not {len(statements)}")
     tree = statements[0]

@@ -15,6 +15,7 @@ from appliance.core.vocabulary import (
     MaintenanceTask,
     RunOutcome,
     RunTrigger,
+    StageAsk,
     StagePhase,
     StreamPhase,
 )
@@ -254,3 +255,51 @@ class StageRunRecord:
     @classmethod
     def of(cls, row: dict[str, Any]) -> StageRunRecord:
         return from_row(cls, row, error=row.get("error") or "")
+
+
+@dataclass(frozen=True)
+class StageRequestRecord:
+    """A stage query's preview or check asked of the running engine, and its answer once there is one:
+    `result` (a preview's rows, Arrow IPC), `columns` and `table_schema` (a check's, JSON), or `error`."""
+
+    id: int
+    ask: StageAsk
+    source: str
+    sql: str
+    rows: int
+    requested_at: str
+    withdrawn_at: str | None = None
+    taken_at: str | None = None
+    taken_by: int | None = None  # the engine's pid
+    answered_at: str | None = None
+    query_kind: str = ""
+    columns: str = ""
+    table_schema: str = ""
+    result: bytes | None = None
+    error: str = ""
+
+    @property
+    def answered(self) -> bool:
+        return self.answered_at is not None
+
+    def table(self):
+        """A preview's rows as an Arrow table."""
+        import pyarrow as pa
+
+        with pa.ipc.open_stream(self.result) as reader:
+            return reader.read_all()
+
+    @staticmethod
+    def encoded(table) -> bytes:
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return sink.getvalue().to_pybytes()
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> StageRequestRecord:
+        return from_row(cls, row, ask=known(StageAsk, row.get("ask")), rows=row.get("rows") or 0,
+                        query_kind=row.get("query_kind") or "", columns=row.get("columns") or "",
+                        table_schema=row.get("table_schema") or "", error=row.get("error") or "")

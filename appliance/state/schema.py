@@ -115,6 +115,15 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     "maintenance_requests": (
         {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],
     ),
+    # A stage query's preview or check asked of the running engine by the UI: taken by the engine
+    # (its pid), answered with the result (Arrow IPC) or the columns and table schema, or one line
+    # of error; withdrawn by an asker that stopped waiting. Kept a day, for the record.
+    "stage_requests": (
+        {"id": int, "ask": str, "source": str, "sql": str, "rows": int, "requested_at": str,
+         "withdrawn_at": str, "taken_at": str, "taken_by": int, "answered_at": str, "query_kind": str,
+         "columns": str, "table_schema": str, "result": bytes, "error": str},
+        "id", [["taken_at", "withdrawn_at"]],
+    ),
 }
 
 

@@ -1,8 +1,9 @@
 """Creating or editing a stage: its source and table, its SQL in an editor, and a preview of the result.
 
-Checking, previewing and saving need Spark: each runs as a `floe stage` command of its own (in a
-worker; it takes a few seconds to start), so the UI never hosts a JVM. What the command says
-comes back as it would on the command line: the rows, or one line saying what is wrong.
+Checking, previewing and saving need Spark, which the UI never hosts: a running engine answers on its
+own session (a second or two); with none, each runs as a `floe stage` command of its own (a JVM's
+start). Either way, in a worker, what comes back is what the command line would say: the rows, or
+one line saying what is wrong.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Select, Static, TextArea
 
-from appliance.control.stages import Outcome, preview_apart, save_apart
+from appliance.control.stage_requests import warm_engine
+from appliance.control.stages import Outcome, preview_for_ui, save_for_ui
+from appliance.query.formatting import cell_text
 from appliance.views.stages import StageInfo
 from appliance.views.tables import table_names
 from tui.widgets.form import field, show_error
@@ -26,7 +29,9 @@ from tui.workers import ReportsFailures
 
 HINT = ("[b]source[/b] is the source table's rows that are new since the stage last ran; other tables are "
         "NAMESPACE.TABLE. F5 previews over a sample · Ctrl+S saves · Esc goes back")
-EXAMPLE = "select date_trunc('hour', ordered_at) as hour, count(*) as orders\nfrom source\ngroup by 1"
+# Shown in the empty editor, never part of its text.
+EXAMPLE = ("-- for example, orders per hour:\nselect date_trunc('hour', ordered_at) as hour, count(*) as orders\n"
+           "from source\ngroup by 1")
 
 
 @dataclass
@@ -65,7 +70,8 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
                                                  placeholder="prep.hourly", id="stage-table",
                                                  disabled=self.stage is not None), "stage-table")
         yield Static(HINT, id="stage-hint")
-        yield TextArea.code_editor(self.stage.sql if self.stage else EXAMPLE, language="sql", id="stage-sql")
+        yield TextArea.code_editor(self.stage.sql if self.stage else "", language="sql", id="stage-sql",
+                                   placeholder=EXAMPLE)
         with Horizontal(id="stage-actions", classes="actions"):
             yield Button("Preview (F5)", id="stage-preview-button")
             yield Button("Save (Ctrl+S)", id="stage-save", variant="primary")
@@ -76,7 +82,13 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
 
     def on_mount(self) -> None:
         self.list_tables()
+        self.warm_up_engine()
         self.query_one("#stage-sql" if self.stage else "#stage-name").focus()
+
+    @work(thread=True, exclusive=True, group="stage-warm", exit_on_error=False)
+    def warm_up_engine(self) -> None:
+        """A running engine gets a preview's path ready while the query is written; nothing waits for it."""
+        warm_engine(self.app.settings)
 
     @work(thread=True, exclusive=True, group="stage-tables", exit_on_error=False)
     def list_tables(self) -> None:
@@ -102,7 +114,7 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
         for widget, text in problems.items():
             show_error(self, widget, text)
         if not sql:
-            self._status("The query is empty.", error=True)
+            self._status("The query is empty: write a SELECT over source (the example shows one).", error=True)
         if any(problems.values()) or not sql:
             return None
         return name, str(source), table, sql
@@ -115,12 +127,12 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
         if form is None or self.busy:
             return
         self.busy = True
-        self._status(f"Previewing over a sample of {form[1]} (Spark starts in a process of its own)…")
+        self._status(f"Previewing over a sample of {form[1]}…")
         self.run_preview(form[1], form[3])
 
     @work(thread=True, exclusive=True, group="stage-command", exit_on_error=False)
     def run_preview(self, source: str, sql: str) -> None:
-        self.post_message(CommandDone("preview", preview_apart(self.app.settings, source, sql)))
+        self.post_message(CommandDone("preview", preview_for_ui(self.app.settings, source, sql)))
 
     def action_save(self) -> None:
         form = self._form()
@@ -132,8 +144,8 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
 
     @work(thread=True, exclusive=True, group="stage-command", exit_on_error=False)
     def run_save(self, name: str, source: str, table: str, sql: str) -> None:
-        self.post_message(CommandDone("save", save_apart(self.app.settings, name, source, sql, table,
-                                                         new=self.stage is None)))
+        self.post_message(CommandDone("save", save_for_ui(self.app.settings, name, source, sql, table,
+                                                          new=self.stage is None)))
 
     @on(CommandDone)
     def command_done(self, message: CommandDone) -> None:
@@ -145,16 +157,15 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
         if message.action == "save":
             self.dismiss(outcome.said)
             return
-        self._status(f"{outcome.said} — {len(outcome.rows)} rows of the result over the sample")
+        by = "the running engine" if outcome.by_engine else "a process of its own"
+        self._status(f"{outcome.said} — {len(outcome.rows)} rows of the result over the sample (by {by})")
         grid = self.query_one("#stage-preview", DataTable)
         grid.clear(columns=True)
-        if outcome.rows:
-            columns = list(outcome.rows[0])
-            for column in columns:
-                grid.add_column(column, key=column)
-            for row in outcome.rows:
-                grid.add_row(*[Text("NULL", style="dim italic") if row.get(c) is None else Text(str(row.get(c)))
-                               for c in columns])
+        for column in outcome.columns:
+            grid.add_column(column)
+        for row in outcome.rows:
+            grid.add_row(*[Text("NULL", style="dim italic") if row.get(c) is None else Text(cell_text(row.get(c)))
+                           for c in outcome.columns])
 
     @on(Button.Pressed, "#stage-preview-button")
     def preview_pressed(self) -> None:
