@@ -139,9 +139,19 @@ class FloeApp(ReportsFailures, App):
         target = next((w for kind in ("TextArea", "Tree", "DataTable") for w in pane.query(kind)), pane)
         # At once, not after a refresh: a widget of the old section that still has the focus
         # when it is hidden hands it to a sibling there, and TabbedContent then switches back
-        # to the section that sibling is in (seen on a loaded machine).
-        self.screen.set_focus(target)
+        # to the section that sibling is in (seen on a loaded machine). On the sections' own
+        # screen: another on top of it would take a widget it does not hold, and its keys with it.
+        pane.screen.set_focus(target)
         self.call_after_refresh(target.focus)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The sections' keys act on the main screen: from a screen over it (the wizard, a stream's
+        # detail) they would switch what is hidden behind it and take its focus, so they wait. A
+        # modal one (help, a confirmation) keeps its keys to itself already, and the footer it dims
+        # still shows them.
+        if action in ("section", "new_stream"):
+            return all(screen.is_modal for screen in self.screen_stack[1:])
+        return True
 
     def action_new_stream(self) -> None:
         from tui.screens.new_stream import NewStreamScreen
