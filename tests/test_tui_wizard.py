@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from appliance.config.settings import load_settings
 from appliance.control.streams import create_stream
 from appliance.model.mapping import Mapping
@@ -11,24 +13,7 @@ from tui.app import FloeApp
 from tui.screens.new_stream import NewStreamScreen
 
 from conftest import pizza_values
-from tui_helpers import until
-
-
-def text(widget) -> str:
-    return str(widget.render())
-
-
-def shown(screen, error_id: str) -> str:
-    """The text of an error Label under a field, or "" when it is hidden."""
-    label = screen.query_one(f"#{error_id}")
-    return text(label) if label.has_class("-shown") else ""
-
-
-async def open_wizard(app, pilot) -> NewStreamScreen:
-    await pilot.press("n")
-    screen = await until(pilot, lambda: isinstance(app.screen, NewStreamScreen) and app.screen, 10, "the wizard")
-    await until(pilot, lambda: screen.query_one("#bootstrap").has_focus, 5, "focus on bootstrap")
-    return screen
+from tui_helpers import open_wizard, shown, text, until
 
 
 async def type_text(pilot, value: str) -> None:
@@ -214,7 +199,6 @@ async def test_unreachable_broker_error_is_shown_and_the_ui_carries_on(broker, t
 async def test_a_failed_create_is_shown_and_keeps_every_edit(broker, topic):
     broker.produce(topic, pizza_values(20))
     settings = load_settings()
-    create_stream(settings, "taken", bootstrap=broker.bootstrap, topic=topic, table="ingest.elsewhere")
     app = FloeApp(settings)
     async with app.run_test(size=(160, 50)) as pilot:
         screen = await open_wizard(app, pilot)
@@ -224,6 +208,9 @@ async def test_a_failed_create_is_shown_and_keeps_every_edit(broker, topic):
         screen.query_one("#stream").focus()
         await pilot.press("ctrl+u", *"taken", "ctrl+n")
         await until(pilot, lambda: screen.step == 2, 5, "mapping step")
+        # Someone else takes the name after it was checked: only Create can find out.
+        await asyncio.to_thread(create_stream, settings, "taken", bootstrap=broker.bootstrap, topic=topic,
+                                table="ingest.elsewhere")
         mapping = screen.query_one("#mapping-table")
         await until(pilot, lambda: mapping.row_count == 6, 60, "inferred columns")
         await pilot.press("x")  # drop order_id

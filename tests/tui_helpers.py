@@ -31,3 +31,23 @@ async def engine_checked(pilot, timeout: float = 30.0) -> None:
 
     await until(pilot, checked, timeout, "the engine status in the header")
     await pilot.pause()
+
+
+def text(widget) -> str:
+    return str(widget.render())
+
+
+def shown(screen, error_id: str) -> str:
+    """The text of an error Label under a field of the new-stream wizard, or "" when it is hidden."""
+    label = screen.query_one(f"#{error_id}")
+    return text(label) if label.has_class("-shown") else ""
+
+
+async def open_wizard(app, pilot):
+    """`n` opens the new-stream wizard, its first field focused."""
+    from tui.screens.new_stream import NewStreamScreen
+
+    await pilot.press("n")
+    screen = await until(pilot, lambda: isinstance(app.screen, NewStreamScreen) and app.screen, 10, "the wizard")
+    await until(pilot, lambda: screen.query_one("#bootstrap").has_focus, 5, "focus on bootstrap")
+    return screen

@@ -155,8 +155,12 @@ class FloeApp(ReportsFailures, App):
                     timeout=8 if message.error else 4)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in self.SECTION_ACTIONS and len(self.screen_stack) > 1:
-            return False
+        # The sections' keys act on the main screen: from a screen over it (the wizard, a stream's
+        # detail) they would switch what is hidden behind it and take its focus, so they wait. A
+        # modal one (help, a confirmation) keeps its keys to itself already, and the footer it dims
+        # still shows them.
+        if action in self.SECTION_ACTIONS:
+            return all(screen.is_modal for screen in self.screen_stack[1:])
         if action == "start_engine":
             return not self.engine_alive
         if action == "close_screen":  # False: Esc goes on to the section's own bindings, or a dropdown's
@@ -192,8 +196,9 @@ class FloeApp(ReportsFailures, App):
         target = next((w for kind in ("TextArea", "Tree", "DataTable") for w in pane.query(kind)), pane)
         # At once, not after a refresh: a widget of the old section that still has the focus
         # when it is hidden hands it to a sibling there, and TabbedContent then switches back
-        # to the section that sibling is in (seen on a loaded machine).
-        self.screen.set_focus(target)
+        # to the section that sibling is in (seen on a loaded machine). On the sections' own
+        # screen: another on top of it would take a widget it does not hold, and its keys with it.
+        pane.screen.set_focus(target)
         self.call_after_refresh(target.focus)
 
     def action_new_stream(self) -> None:

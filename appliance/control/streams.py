@@ -15,7 +15,7 @@ from appliance.control.fields import Field, Problems, raise_problems
 from appliance.control.keys import change_rows, kafka_key_fields, proposed_key, row_columns, with_cdc_columns
 from appliance.control.registered_mapping import default_subject, registry_mapping
 from appliance.control.source import infer_from_sample
-from appliance.control.targets import DEAD_LETTER_PARTITIONING, DEFAULT_PARTITIONING
+from appliance.control.targets import DEAD_LETTER_PARTITIONING, DEFAULT_PARTITIONING, conflicts
 from appliance.core.clock import now
 from appliance.core.errors import (
     InvalidName,
@@ -198,20 +198,12 @@ def _create(settings: Settings, request: StreamRequest) -> CreatedStream:
 
 
 def _check_free(state: StateStore, request: StreamRequest) -> None:
-    tables = {request.table, request.dead_letter_table}
-    others = state.streams()
-    if any(other.name == request.name for other in others):
-        raise StreamExists(f"stream {request.name!r} already exists")
-    for stage in state.stages():
-        if stage.table in tables:
-            raise TableConflict(f"table {stage.table} is written by stage {stage.name!r}")
-        if stage.name == request.name:
-            raise StreamExists(f"a stage is named {request.name!r}: streams and stages share their names' events; "
-                               "choose another")
-    for other in others:
-        if tables & {other.table, other.dead_letter_table}:
-            raise TableConflict(f"table {request.table} or {request.dead_letter_table} is already written by "
-                                f"stream {other.name!r}")
+    taken = conflicts(state, request.name, request.table, request.dead_letter_table)
+    if Field.STREAM in taken:
+        raise StreamExists(taken[Field.STREAM])
+    for where in (Field.TABLE, Field.DEAD_LETTER_TABLE):
+        if where in taken:
+            raise TableConflict(taken[where])
 
 
 def _resolve(settings: Settings, request: StreamRequest) -> tuple[StreamDef, int]:

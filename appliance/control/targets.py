@@ -1,5 +1,6 @@
 """A new stream's targets: the names suggested for its tables and its own, and what is wrong with those
-typed (the wizard checks them as they are typed), and how its tables are partitioned by default."""
+typed (the wizard checks them as they are typed: their spelling here, whether another stream or a stage
+has them in the state database), and how its tables are partitioned by default."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from appliance.control.fields import Field, Problems
 from appliance.core.errors import InvalidName, InvalidPartitioning
 from appliance.model.names import check_identifier, check_stream_name, check_table_name, snake_case
 from appliance.model.partitioning import Partitioning
+from appliance.state.store import StateStore
 from appliance.tables.system import refuse_system
 
 STREAM_NAME_MAX = 63
@@ -74,3 +76,28 @@ def check_target(namespace: str, table: str, dead_letter_table: str, stream: str
     return problems
 
 
+def conflicts(state: StateStore, name: str, table: str, dead_letter_table: str) -> Problems:
+    """The names of a new stream that another stream or a stage has taken, by field: what create refuses."""
+    problems: Problems = {}
+    streams, stages = state.streams(), state.stages()
+    if any(other.name == name for other in streams):
+        problems[Field.STREAM] = f"stream {name!r} already exists"
+    elif any(stage.name == name for stage in stages):
+        problems[Field.STREAM] = (f"a stage is named {name!r}: streams and stages share their names' events; "
+                                  "choose another")
+    for where, wanted in ((Field.TABLE, table), (Field.DEAD_LETTER_TABLE, dead_letter_table)):
+        by_stage = next((s.name for s in stages if s.table == wanted), None)
+        by_stream = next((s.name for s in streams if wanted in (s.table, s.dead_letter_table)), None)
+        if by_stage is not None:
+            problems[where] = f"table {wanted} is written by stage {by_stage!r}"
+        elif by_stream is not None:
+            problems[where] = f"table {wanted} is already written by stream {by_stream!r}"
+    return problems
+
+
+def taken_names(settings: Settings, name: str, table: str, dead_letter_table: str) -> Problems:
+    """`conflicts` as the state database has them now; none before it exists (nothing is created here)."""
+    if not settings.state_db.exists():
+        return {}
+    with StateStore(settings.state_db) as state:
+        return conflicts(state, name, table, dead_letter_table)

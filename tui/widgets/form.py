@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.dom import DOMNode
 from textual.widget import Widget
 from textual.widgets import Input, Label, Select
+
+
+class FormStep(VerticalScroll, can_focus=False):
+    """A step of a form, scrolled as focus moves: it takes no focus itself, so Tab goes from control
+    to control and never stops on the step, where nothing shows the focus and no key does anything."""
 
 
 def field(label: str, widget: Widget, name: str) -> Vertical:

@@ -10,20 +10,20 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.widgets import Checkbox, Input, Label
 
 from appliance.core.errors import MappingError
 from appliance.model.keys import check_key
 from appliance.model.mapping import Mapping
-from tui.widgets.form import field, show_error
+from tui.widgets.form import FormStep, field, show_error
 
 
 def parse_key(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-class KeyStep(VerticalScroll):
+class KeyStep(FormStep):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.mapping: Mapping | None = None

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Button, DataTable, Input, Label, Select
 from textual.worker import get_current_worker
@@ -27,7 +27,7 @@ from tui.screens.new_stream.messages import (
     MappingInferred,
     ResampleRequested,
 )
-from tui.widgets.form import field, show_error
+from tui.widgets.form import FormStep, field, show_error
 from tui.widgets.rows import selected_key
 from tui.workers import ReportsFailures
 
@@ -56,7 +56,7 @@ class MappingTable(DataTable):
         self.post_message(self.Edit(what))
 
 
-class MappingStep(ReportsFailures, VerticalScroll):
+class MappingStep(ReportsFailures, FormStep):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.key: tuple | None = None  # (bootstrap, topic, format, registry) of the mapping shown

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
+from appliance.control.fields import Problems
 from appliance.kafka.settings import KafkaSettings
 from appliance.model.mapping import Mapping
 
@@ -47,6 +48,14 @@ class StreamCreateDone(Message):
     name: str
     error: str = ""
     where: str = ""
+
+
+@dataclass
+class NamesChecked(Message):
+    """Which of the names typed on the target step (stream, table, dead-letter table) are taken."""
+
+    names: tuple[str, str, str]
+    problems: Problems
 
 
 @dataclass

@@ -35,6 +35,7 @@ from tui.screens.new_stream.key import KeyStep
 from tui.screens.new_stream.mapping import MappingStep
 from tui.screens.new_stream.messages import (
     ColumnsInferred,
+    NamesChecked,
     ResampleRequested,
     StreamCreateDone,
     TopicChosen,
@@ -63,15 +64,16 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
         Binding("ctrl+b", "back", "Back"),
         Binding("ctrl+n", "next", "Next"),
         Binding("ctrl+s", "create", "Create"),
-        # The app's `n` would open a second wizard over this one, its 1-4 switch the sections
-        # hidden behind it.
-        Binding("n,1,2,3,4", "ignore", "Ignored in the wizard", show=False),
+        # The app's `q` would throw the form away on a stray key while a list or a button has the
+        # focus; Ctrl+Q still quits. (The app keeps its section keys to its own screen.)
+        Binding("q", "ignore", "Ignored in the wizard", show=False),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.step = 0
         self.creating = False
+        self.next_when_checked = False  # Next waits for the state database to say whether the names are taken
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -192,6 +194,9 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
             if problems:
                 self.target.focus_first(problems)
                 return
+            if self.target.pending:
+                self.next_when_checked = True
+                return
             self.show_step(2)
             self.show_mapping_summary()
         elif self.step == 2 and self.last == 3:
@@ -207,6 +212,17 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
     def nav_pressed(self, event: Button.Pressed) -> None:
         {"cancel": self.action_cancel, "back": self.action_back, "next": self.action_next,
          "create": self.action_create}[event.button.id or ""]()
+
+    @on(NamesChecked)
+    def names_checked(self) -> None:
+        """Carry on with a Next that waited for the names' check (it refuses when one is taken)."""
+        if self.next_when_checked and self.step == 1 and not self.target.pending:
+            self.next_when_checked = False
+            self.action_next()
+
+    @on(Input.Changed, "#namespace, #table, #dlq, #stream")
+    def names_edited(self) -> None:
+        self.next_when_checked = False  # typing on after Next: the next Next says when
 
     @on(TopicChosen)
     def topic_chosen(self, message: TopicChosen) -> None:
@@ -303,6 +319,7 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
                             "problem below (Back for names) and Create again.", error=True)
         self.closing.set_create_error(message.error)
         if message.where in TARGET_FIELDS:  # also where Back leads
+            self.target.forget_taken()  # taken since they were checked: the next check asks again
             show_error(self, message.where, message.error)
         elif message.where == Field.KEY:
             show_error(self.keys, "key", message.error)

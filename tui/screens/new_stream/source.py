@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Button, DataTable, Input, Label, Select
 from textual.worker import get_current_worker
@@ -21,7 +21,7 @@ from appliance.control.source import SourceForm, check_source, list_topics, prev
 from appliance.kafka.settings import PROTOCOLS, SASL_MECHANISMS, KafkaSettings
 from appliance.model.stream import FORMATS, REGISTRY_FORMATS
 from tui.screens.new_stream.messages import SampleRead, TopicChosen, TopicsListed
-from tui.widgets.form import field, show_error
+from tui.widgets.form import FormStep, field, show_error
 from tui.workers import ReportsFailures
 
 MODE_CHOICES = [("events: every message is a new row (append)", "append"),
@@ -41,7 +41,7 @@ def preview_text(value: bytes | None) -> Text:
     return Text(text)  # a Text, never markup: message contents may hold [brackets]
 
 
-class SourceStep(ReportsFailures, VerticalScroll):
+class SourceStep(ReportsFailures, FormStep):
     def compose(self) -> ComposeResult:
         yield Label("Where the messages come from: a Kafka cluster and one of its topics.", classes="step-intro")
         yield field("Bootstrap servers", Input(placeholder="host:9092[,host2:9092]", id="bootstrap"), "bootstrap")
@@ -198,15 +198,23 @@ class SourceStep(ReportsFailures, VerticalScroll):
         self.set_error("topic", "")
         self.query_one("#sample-table", DataTable).clear()
         self.status("")
-        self.post_message(TopicChosen(self.topic()))
+        topic = self.topic()
+        self.post_message(TopicChosen(topic))
+        if topic is not None:  # the table under the list shows what the chosen topic holds
+            self.read_topic(move_focus=False)
 
     # ---- a look at the messages ----
 
     @on(Button.Pressed, "#test-connection")
     def test_connection_requested(self) -> None:
+        self.read_topic(move_focus=True)
+
+    def read_topic(self, move_focus: bool) -> None:
+        """Read the newest messages of the chosen topic into the sample table, in a worker."""
         kafka, problems = self.check(need_topic=True)
         if kafka is None:
-            self.focus_first(problems)
+            if move_focus:
+                self.focus_first(problems)
             return
         topic = self.topic() or ""
         self.query_one("#sample-table", DataTable).clear()
@@ -223,6 +231,8 @@ class SourceStep(ReportsFailures, VerticalScroll):
 
     @on(SampleRead)
     def sample_read(self, message: SampleRead) -> None:
+        if message.topic != self.topic():
+            return  # another topic was chosen since: its own read is on its way
         if message.error:
             self.set_error(message.where if message.where in SOURCE_FIELDS else "topic", message.error)
             self.status("Connection test failed.", error=True)

@@ -1,16 +1,18 @@
 """Step 2 of the wizard: the Iceberg tables the rows go to, the stream's name, where it starts.
 
-Names are checked as they are typed (`appliance.control.streams.check_target`); the
-table, dead-letter table and stream names follow the topic until the user types their own.
+Names are checked as they are typed: their spelling at once (`appliance.control.targets.check_target`),
+and whether another stream or a stage has them (`taken_names`) in a worker, since that reads the state
+database; the table, dead-letter table and stream names follow the topic until the user types their own.
 """
 
 from __future__ import annotations
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.widgets import Input, Label, Select
 
+from appliance.config.settings import Settings
 from appliance.control.fields import TARGET_FIELDS, Problems
 from appliance.control.targets import (
     DEFAULT_PARTITIONING,
@@ -19,15 +21,20 @@ from appliance.control.targets import (
     suggested_dead_letter_table,
     suggested_stream_name,
     suggested_table,
+    taken_names,
 )
-from tui.widgets.form import field, show_error
+from tui.screens.new_stream.messages import NamesChecked
+from tui.widgets.form import FormStep, field, show_error
+from tui.workers import ReportsFailures
 
 
-class TargetStep(VerticalScroll):
+class TargetStep(ReportsFailures, FormStep):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # input id -> the value the wizard last filled in
         self._suggested: dict[str, str] = {"partitioning": DEFAULT_PARTITIONING}
+        self._names: tuple[str, str, str] | None = None  # (stream, table, dead-letter table) last asked about
+        self._taken: Problems | None = None  # the state database's answer for them; None while it is asked
 
     def compose(self) -> ComposeResult:
         yield Label("", id="target-intro", classes="step-intro", markup=False)
@@ -68,12 +75,43 @@ class TargetStep(VerticalScroll):
     def set_intro(self, text: str) -> None:
         self.query_one("#target-intro", Label).update(text)
 
+    @property
+    def pending(self) -> bool:
+        """Whether the state database has yet to say if the names typed are taken."""
+        return self._taken is None
+
     def check(self) -> Problems:
+        """Each field's mistake, shown under it: its spelling, then whether the name is taken (as far
+        as the state database has answered for the names typed now; a new question goes to a worker)."""
         problems = check_target(self.value("namespace"), self.value("table"), self.value("dlq"), self.value("stream"),
                                 self.value("partitioning"))
+        names = (self.stream_name(), *self.names())
+        if names != self._names:
+            self._names, self._taken = names, None
+            self.ask_taken(self.app.settings, names)
+        for name, text in (self._taken or {}).items():
+            problems.setdefault(name, text)
         for name in TARGET_FIELDS:
             show_error(self, name, problems.get(name, ""))
         return problems
+
+    def forget_taken(self) -> None:
+        """Ask the state database again at the next check: a create found a name taken since."""
+        self._names, self._taken = None, None
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="wizard-names", description="wizard: check names")
+    def ask_taken(self, settings: Settings, names: tuple[str, str, str]) -> None:
+        try:
+            self.post_message(NamesChecked(names, taken_names(settings, *names)))
+        except Exception:
+            self.post_message(NamesChecked(names, {}))  # Create checks again; the toast says why not here
+            raise
+
+    @on(NamesChecked)
+    def names_checked(self, message: NamesChecked) -> None:
+        if message.names == self._names:  # else the names changed since: their own answer is on its way
+            self._taken = message.problems
+            self.check()
 
     def focus_first(self, problems: Problems) -> None:
         for name in TARGET_FIELDS:
