@@ -104,8 +104,9 @@ class FloeApp(ReportsFailures, App):
             self.notify(notice, timeout=10)
         if self.engine_launch is not None:
             self.wait_for_engine(self.engine_launch)
-        # The section's main table has the focus from the start, so Enter and its keys work at once.
-        self.call_after_refresh(self.action_section, self.start_section)
+        # The section's main table has the focus from the start, so Enter and its keys work at once
+        # (unless a key has shown another section meanwhile: then that one's has it).
+        self.call_after_refresh(self._focus_section, self.start_section)
 
     def on_unmount(self) -> None:
         if self.via is None:
@@ -184,6 +185,8 @@ class FloeApp(ReportsFailures, App):
             self.call_after_refresh(self._focus_section, pane_id)
 
     def _focus_section(self, name: str) -> None:
+        if self.query_one(TabbedContent).active != name:
+            return
         pane = self.query_one(f"#{name}-pane")
         if self.focused is None or pane not in self.focused.ancestors_with_self:
             target = next((w for kind in ("TextArea", "Tree", "DataTable") for w in pane.query(kind)), pane)
