@@ -1,31 +1,32 @@
 """Floe's commands in the command palette (Ctrl+P): the sections, creating things, and acting on what
-is selected, each found by typing a word of it ("stream", "stage", "new", "audit"...)."""
+is selected, each found by typing a word of it ("stream", "stage", "new", "audit"...).
+
+The app is Floe's (`tui.app.FloeApp`, which lists this provider): its actions and panes are used by
+name, so this module needs no import of the app's."""
 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
+from textual.app import App
 from textual.command import DiscoveryHit, Hit, Hits, Provider
-
-if TYPE_CHECKING:
-    from tui.app import FloeApp
 
 SECTIONS = ("streams", "tables", "query", "events", "stages", "alerts")
 
 
-def _pane(app: FloeApp, section: str):
+def _pane(app: App, section: str):
     app.action_section(section)
     return app.query_one(f"#{section}-pane")
 
 
-def _on_pane(app: FloeApp, section: str, action: str) -> None:
+def _on_pane(app: App, section: str, action: str) -> None:
     """The section shown, then one of its pane's actions (as its key would)."""
     pane = _pane(app, section)
     app.call_after_refresh(pane.run_action, action)
 
 
-def _stream_action(app: FloeApp, action: str) -> None:
+def _stream_action(app: App, action: str) -> None:
     pane = app.query_one("#streams-pane")
     if not pane.selected():
         app.notify("No stream selected (Streams section)", severity="warning")
@@ -38,7 +39,7 @@ def _stream_action(app: FloeApp, action: str) -> None:
         pane.run_action(action)
 
 
-def _table_in_query(app: FloeApp) -> None:
+def _table_in_query(app: App) -> None:
     name = app.query_one("#tables-pane").selected
     if not name:
         app.notify("No table selected (Tables section)", severity="warning")
@@ -47,7 +48,7 @@ def _table_in_query(app: FloeApp) -> None:
     pane.set_sql(f"select * from {name} limit 100")
 
 
-def _maintain_table(app: FloeApp) -> None:
+def _maintain_table(app: App) -> None:
     tables = app.query_one("#tables-pane")
     if not tables.selected:
         app.notify("No table selected (Tables section)", severity="warning")
@@ -56,7 +57,7 @@ def _maintain_table(app: FloeApp) -> None:
     app.call_after_refresh(tables.run_action, "maintain('compact')")
 
 
-def commands(app: FloeApp) -> list[tuple[str, str, Callable[[], object]]]:
+def commands(app: App) -> list[tuple[str, str, Callable[[], object]]]:
     """(name, help, what it does) for every Floe command."""
     out: list[tuple[str, str, Callable[[], object]]] = [
         (f"Go to {s.capitalize()}", f"Show the {s} section ({i})", partial(app.action_section, s))

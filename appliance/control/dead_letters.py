@@ -27,12 +27,10 @@ def purge_dead_letters(settings: Settings, name: str, where: str) -> tuple[int, 
 def replay_in_process(settings: Settings, name: str, dry_run: bool = False, timeout: float = 900.0) -> list[str]:
     """`floe dlq replay` as a process of its own (the UI never hosts a JVM): the lines it printed, or
     the one-line error it ended with, raised as a FloeError."""
-    from appliance.control.processes import run_floe
+    from appliance.control.processes import run_floe, said_last
     from appliance.core.errors import FloeError
 
     done = run_floe(settings, ["dlq", "replay", name, *(["--dry-run"] if dry_run else [])], timeout=timeout)
     if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        raise FloeError((lines[-1] if lines else f"floe dlq replay exited with {done.returncode}")
-                        .removeprefix("floe: error: "))
+        raise FloeError(said_last(done) or f"floe dlq replay exited with {done.returncode}")
     return done.stdout.splitlines()

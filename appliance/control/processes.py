@@ -42,6 +42,12 @@ def run_floe(settings: Settings, args: list[str], timeout: float = 300.0) -> sub
                           stdin=subprocess.DEVNULL, env={**os.environ, "FLOE_HOME": str(settings.home)})
 
 
+def said_last(done: subprocess.CompletedProcess) -> str:
+    """What a `floe` command said last on stderr (its one-line error, when it failed), without the prefix."""
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return lines[-1].removeprefix("floe: error: ") if lines else ""
+
+
 def stop(process: subprocess.Popen, timeout: float = 60.0) -> None:
     """SIGTERM (the engine finishes its batch), then SIGKILL if it does not end in time."""
     process.terminate()

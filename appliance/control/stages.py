@@ -313,8 +313,9 @@ def save_for_ui(settings: Settings, name: str, source: str, sql: str, table: str
 
 
 def _outcome(done) -> Outcome:
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    said = lines[-1].removeprefix("floe: error: ") if lines else ""
+    from appliance.control.processes import said_last
+
+    said = said_last(done)
     if done.returncode:
         return Outcome(False, said or f"exited with code {done.returncode}")
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip().startswith("{")]

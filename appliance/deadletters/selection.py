@@ -96,10 +96,12 @@ def _live(rows: pa.Table, table: Table, files: list[str], entries) -> pa.Table:
         return rows
     keep = np.ones(rows.num_rows, dtype=bool)
     at = rows.column(POSITION).to_numpy()
-    names = np.array(paths, dtype=object)
-    for path, positions in deleted.positions.items():
-        mine = names == path
-        keep[mine] &= ~np.isin(at[mine], positions)
+    # The rows come ordered by file: each file's rows are one run, looked up once, not a scan per file.
+    starts = [i for i in range(len(paths)) if i == 0 or paths[i] != paths[i - 1]] + [len(paths)]
+    for a, b in zip(starts, starts[1:]):
+        positions = deleted.of(paths[a])
+        if positions is not None:
+            keep[a:b] = ~np.isin(at[a:b], positions)
     return rows.filter(pa.array(keep))
 
 

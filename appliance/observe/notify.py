@@ -107,12 +107,12 @@ def _scrubbed(text: str, url: str) -> str:
 
     try:
         parts = urlsplit(url)
-        secrets = {parts.password or "", parts.username or ""} if parts.password else set()
+        # The password whatever its length; a user name long enough not to mask common words.
+        secrets = {parts.password or ""} | ({parts.username} if len(parts.username or "") >= 4 else set())
         secrets |= {p for p in parts.path.split("/") if len(p) >= 8}
         host = parts.hostname or ""
         if len(host) >= 8 and "." not in host:  # not a host name but a token (slack://TOKEN/...)
             secrets.add(parts.netloc.split("@")[-1].split(":")[0])
-        secrets |= {p for p in (parts.netloc.split("@")[0].split(":") if "@" in parts.netloc else []) if len(p) >= 4}
         secrets |= {v for _, v in parse_qsl(parts.query) if len(v) >= 8}
     except ValueError:
         return "(reason withheld: the target's URL does not parse)"

@@ -29,7 +29,7 @@ from appliance.tables.fastpath.deletes import write_deletes_by_partition
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.folding import live_deletes
 from appliance.tables.keyindex import KeyIndex
-from appliance.tables.snapshots import PURGED_KEY, offsets_summary, purged
+from appliance.tables.snapshots import PURGED_KEY, ancestors, offsets_summary, purged, summary_properties
 
 REPLAY_KEY = "floe.replay"  # both snapshots of one replay carry its id
 REPLAY_TARGET_KEY = "floe.replay.target-snapshot"  # the dead-letter snapshot names its target's
@@ -109,8 +109,6 @@ def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
 
 def replay_of(table: Table) -> str | None:
     """The id of the newest replay that committed to `table`."""
-    from appliance.tables.snapshots import ancestors, summary_properties
-
     return next((summary_properties(s)[REPLAY_KEY] for s in ancestors(table.metadata)
                  if REPLAY_KEY in summary_properties(s)), None)
 

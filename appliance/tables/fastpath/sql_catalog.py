@@ -160,10 +160,8 @@ class FloeSqlCatalog(SqlCatalog):
                 result = connection.execute(text(statement), args)
                 return [tuple(r) for r in result.fetchall()] if rows else result.rowcount
         with self._db_lock:
-            if self._db is None:
-                self._db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)
-            with self._db:
-                cursor = self._db.execute(statement, args)
+            with self._sqlite_db() as db:
+                cursor = db.execute(statement, args)
                 return cursor.fetchall() if rows else cursor.rowcount
 
     def _sql_all(self, statements: list[str], args: list[dict]) -> bool:
@@ -176,16 +174,21 @@ class FloeSqlCatalog(SqlCatalog):
                     tx.rollback()
                     return False
         with self._db_lock:
-            if self._db is None:
-                self._db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)
             try:
-                with self._db:  # commits at the end, rolls back on an exception
+                with self._sqlite_db() as db:  # commits at the end, rolls back on an exception
                     for s, a in zip(statements, args):
-                        if self._db.execute(s, a).rowcount < 1:
+                        if db.execute(s, a).rowcount < 1:
                             raise _RolledBack()
                 return True
             except _RolledBack:
                 return False
+
+    def _sqlite_db(self) -> sqlite3.Connection:
+        """The commits' own SQLite connection, opened by the first; the caller holds `_db_lock`. As a
+        context manager it is one transaction."""
+        if self._db is None:
+            self._db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)
+        return self._db
 
     def _table_at(self, identifier: tuple[str, ...], location: str) -> Table:
         metadata = self._cached(location)
