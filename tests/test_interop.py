@@ -99,3 +99,20 @@ def test_java_iceberg_reads_partitioned_tables_and_their_evolution_as_duckdb_doe
     assert specs == {0, 1}, "files of both specs, each with the partition values Java reads from the manifests"
     one_day = java(table.metadata_location, "select count(*) as n from t where ts >= '2026-11-01' and ts < '2026-11-02'")
     assert one_day == duckdb_rows("select count(*) as n from ingest.pj where ts >= '2026-11-01' and ts < '2026-11-02'")
+
+
+def test_java_iceberg_reads_both_tables_of_a_dead_letter_replay_as_duckdb_does(broker, topic, floe_home):
+    """A replay's move (new target rows; the dead-letter table's position deletes and its rows that
+    still fail, written again) read by Java Iceberg as DuckDB reads it."""
+    from test_dlq import fix_mapping, strict_stream
+
+    strict_stream(broker, topic, "jr", 30)
+    assert floe("run", "--until-caught-up").returncode == 0
+    fix_mapping("jr")
+    replayed = floe("dlq", "replay", "jr", "--where", "_kafka_offset < 20")
+    assert replayed.returncode == 0 and "moved 7 to the target" in replayed.stdout, replayed.stdout + replayed.stderr
+    catalog = Catalog(load_settings())
+    for name in ("ingest.jr", "ingest.jr_dlq"):
+        seen = java(catalog.table(name).metadata_location, "select _kafka_offset o from t order by 1")
+        assert seen == duckdb_rows(f"select _kafka_offset o from {name} order by 1"), name
+    assert [r["o"] for r in duckdb_rows("select _kafka_offset o from ingest.jr_dlq order by 1")] == [21, 24, 27]
