@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config.alerts import AlertDef, alerts_from_config
-from appliance.config.catalog import CatalogSettings, catalog_settings, kind_of
+from appliance.config.catalog import SECRET_PROPERTY, CatalogSettings, catalog_settings, kind_of
 from appliance.config.policy import build_policy, check_values
 from appliance.config.units import parse_duration, parse_size
 from appliance.core.errors import ConfigError
@@ -120,7 +120,7 @@ class Settings:
             "s3.secret-access-key": self.s3.secret_access_key,
         }
         props.update({k: v for k, v in self.catalog.properties if k.startswith("s3.")})
-        return resolve_all({k: v for k, v in props.items() if v}, "s3 setting")
+        return resolve_all({k: v for k, v in props.items() if v}, "s3 setting", _secret_property)
 
     def catalog_properties(self) -> dict[str, str]:
         """The PyIceberg catalog's properties, secret references resolved (at each use, never kept):
@@ -133,7 +133,11 @@ class Settings:
                 props.setdefault("warehouse", self.warehouse)
         if self.on_s3:
             props = {**self.s3_properties(), **props}
-        return resolve_all(props, "catalog property")
+        return resolve_all(props, "catalog property", _secret_property)
+
+
+def _secret_property(key: str) -> bool:
+    return bool(SECRET_PROPERTY.search(key))
 
 
 def home_dir() -> Path:
