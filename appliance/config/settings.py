@@ -1,4 +1,5 @@
-"""Floe's settings: `config/floe.toml` defaults, overridden by `$FLOE_HOME/floe.toml`.
+"""Floe's settings: the defaults (`floe.toml` beside this module, shipped in the package; the repository's
+`config/floe.toml` is a link to it), overridden by `$FLOE_HOME/floe.toml`.
 
 Validation names the file and the key, so a typo is one clear line, not a traceback.
 """
@@ -19,7 +20,7 @@ from appliance.config.units import parse_duration, parse_size
 from appliance.core.errors import ConfigError
 from appliance.core.secrets import resolve_all
 
-DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "config" / "floe.toml"
+DEFAULTS_FILE = Path(__file__).resolve().with_name("floe.toml")
 DEFAULT_HOME = "~/.floe"
 
 

@@ -10,11 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from appliance.config.settings import DEFAULTS_FILE, Settings
+from appliance.config.settings import Settings
 from appliance.core.errors import ConfigError
 from appliance.spark.archive import java_options
 
-LOG4J = DEFAULTS_FILE.parent / "log4j2.properties"
+LOG4J = Path(__file__).resolve().with_name("log4j2.properties")  # shipped in the package
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
