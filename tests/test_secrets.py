@@ -289,8 +289,9 @@ def test_scrub_masks_a_secret_in_every_form_and_every_piece_a_parser_shows(monke
     assert scrub(f'could not translate host name "{cut}" to addr') == 'could not translate host name "***" to addr'
     assert scrub(f"as given {secret}; encoded {secret.replace('@', '%40').replace('/', '%2F').replace('#', '%23')}") \
         == "as given ***; encoded ***"
-    assert scrub(f"fragment {cut}/zz and {head}") == "fragment *** and ***"
-    assert scrub("words stay: yzz, tails, tailor") == "words stay: yzz, tails, tailor"  # pieces only where alone
+    assert scrub(f"fragment {cut}/zz and {cut}") == "fragment *** and ***"
+    # pieces only where they stand alone; what comes before the first cut is taken for the password, never shown
+    assert scrub(f"words stay: yzz, tails, tailor, tail_x, {head}") == f"words stay: yzz, tails, tailor, tail_x, {head}"
     assert scrub("clear one: mysql://me:hunter22@db/x") == "clear one: mysql://me:***@db/x"
     assert scrub("given: hunter22 and hun", ["hunter22"]) == "given: *** and hun"
     record = logging.LogRecord("floe", logging.ERROR, __file__, 1, "failed at host %s", (cut,), None)

@@ -140,7 +140,7 @@ def _masks(known: frozenset) -> tuple[re.Pattern | None, re.Pattern | None]:
         if not texts:
             return None
         body = "|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))
-        return re.compile(rf"(?<![A-Za-z0-9])(?:{body})(?![A-Za-z0-9])" if alone else body)
+        return re.compile(rf"(?<![A-Za-z0-9_])(?:{body})(?![A-Za-z0-9_])" if alone else body)
 
     made = (alternation(wholes, False), alternation(pieces, True))
     if len(_patterns) > 64:
@@ -150,14 +150,16 @@ def _masks(known: frozenset) -> tuple[re.Pattern | None, re.Pattern | None]:
 
 
 def _pieces(form: str) -> set[str]:
-    """Every run of `form` from one cut to another, two characters or more: what a parser that cut the
-    value at some of its punctuation may show of it."""
+    """Every run of `form` that starts after one of its cuts and ends at another (or at its end), two
+    characters or more: what a parser that cut the value there takes for a host, a port, a path and
+    shows (`p@ss` is shown as host `ss`). What comes before the first cut it takes for the password, and
+    never shows: not masked alone, so that a `floe:...` credential does not mask every word `floe`."""
     found = set()
     for cut in _CUTS:
         spans = [m.span() for m in cut.finditer(form)]
-        starts = [0] + [end for _, end in spans]
+        starts = [end for _, end in spans]
         ends = [start for start, _ in spans] + [len(form)]
-        found |= {form[a:b] for a in starts for b in ends if b - a >= 2 and (a, b) != (0, len(form))}
+        found |= {form[a:b] for a in starts for b in ends if b - a >= 2}
     return found
 
 
