@@ -99,7 +99,7 @@ def _remember(value: str, secret: bool) -> None:
 
 def mask_uri_password(text: str) -> str:
     """Every `//user:password@` in `text` with its password shown as ***."""
-    return URI_PASSWORD.sub(rf"\1{MASK}@", text)
+    return URI_PASSWORD.sub(rf"\1{MASK}@", text) if "//" in text else text
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
@@ -112,7 +112,7 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     for value in secrets:
         if value and len(value) >= _SHORTEST:
             known[value] = True
-    for m in URI_PASSWORD.finditer(text):
+    for m in URI_PASSWORD.finditer(text) if "//" in text else ():
         if not has_reference(m.group(2)) and len(m.group(2)) >= _SHORTEST:
             known[m.group(2)] = True
     wholes, pieces = _masks(frozenset(known.items()))
