@@ -39,7 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "control": {"core", "config", "kafka", "model", "decode", "tables", "state", "views", "spark", "stages",
                 "deadletters",
                 "observe"},
-    "demo": {"core", "config", "kafka", "standins", "state", "ingest", "control"},
+    "demo": {"core", "config", "kafka", "model", "standins", "tables", "state", "ingest", "control"},
     "testing": _BELOW_INGEST | {"standins", "ingest", "stages", "query", "control", "auditor"},
     "cli": _BELOW_INGEST | {"standins", "ingest", "maintenance", "stages", "observe", "query", "views", "control",
                             "demo", "cli", "auditor", "deadletters"},

@@ -227,3 +227,92 @@ def test_commits_made_together_swap_in_one_transaction_or_not_at_all(floe_home, 
             append_files(a2, files(a2, [6]), {})
             append_files(b2, files(b2, [7]), {})  # stale already: refused as it is made
     assert (ids("two.a"), ids("two.b")) == ([1], [2, 3])
+
+
+# A password as people pick them: every character a URI treats as a delimiter, and a percent sign
+# followed by hex digits (decoded once too often, it would be another password).
+AWKWARD = "Pa@ss/w#rd:tw%40-"
+WRONG = "wr@ng/pa#ss:%2F-"
+
+
+def _pieces(secret: str) -> set[str]:
+    """What a parser may show of a secret it cut at its punctuation: every part of two characters or more."""
+    import re
+
+    return {p for p in re.split(r"%[0-9A-F]{2}|[^A-Za-z0-9-]", secret) + re.split(r"[^A-Za-z0-9-]", secret)
+            if len(p) >= 2}
+
+
+def _leaks(text: str, secret: str) -> list[str]:
+    """The secret, its percent-encoded form, or any piece of it standing alone in `text`."""
+    import re
+    from urllib.parse import quote
+
+    found = [form for form in (secret, quote(secret, safe="")) if form in text]
+    return found + [p for p in _pieces(secret) if re.search(rf"(?<![A-Za-z0-9]){re.escape(p)}(?![A-Za-z0-9])", text)]
+
+
+def test_a_catalog_password_holding_uri_delimiters_works_by_reference_and_never_shows(
+        postgres, broker, topic, floe_home, monkeypatch, spark):
+    """The user writes the password as it is in `${env:...}` inside the URI: Floe percent-encodes it,
+    the engine and `floe doctor` work, and a wrong one fails in a line that shows no part of it."""
+    from appliance.config.settings import load_settings
+    from appliance.control.doctor import diagnose, format_check
+    from appliance.control.streams import create_stream
+    from appliance.core.errors import CatalogAccessDenied, CatalogUnavailable
+    from appliance.ingest.engine import Engine
+    from appliance.query.connection import run_query
+    from appliance.tables.catalog import Catalog
+
+    user = f"floe_awkward_{topic[2:]}"
+    password = AWKWARD + topic[2:8]
+    postgres.user(user, password)
+    database = f"lake_{topic}"
+    postgres.database(database, owner=user)
+    monkeypatch.setenv("FLOE_TEST_AWKWARD", password)
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text(
+        '[catalog]\ntype = "sql"\n'
+        f'uri = "postgresql+psycopg2://{user}:${{env:FLOE_TEST_AWKWARD}}@{postgres.host}:{postgres.port}/{database}"\n')
+    broker.produce(topic, [orjson.dumps({"id": i}) for i in range(50)])
+
+    create_stream(load_settings(), "awkward", bootstrap=broker.bootstrap, topic=topic, table="ingest.awkward")
+    Engine(load_settings(), spark=spark).run(until_caught_up=True)
+    assert run_query(load_settings(), "select count(*) as n from ingest.awkward").to_pylist() == [{"n": 50}]
+    own = load_catalog("floe", type="sql", uri=postgres.url(database, user, password))  # quoted by the test
+    assert own.load_table("ingest.awkward").scan().to_arrow().num_rows == 50
+
+    checks = {c.name: c for c in diagnose(timeout=5)}
+    shown = "\n".join(format_check(c) for c in checks.values())
+    assert all(c.ok for c in checks.values()), shown
+    assert checks["catalog"].detail.startswith(f"sql catalog at postgresql+psycopg2://{user}:***@{postgres.host}:"
+                                               f"{postgres.port}/{database} ("), shown
+    assert not _leaks(shown, password), shown
+
+    wrong = WRONG + topic[2:8]
+    monkeypatch.setenv("FLOE_TEST_AWKWARD", wrong)
+    with pytest.raises((CatalogUnavailable, CatalogAccessDenied)) as refused:
+        Catalog(load_settings())
+    said = str(refused.value)
+    assert "password authentication failed" in said and not _leaks(said, wrong) and not _leaks(said, password), said
+    checks = {c.name: c for c in diagnose(timeout=5)}
+    shown = "\n".join(format_check(c) for c in checks.values())
+    assert not checks["catalog"].ok and f"{user}:***@{postgres.host}" in checks["catalog"].detail, shown
+    assert not _leaks(shown, wrong), shown
+
+
+def test_a_password_written_unencoded_into_the_uri_is_masked_in_whatever_piece_the_driver_shows(
+        postgres, floe_home):
+    """Written in clear, the password is the user's to encode; unencoded, the driver cuts it at its `@`
+    and names a piece of it as a host: that piece is masked too."""
+    from appliance.config.settings import load_settings
+    from appliance.core.errors import CatalogUnavailable
+    from appliance.tables.catalog import Catalog
+
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text(
+        f'[catalog]\ntype = "sql"\nuri = "postgresql+psycopg2://floe:{AWKWARD}@{postgres.host}:{postgres.port}/x"\n')
+    with pytest.raises(CatalogUnavailable) as refused:
+        Catalog(load_settings())
+    said = str(refused.value)
+    assert "could not translate host name" in said and not _leaks(said, AWKWARD), said

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from appliance.config.settings import DEFAULTS_FILE
+
 from conftest import BrokerProcess, floe, free_port, pizza_values
 
 PASSWORD_VARIABLE = "FLOE_DOCTOR_TEST_PASSWORD"
@@ -161,9 +163,8 @@ def test_an_invalid_floe_toml_is_one_failed_line_not_a_traceback(floe_home):
     assert code == 1, said
     assert list(lines) == ["config", "java"], said
     status, rest = lines["config"]
-    assert status == "FAIL" and "commit_interval" in rest and rest.endswith("-> fix the setting it names in "
-                                                                           "floe.toml (config/floe.toml lists "
-                                                                           "every setting with its default)")
+    assert status == "FAIL" and "commit_interval" in rest and rest.endswith(
+        f"-> fix the setting it names in floe.toml ({DEFAULTS_FILE} lists every setting with its default)")
 
 
 def test_a_rest_catalog_is_written_where_it_places_its_tables(floe_home, seaweed, monkeypatch):

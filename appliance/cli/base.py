@@ -10,20 +10,24 @@ from typing import Any
 import click
 
 from appliance.config.settings import Settings, ensure_home, load_settings
+from appliance.core.secrets import ScrubbingFormatter
 
 
 def settings() -> Settings:
     """Settings of this FLOE_HOME, which exists afterwards; Floe's log goes to its logs/."""
     loaded = load_settings()
     ensure_home(loaded)
-    logging.basicConfig(
-        filename=loaded.log_dir / "floe.log",
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_to(logging.FileHandler(loaded.log_dir / "floe.log"))
+    return loaded
+
+
+def log_to(handler: logging.Handler) -> None:
+    """Floe's and its libraries' log lines into `handler`, every secret scrubbed out of each line
+    (a driver's message may carry a piece of a password)."""
+    handler.setFormatter(ScrubbingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(handlers=[handler], level=logging.INFO)
     for noisy in ("py4j", "pyiceberg", "sqlalchemy"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    return loaded
 
 
 def err(message: str) -> None:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from appliance.cli.base import cli
+from appliance.cli.base import cli, log_to
 
 
 def _log_to_home() -> None:
@@ -16,11 +16,7 @@ def _log_to_home() -> None:
     from appliance.config.settings import home_dir
 
     log_dir = home_dir() / "logs"
-    handler = logging.FileHandler(log_dir / "floe.log") if log_dir.is_dir() else logging.NullHandler()
-    logging.basicConfig(handlers=[handler], level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyiceberg", "sqlalchemy"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    log_to(logging.FileHandler(log_dir / "floe.log") if log_dir.is_dir() else logging.NullHandler())
 
 
 @cli.command()

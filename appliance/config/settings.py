@@ -1,4 +1,5 @@
-"""Floe's settings: `config/floe.toml` defaults, overridden by `$FLOE_HOME/floe.toml`.
+"""Floe's settings: the defaults (`floe.toml` beside this module, shipped in the package; the repository's
+`config/floe.toml` is a link to it), overridden by `$FLOE_HOME/floe.toml`.
 
 Validation names the file and the key, so a typo is one clear line, not a traceback.
 """
@@ -13,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config.alerts import AlertDef, alerts_from_config
-from appliance.config.catalog import CatalogSettings, catalog_settings, kind_of
+from appliance.config.catalog import SECRET_PROPERTY, CatalogSettings, catalog_settings, kind_of
 from appliance.config.policy import build_policy, check_values
 from appliance.config.units import parse_duration, parse_size
 from appliance.core.errors import ConfigError
 from appliance.core.secrets import resolve_all
 
-DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "config" / "floe.toml"
+DEFAULTS_FILE = Path(__file__).resolve().with_name("floe.toml")
 DEFAULT_HOME = "~/.floe"
 
 
@@ -120,7 +121,7 @@ class Settings:
             "s3.secret-access-key": self.s3.secret_access_key,
         }
         props.update({k: v for k, v in self.catalog.properties if k.startswith("s3.")})
-        return resolve_all({k: v for k, v in props.items() if v}, "s3 setting")
+        return resolve_all({k: v for k, v in props.items() if v}, "s3 setting", _secret_property)
 
     def catalog_properties(self) -> dict[str, str]:
         """The PyIceberg catalog's properties, secret references resolved (at each use, never kept):
@@ -133,7 +134,11 @@ class Settings:
                 props.setdefault("warehouse", self.warehouse)
         if self.on_s3:
             props = {**self.s3_properties(), **props}
-        return resolve_all(props, "catalog property")
+        return resolve_all(props, "catalog property", _secret_property)
+
+
+def _secret_property(key: str) -> bool:
+    return bool(SECRET_PROPERTY.search(key))
 
 
 def home_dir() -> Path:

@@ -40,7 +40,7 @@ def _spark(settings: Settings, spark) -> Iterator[object]:
         return
     from appliance.spark.session import spark_session
 
-    own = spark_session(settings, app_name="floe-stage", quiet=True)
+    own = spark_session(settings, app_name="floe-stage")
     try:
         yield own
     finally:

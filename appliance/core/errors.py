@@ -96,6 +96,10 @@ class StreamExists(FloeError):
     """A stream with that name exists already."""
 
 
+class DemoNotResumed(FloeError):
+    """`floe demo` could not bring its new broker's topic to where its stream stands."""
+
+
 class MappingError(FloeError):
     """A mapping file or an inferred mapping cannot be used."""
 

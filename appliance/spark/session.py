@@ -10,11 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from appliance.config.settings import DEFAULTS_FILE, Settings
+from appliance.config.settings import Settings
 from appliance.core.errors import ConfigError
 from appliance.spark.archive import java_options
 
-LOG4J = DEFAULTS_FILE.parent / "log4j2.properties"
+LOG4J = Path(__file__).resolve().with_name("log4j2.properties")  # shipped in the package
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
@@ -43,16 +43,21 @@ def _stderr_to(path: Path) -> Iterator[None]:
             os.close(saved)
 
 
-def spark_session(settings: Settings, app_name: str = "floe", extra_java_options: str | None = None,
-                  quiet: bool = False):
-    """The session; `extra_java_options` replace the class-data archive's (see `archive.py`).
-    `quiet`: the JVM's own stderr goes to FLOE_HOME's logs, not to the terminal (for a command
-    whose stderr is one line of its own)."""
-    if quiet:
-        check_java()
-        with _stderr_to(settings.log_dir / "spark-console.log"):
-            return spark_session(settings, app_name, extra_java_options)
+def spark_session(settings: Settings, app_name: str = "floe", extra_java_options: str | None = None):
+    """The session; `extra_java_options` replace the class-data archive's (see `archive.py`). The JVM's
+    own stderr (its start-up chatter, "Using incubator modules", and whatever it and Spark's Python
+    workers print later) goes to FLOE_HOME/logs/spark-console.log, never to the terminal of the command
+    that started it: Floe says what went wrong itself, in one line."""
     check_java()
+    with _stderr_to(console_log(settings)):
+        return _session(settings, app_name, extra_java_options)
+
+
+def console_log(settings: Settings) -> Path:
+    return settings.log_dir / "spark-console.log"
+
+
+def _session(settings: Settings, app_name: str, extra_java_options: str | None):
     # Spark's Python workers must be this interpreter: it is the one with Floe and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -4,14 +4,13 @@ the masking of secrets in what it says."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from appliance.core.errors import FloeError
-from appliance.kafka.settings import MASK
+from appliance.core.secrets import scrub
 
 OK, FAIL, SKIP = "ok", "fail", "skip"
 GRACE = 2.0  # seconds a check may run past its own timeout (its own error says more) before it is called hung
@@ -91,15 +90,10 @@ def run(name: str, todo: str, fn: Callable[[], Any], timeout: float) -> tuple[Ch
     return running.result(), running.value
 
 
-_USERINFO = re.compile(r"(//[^/@:\s]+):[^@/\s]+@")
-
-
 def mask(text: str, secrets: set[str]) -> str:
-    """`text` with each secret value, and the password of any `scheme://user:password@` URL, replaced."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= 4:  # a shorter value would mask pieces of ordinary words
-            text = text.replace(secret, MASK)
-    return _USERINFO.sub(rf"\1:{MASK}@", text)
+    """`text` with each secret value, every value a reference resolved to, and the password of any
+    `scheme://user:password@` URL masked, in any form or piece (see `secrets.scrub`)."""
+    return scrub(text, secrets)
 
 
 def masked(check: Check, secrets: set[str]) -> Check:
