@@ -8,9 +8,11 @@ process's pid) or in a `floe run` process, and the commands as a user runs them.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import orjson
@@ -38,6 +40,30 @@ from conftest import FLOE, ROOT, floe, wait_for
 STRICT = ('[[columns]]\nname = "id"\ntype = "long"\nsource = "id"\n'
           '[[columns]]\nname = "code"\ntype = "long"\nsource = "code"\n')
 AS = {"FLOE_VIA": "cron"}  # the asker's own name in the audit trail: the engine records it for the asker
+
+
+# Runs a command as `floe` does, in a process of its own, then says which modules it loaded.
+PROBE = """
+import json, sys
+sys.argv = ["floe", *sys.argv[1:]]
+from appliance.cli import main
+try:
+    main()
+finally:
+    sys.stderr.write("MODULES " + json.dumps(sorted(sys.modules)) + "\\n")
+"""
+# What a command the engine serves has no use for: it only asks and prints.
+HEAVY = ("pyspark", "py4j", "duckdb", "appliance.maintenance.maintainer", "appliance.deadletters.replay")
+
+
+def floe_served(*args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`floe ARGS` in a process of its own, and the heavy modules it loaded."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **(env or {})}, timeout=300)
+    *said, modules = done.stderr.splitlines()
+    done.stderr = "".join(line + "\n" for line in said)
+    loaded = json.loads(modules.removeprefix("MODULES "))
+    return done, sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY))
 
 
 def count(table: str) -> int:
@@ -79,8 +105,8 @@ def test_floe_commands_are_done_by_the_running_engine_as_they_are_done_in_their_
         wait_for(lambda: count("ingest.c") + count("ingest.c_dlq") == 30 * (i + 1), 90, what=f"round {i}")
     assert EngineAsk.MAINTAIN in engine_status(settings).answers
 
-    maintained = floe("maintain", "ingest.c", "--compact", env=AS)
-    assert maintained.returncode == 0, maintained.stderr
+    maintained, heavy = floe_served("maintain", "ingest.c", "--compact", env=AS)
+    assert maintained.returncode == 0 and heavy == [], (maintained.stderr, heavy)
     asked = last_request(settings, EngineAsk.MAINTAIN)
     assert asked.taken_by == os.getpid() and asked.answered and not asked.error
     with StateStore(settings.state_db) as state:
@@ -92,8 +118,8 @@ def test_floe_commands_are_done_by_the_running_engine_as_they_are_done_in_their_
     [entry] = audited(settings, "maintenance run")
     assert (entry.via, entry.target, entry.outcome) == ("cron", "ingest.c", "ok")
 
-    dry = floe("dlq", "replay", "c", "--dry-run")
-    assert dry.returncode == 0, dry.stderr
+    dry, heavy = floe_served("dlq", "replay", "c", "--dry-run")
+    assert dry.returncode == 0 and heavy == [], (dry.stderr, heavy)
     assert last_request(settings, EngineAsk.REPLAY).taken_by == os.getpid()
     assert dry.stdout.splitlines() == preview_replay(settings, "c", spark=spark).lines()
     assert "30 dead letters selected; would move 0 to the target, 30 would stay" in dry.stdout

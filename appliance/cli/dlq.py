@@ -57,9 +57,10 @@ def dlq_replay(stream: str, where: str | None, dry_run: bool, fmt: str) -> None:
 def dlq_purge(stream: str, where: str, yes: bool) -> None:
     """Delete the dead letters nobody wants (recorded in the audit trail)."""
     from appliance.control.dead_letters import purge_now
-    from appliance.deadletters.selection import check_where
 
     if not yes:
+        from appliance.deadletters.selection import check_where  # DuckDB's import: not when the engine purges
+
         check_where(where)
         raise click.UsageError("purge deletes dead letters for good: add --yes")
     deleted, waiting = purge_now(settings(), stream, where)
