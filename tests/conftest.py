@@ -132,14 +132,16 @@ def spark(floe_spark):
 
 @pytest.fixture
 def running_engine(spark):
-    """Start an engine in this process on the shared SparkSession; stopped at the end."""
+    """Start an engine in this process on the shared SparkSession, answering requests as `floe run` does;
+    stopped at the end."""
     from appliance.config.settings import load_settings
+    from appliance.control.answers import Answers
     from appliance.ingest.engine import Engine
 
     engines = []
 
     def start(**kwargs):
-        engine = Engine(load_settings(), spark=spark, **kwargs)
+        engine = Engine(load_settings(), spark=spark, **{"answers": Answers, **kwargs})
         thread = threading.Thread(target=engine.run, daemon=True)
         thread.start()
         engines.append((engine, thread))

@@ -222,6 +222,12 @@ class MaintenanceBusy(FloeError):
     retryable = True
 
 
+class RequestAbandoned(FloeError):
+    """The engine stopped before it finished what a command asked of it: the command does it itself."""
+
+    retryable = True
+
+
 # ---- stages ------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from appliance.model.changes import ChangeKind, Evolution, SchemaChange
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
-from appliance.tables.evolution import SOURCES_KEY, ensure_bindings, evolve, mapping_of
+from appliance.tables.evolution import SOURCES_KEY, ensure_bindings, evolve, evolved, mapping_of
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,12 @@ class StreamSchema:
             self.state.add_event(EventKind.SCHEMA_EVOLVED, f"table {self.stream.table}: " + "; ".join(done),
                                  self.stream.name)
         return table
+
+    def staged(self, table: Table, evolution: Evolution) -> tuple[Table, Mapping]:
+        """The table as `evolve` would make it, committed nowhere, and its mapping (a dry run's: nothing
+        changes, not even the mapping the state database shows)."""
+        table = evolved(table, evolution, self.stream.mapping)[0]
+        return table, mapping_of(table, self.stream.mapping)
 
     def report(self, changes: set[SchemaChange], schemas: dict[str, int]) -> None:
         """Each schema change once per stream (not once per message), and the writer schemas met."""

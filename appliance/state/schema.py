@@ -49,7 +49,9 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     "events": ({"id": int, "at": str, "stream": str, "level": str, "kind": str, "message": str, "table_name": str},
                "id", [["stream", "id"]]),
     "engine": (
-        {"id": int, "pid": int, "started_at": str, "heartbeat_at": str, "spark_master": str, "state": str},
+        # `answers`: the requests it takes (comma-separated asks); none while starting, nor in a one-off run.
+        {"id": int, "pid": int, "started_at": str, "heartbeat_at": str, "spark_master": str, "state": str,
+         "answers": str},
         "id", [],
     ),
     "policies": ({"scope": str, "name": str, "settings": str, "updated_at": str}, ("scope", "name"), []),
@@ -115,13 +117,16 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     "maintenance_requests": (
         {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],
     ),
-    # A stage query's preview or check asked of the running engine by the UI: taken by the engine
-    # (its pid), answered with the result (Arrow IPC) or the columns and table schema, or one line
-    # of error; withdrawn by an asker that stopped waiting. Kept a day, for the record.
-    "stage_requests": (
-        {"id": int, "ask": str, "source": str, "sql": str, "rows": int, "requested_at": str,
-         "withdrawn_at": str, "taken_at": str, "taken_by": int, "answered_at": str, "query_kind": str,
-         "columns": str, "table_schema": str, "result": bytes, "error": str},
+    # Work a command or the UI asks of the running engine (`control/requests.py`): what (`ask`, its `args`
+    # as JSON) and for whom (`who`: user, host, via, for the audit trail); taken by one engine (its pid);
+    # answered with `answer` (JSON: long work writes its progress there before it is answered), `result`
+    # (a preview's rows, Arrow IPC), or one line of error and the error's kind; withdrawn by an asker that
+    # stopped waiting before any engine took it; abandoned by an engine that stopped before it was done
+    # (the asker then does it itself). Kept a day, for the record.
+    "engine_requests": (
+        {"id": int, "ask": str, "args": str, "who": str, "requested_at": str, "withdrawn_at": str,
+         "taken_at": str, "taken_by": int, "answered_at": str, "abandoned_at": str, "answer": str,
+         "result": bytes, "error": str, "error_kind": str},
         "id", [["taken_at", "withdrawn_at"]],
     ),
 }

@@ -14,7 +14,7 @@ import sqlite3
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from appliance.core.clock import now
 from appliance.core.errors import StreamExists, StreamNotFound
@@ -38,12 +38,13 @@ from appliance.state.records import (
     RunRecord,
     StreamStatus,
 )
+from appliance.state.requests import EngineRequests
 from appliance.state.schema import migrate, use_wal
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
 
 
-class StateStore(StageRecords, AlertRecords, HistoryRecords):
+class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and
@@ -219,10 +220,12 @@ class StateStore(StageRecords, AlertRecords, HistoryRecords):
         """Every stream that has events, deleted ones included."""
         return {r[0] for r in self.db.execute("select distinct stream from events where stream is not null")}
 
-    def engine_heartbeat(self, pid: int, spark_master: str, state: EngineState, started_at: str) -> None:
+    def engine_heartbeat(self, pid: int, spark_master: str, state: EngineState, started_at: str,
+                         answers: Iterable[str] = ()) -> None:
+        """`answers`: the requests the engine takes now (`engine_requests`)."""
         self.db["engine"].upsert(
             {"id": 1, "pid": pid, "started_at": started_at, "heartbeat_at": now(), "spark_master": spark_master,
-             "state": state},
+             "state": state, "answers": ",".join(sorted(str(a) for a in answers))},
             pk="id",
         )
 

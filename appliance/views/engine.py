@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from appliance.config.settings import Settings
 from appliance.core.clock import age, utcnow
-from appliance.core.vocabulary import EngineState
+from appliance.core.vocabulary import EngineAsk, EngineState
 from appliance.state.store import StateStore
 
 HEARTBEAT_STALE = 5.0  # seconds without a heartbeat before the engine counts as stopped
@@ -20,6 +20,7 @@ class EngineStatus:
     spark_master: str | None = None
     heartbeat_age: float | None = None
     started_at: str | None = None
+    answers: frozenset[EngineAsk] = frozenset()  # the requests it takes (none in a one-off run)
 
 
 def engine_status(settings: Settings, state: StateStore | None = None) -> EngineStatus:
@@ -35,7 +36,8 @@ def engine_status(settings: Settings, state: StateStore | None = None) -> Engine
     heartbeat = age(record.heartbeat_at, utcnow())
     alive = record.state in (EngineState.RUNNING, EngineState.STARTING) and heartbeat is not None \
         and heartbeat < HEARTBEAT_STALE
-    return EngineStatus(alive, record.pid, record.spark_master, heartbeat, record.started_at)
+    return EngineStatus(alive, record.pid, record.spark_master, heartbeat, record.started_at,
+                        record.answers if alive else frozenset())
 
 
 @dataclass(frozen=True)

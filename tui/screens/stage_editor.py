@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Select, Static, TextArea
 
-from appliance.control.stage_requests import warm_engine
+from appliance.control.requests import warm_engine
 from appliance.control.stages import Outcome, preview_for_ui, save_for_ui
 from appliance.query.formatting import cell_text
 from appliance.views.stages import StageInfo
