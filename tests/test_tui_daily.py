@@ -162,3 +162,63 @@ async def test_the_footer_offers_start_engine_only_without_one_and_the_header_sa
         from appliance.control.processes import stop
 
         stop(launch.process)
+
+
+def offered(app) -> list[str]:
+    """Every command the open palette lists."""
+    found = app.screen.query("CommandList")
+    if not found:
+        return []
+    listed = found.first()
+    return [str(getattr(o.prompt, "plain", o.prompt)).strip().splitlines()[0] for o in
+            (listed.get_option_at_index(i) for i in range(listed.option_count))]  # a name, then its help
+
+
+async def test_the_palette_offers_start_the_engine_only_while_none_runs(floe_home):
+    import os
+
+    from appliance.core.clock import now
+    from appliance.core.vocabulary import EngineState
+    from appliance.state.store import StateStore
+
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 40)) as pilot:
+        label = app.query_one("#engine-status")
+        await until(pilot, lambda: "engine stopped" in str(label.render()), 10, "stopped")
+        await pilot.press("ctrl+p", *"engine")
+        await until(pilot, lambda: "Start the engine" in offered(app), 10, "Start the engine offered")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen.__class__.__name__ != "CommandPalette", 5, "the palette closed")
+        with StateStore(load_settings().state_db) as state:  # what a running engine writes every second
+            state.engine_heartbeat(os.getpid(), "local[2]", EngineState.RUNNING, now())
+        await until(pilot, lambda: "engine running" in str(label.render()), 10, "running")
+        assert "start_engine" not in footer_keys(app)
+        await pilot.press("ctrl+p", *"engine")
+        await until(pilot, lambda: offered(app), 10, "the palette's answers")
+        await pilot.pause(0.3)  # every provider has answered the search
+        assert "Start the engine" not in offered(app)
+
+
+async def test_ctrl_s_asks_the_format_in_the_middle_with_the_likely_one_focused(floe_home):
+    a_table("ingest.pizza_orders")
+    app = FloeApp(load_settings(), "query", clock=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        editor = app.query_one("#query-editor", TextArea)
+        editor.load_text("select * from ingest.pizza_orders order by id")
+        editor.focus()
+        await pilot.press("f5")
+        await until(pilot, lambda: app.query_one("#query-results").row_count == 3, 30, "the result")
+        for typed, likely in (("", "csv"), ("orders.parquet", "parquet")):
+            if typed:
+                app.query_one("#export-path").value = typed
+            editor.focus()
+            await pilot.press("ctrl+s")
+            screen = await until(pilot, lambda: app.screen.__class__.__name__ == "ExportFormatScreen" and app.screen,
+                                 5, "the format asked")
+            box = await until(pilot, lambda: screen.query_one("#confirm-box").region, 5, "the box laid out")
+            # In the middle, clear of the header: not in the top-left corner.
+            assert abs((box.x + box.width / 2) - 60) <= 1 and abs((box.y + box.height / 2) - 20) <= 1, box
+            assert app.focused is not None and app.focused.id == likely
+            await pilot.press("enter")
+            await until(pilot, lambda: [t for t in toasts(app) if t.startswith(f"Exported 3 rows as {likely.upper()}")],
+                        20, f"the {likely} export")
