@@ -51,7 +51,9 @@ async def test_esc_closes_the_stage_editor_from_its_text_box_and_no_section_key_
         editor = await until(pilot, lambda: isinstance(app.screen, StageEditorScreen) and app.screen, 10, "editor")
         editor.query_one(TextArea).focus()
         await pilot.press("6")  # typed into the SQL box, not a section switch
-        await pilot.press("escape")  # from inside the text box: the editor closes
+        await pilot.press("escape")  # from inside the text box: the editor asks to discard what was typed
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen", 5, "asked to discard")
+        await pilot.press("y")
         await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 5, "the editor closed")
         assert app.query_one("#sections").active == "stages"
         await pilot.press("n")
@@ -62,7 +64,9 @@ async def test_esc_closes_the_stage_editor_from_its_text_box_and_no_section_key_
         app.screen.set_focus(None)
         await pilot.press("2")  # nothing has the focus: a section key, still not acting behind a screen
         assert app.query_one("#sections").active == "stages" and isinstance(app.screen, StageEditorScreen)
-        await pilot.press("escape")
+        await pilot.press("escape")  # asked to discard "62"
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen", 5, "asked again")
+        await pilot.press("y")
         await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 5, "closed again")
         await pilot.press("2")
         assert app.query_one("#sections").active == "tables"
@@ -176,6 +180,7 @@ def offered(app) -> list[str]:
 
 async def test_the_palette_offers_start_the_engine_only_while_none_runs(floe_home):
     import os
+    import threading
 
     from appliance.core.clock import now
     from appliance.core.vocabulary import EngineState
@@ -189,14 +194,26 @@ async def test_the_palette_offers_start_the_engine_only_while_none_runs(floe_hom
         await until(pilot, lambda: "Start the engine" in offered(app), 10, "Start the engine offered")
         await pilot.press("escape")
         await until(pilot, lambda: app.screen.__class__.__name__ != "CommandPalette", 5, "the palette closed")
-        with StateStore(load_settings().state_db) as state:  # what a running engine writes every second
-            state.engine_heartbeat(os.getpid(), "local[2]", EngineState.RUNNING, now())
-        await until(pilot, lambda: "engine running" in str(label.render()), 10, "running")
-        assert "start_engine" not in footer_keys(app)
-        await pilot.press("ctrl+p", *"engine")
-        await until(pilot, lambda: offered(app), 10, "the palette's answers")
-        await pilot.pause(0.3)  # every provider has answered the search
-        assert "Start the engine" not in offered(app)
+        stop = threading.Event()
+
+        def beat() -> None:  # what a running engine writes, often enough never to look stale
+            with StateStore(load_settings().state_db) as state:
+                while not stop.is_set():
+                    state.engine_heartbeat(os.getpid(), "local[2]", EngineState.RUNNING, now())
+                    stop.wait(0.5)
+
+        beating = threading.Thread(target=beat, daemon=True)
+        beating.start()
+        try:
+            await until(pilot, lambda: "engine running" in str(label.render()), 10, "running")
+            assert "start_engine" not in footer_keys(app)
+            await pilot.press("ctrl+p", *"engine")
+            await until(pilot, lambda: offered(app), 10, "the palette's answers")
+            await pilot.pause(0.3)  # every provider has answered the search
+            assert app.engine_alive and "Start the engine" not in offered(app)
+        finally:
+            stop.set()
+            beating.join()
 
 
 async def test_ctrl_s_asks_the_format_in_the_middle_with_the_likely_one_focused(floe_home):
