@@ -233,3 +233,30 @@ async def test_the_list_says_rows_out_are_over_all_runs_and_what_the_table_holds
         assert labels["rows_out"] == "Rows out, all runs" and labels["rows_in"] == "Rows in, all runs"
         assert labels["table_rows"] == "Table rows"
         assert cell(table, "per_status", "rows_out") == "3.3k" and cell(table, "per_status", "table_rows") == "10"
+
+
+async def test_a_stage_saved_through_the_running_engine_is_listed_the_moment_the_editor_closes(running_engine):
+    """The engine checks the query and the editor closes at once: the list behind it must not wait for its
+    next read (seconds on a loaded machine) to show the stage."""
+    settings = load_settings()
+    source_table(settings)
+    running_engine()
+    listed_on_return: list[list[str]] = []
+
+    def returned(message) -> None:
+        if isinstance(message, ScreenResume) and app.screen is app.screen_stack[0]:
+            listed_on_return.append([k.value for k in app.query_one("#stages-table").rows])
+
+    app = FloeApp(settings, "stages", clock=False)
+    async with app.run_test(size=(180, 40), message_hook=returned) as pilot:
+        await until(pilot, lambda: app.engine_alive, 120, "the engine alive")
+        screen = await open_editor(app, pilot)
+        screen.query_one("#stage-name", Input).value = "ids"
+        screen.query_one("#stage-source", Select).value = "ingest.orders"
+        screen.query_one("#stage-table", Input).value = "prep.ids"
+        screen.query_one("#stage-sql", TextArea).text = "select order_id from source"
+        listed_on_return.clear()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 180, "saved and closed")
+        await until(pilot, lambda: listed_on_return, 5, "the list shown again")
+        assert listed_on_return[0] == ["ids"]
