@@ -216,6 +216,11 @@ def test_a_grouping_stage_given_a_new_query_is_recomputed_once_not_added_to(brok
     caught_up(spark)
     equal("prep.per_status", "select status, count(*) as n, max(amount) as top, cast(sum(amount) as varchar) "
           "as n2 from ingest.g group by status", "status, n, top, n2")
+    # Every run wrote the whole table: rows out add up over the runs, the table holds one row per status.
+    with StateStore(settings.state_db) as state:
+        status = state.stage_status("per_status")
+    held = rows("select count(*) n from prep.per_status")[0]["n"]
+    assert status.table_rows == held and status.rows_out_total > held
 
 
 def test_maintenance_of_the_source_alone_moves_a_stage_on_and_expiry_waits_for_a_first_run(broker, topic, spark):

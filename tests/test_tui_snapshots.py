@@ -18,7 +18,7 @@ from appliance.tables.catalog import Catalog
 from appliance.tables.iceberg_schemas import target_iceberg_schema
 from tui.app import FloeApp
 
-from tui_helpers import engine_checked
+from tui_helpers import engine_checked, until
 
 HOME = Path("/tmp/floe-snapshot-home")
 MAPPING = Mapping((Column("order_id", "long", ("order_id",)), Column("status", "string", ("status",)),
@@ -73,7 +73,15 @@ def test_events_screen(snap_compare, fixed_home):
 
 
 def test_wizard_first_step(snap_compare, fixed_home):
-    assert snap_compare(app(fixed_home), press=["n"], run_before=engine_checked, terminal_size=(160, 45))
+    async def open_prefilled(pilot):
+        await engine_checked(pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: pilot.app.screen.query_one("#bootstrap").value == "broker:9092", 10,
+                    "the known cluster prefilled")
+        pilot.app.screen.query_one("#bootstrap").cursor_blink = False  # the same picture whenever it is taken
+        await pilot.pause()
+
+    assert snap_compare(app(fixed_home), run_before=open_prefilled, terminal_size=(160, 45))
 
 
 def test_query_screen(snap_compare, fixed_home):

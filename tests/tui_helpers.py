@@ -51,3 +51,11 @@ async def open_wizard(app, pilot):
     screen = await until(pilot, lambda: isinstance(app.screen, NewStreamScreen) and app.screen, 10, "the wizard")
     await until(pilot, lambda: screen.query_one("#bootstrap").has_focus, 5, "focus on bootstrap")
     return screen
+
+
+def screen_text(app) -> str:
+    """What the terminal shows, as plain text (from the screenshot Textual would save)."""
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", app.export_screenshot())).replace("\xa0", " ")

@@ -72,8 +72,10 @@ def commands(app: App) -> list[tuple[str, str, Callable[[], object]]]:
         ("Run maintenance on the selected table", "Compact it now (the Tables section's maintenance tab)",
          partial(_maintain_table, app)),
         ("Open the selected table in Query", "select * from it, ready to run", partial(_table_in_query, app)),
-        ("Start the engine", "`floe run` in the background (Ctrl+E)", app.action_start_engine),
     ]
+    # Offered when the footer offers Ctrl+E: the app's one rule (FloeApp.check_action), while no engine runs.
+    if app.check_action("start_engine", ()):
+        out.append(("Start the engine", "`floe run` in the background (Ctrl+E)", app.action_start_engine))
     return out
 
 

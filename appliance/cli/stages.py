@@ -98,8 +98,9 @@ def stage_show(name: str, fmt: str) -> None:
     for key, value in (("name", v.name), ("kind", v.kind), ("state", v.phase), ("lineage", " -> ".join(v.lineage)),
                        ("source", v.source), ("table", v.table), ("position", info.position),
                        ("lag", f"{v.lag_snapshots} snapshots, {v.lag_rows} rows" if v.lag_rows is not None else None),
-                       ("rows in", v.rows_in_total), ("rows out", v.rows_out_total), ("runs", v.runs),
-                       ("last error", info.last_error), ("sql", info.sql)):
+                       ("rows in", f"{v.rows_in_total} (all runs)"), ("rows out", f"{v.rows_out_total} (all runs)"),
+                       ("table rows", v.table_rows), ("runs", v.runs), ("last error", info.last_error),
+                       ("sql", info.sql)):
         click.echo(f"{key:10} {value if value is not None else ''}")
     if info.runs:
         click.echo("recent runs:")

@@ -22,7 +22,7 @@ from appliance.stages.runner import JOB_GROUP, RunResult, StageRunner, describe
 from appliance.state.records import StageRunRecord
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
-from appliance.tables.snapshots import appended_since, stage_position
+from appliance.tables.snapshots import appended_since, stage_position, totals
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,8 @@ class StageScheduler(threading.Thread):
         return result is not None, None
 
     def _lag(self, state: StateStore, stage: StageDef) -> None:
-        source = self.catalog.table(stage.source)
-        position = stage_position(self.catalog.table(stage.table), stage.id)
+        source, target = self.catalog.table(stage.source), self.catalog.table(stage.table)
+        position = stage_position(target, stage.id)
         head = source.current_snapshot()
         if head is None or position == head.snapshot_id:
             snapshots, rows = 0, 0
@@ -153,7 +153,8 @@ class StageScheduler(threading.Thread):
         else:
             snapshots, rows = appended_since(source.metadata, position)
         phase = StagePhase.RUNNING if snapshots else StagePhase.UP_TO_DATE
-        self._status(state, stage.name, phase=phase, position=position, lag_snapshots=snapshots, lag_rows=rows)
+        self._status(state, stage.name, phase=phase, position=position, lag_snapshots=snapshots, lag_rows=rows,
+                     table_rows=totals(target).rows)
 
     def _status(self, state: StateStore, name: str, **fields) -> None:
         if self._shown.get(name) != fields:  # a look that changes nothing writes nothing

@@ -231,6 +231,7 @@ class StageStatus:
     lag_snapshots: int | None = None
     lag_rows: int | None = None
     updated_at: str | None = None
+    table_rows: int | None = None  # what its table holds, as the engine last looked
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> StageStatus:

@@ -85,7 +85,10 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     "stage_status": (
         {"name": str, "phase": str, "position": int, "last_run_at": str, "last_error": str, "last_error_at": str,
          "rows_in_total": int, "rows_out_total": int, "runs": int, "lag_snapshots": int, "lag_rows": int,
-         "updated_at": str},
+         "updated_at": str,
+         # The rows its table holds as the engine last looked (rows_out_total counts every run's: a
+         # grouping stage writes its whole table each run).
+         "table_rows": int},
         "name", [],
     ),
     "stage_runs": (

@@ -43,23 +43,25 @@ class StageView:
     lag_snapshots: int | None
     lag_rows: int | None
     last_run_at: str | None
-    rows_in_total: int
-    rows_out_total: int
+    rows_in_total: int  # over every run
+    rows_out_total: int  # over every run: a grouping stage writes its whole table each time
     runs: int
     last_error: str
+    table_rows: int | None = None  # what its table holds, as the engine last looked
 
     def summary(self) -> dict[str, Any]:
         """The row `floe stage list` shows."""
         return {"name": self.name, "kind": self.kind, "state": str(self.phase), "lineage": " -> ".join(self.lineage),
                 "lag_rows": self.lag_rows, "last_run": (self.last_run_at or "")[:19], "rows_in": self.rows_in_total,
-                "rows_out": self.rows_out_total, "error": self.last_error}
+                "rows_out": self.rows_out_total, "table_rows": self.table_rows, "error": self.last_error}
 
 
 def _view(stage: StageDef, status: StageStatus, streams: list[StreamDef], stages: list[StageDef]) -> StageView:
     phase = StagePhase.PAUSED if stage.paused else status.phase
     return StageView(stage.name, stage.kind, phase, stage.source, stage.table, lineage(stage, streams, stages),
                      status.lag_snapshots, status.lag_rows, status.last_run_at, status.rows_in_total,
-                     status.rows_out_total, status.runs, status.last_error if phase == StagePhase.FAILED else "")
+                     status.rows_out_total, status.runs, status.last_error if phase == StagePhase.FAILED else "",
+                     status.table_rows)
 
 
 def stages_overview(settings: Settings) -> list[StageView]:

@@ -95,6 +95,14 @@ def streams_overview(settings: Settings) -> list[StreamView]:
         return [_stream_view(state, s, statuses.get(s.name) or StreamStatus(s.name), now) for s in state.streams()]
 
 
+def known_brokers(settings: Settings) -> list[str]:
+    """The bootstrap servers the streams read, the newest stream's first, each once: what a new stream
+    most likely reads too."""
+    with StateStore(settings.state_db) as state:
+        streams = sorted(state.streams(), key=lambda s: s.created_at or "", reverse=True)
+    return list(dict.fromkeys(s.kafka.bootstrap for s in streams))
+
+
 def history_series(batches: list[BatchRecord], now: dt.datetime, buckets: int = 60, width: float = 5.0,
                    lag_now: int | None = None) -> tuple[list[float], list[float]]:
     """Messages/s and lag in `buckets` windows of `width` seconds ending now, oldest first.
