@@ -17,6 +17,8 @@ from typing import Callable
 import pytest
 from confluent_kafka import Producer
 
+from appliance.core.polling import poll
+
 ROOT = Path(__file__).resolve().parent.parent
 FLOE = [sys.executable, "-m", "appliance.cli"]
 
@@ -28,18 +30,8 @@ def free_port() -> int:
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):
-    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-            if value:
-                return value
-        except Exception as exc:  # the thing polled may not exist yet
-            last_exc = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds (appliance/core/polling.py)."""
+    return poll(condition, timeout, interval, what, error=AssertionError)
 
 
 class FloeProcess:
