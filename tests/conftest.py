@@ -7,9 +7,7 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -19,8 +17,7 @@ from confluent_kafka import Producer
 
 from appliance.core.polling import poll
 
-ROOT = Path(__file__).resolve().parent.parent
-FLOE = [sys.executable, "-m", "appliance.cli"]
+from commands import FLOE, ROOT, floe, floe_process  # noqa: F401  (the tests import them from here)
 
 
 def free_port() -> int:
@@ -172,14 +169,6 @@ def finished(process: subprocess.Popen, timeout: float) -> tuple[int, str]:
         return code, process.stderr.read()
     finally:
         process.stderr.close()
-
-
-def floe(*args: str, env: dict | None = None, timeout: float = 300, input: str | None = None) -> subprocess.CompletedProcess:
-    """Run the `floe` command as a user would, in its own process."""
-    return subprocess.run(
-        FLOE + list(args), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-        env={**os.environ, **(env or {})}, input=input,
-    )
 
 
 def pizza_values(n: int, start: int = 0) -> list[bytes]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 
 import click
 
@@ -41,17 +42,16 @@ def maintain(tables: tuple[str, ...], compact: bool, expire: bool, orphans: bool
     from appliance.control.audit import change
     from appliance.core.errors import FloeError
     from appliance.maintenance.maintainer import Maintainer, format_run
-    from appliance.spark.session import spark_session
+    from appliance.spark.session import command_session
 
     loaded = settings()
     chosen = {MaintenanceTask.COMPACT: compact, MaintenanceTask.EXPIRE: expire, MaintenanceTask.ORPHANS: orphans,
               MaintenanceTask.RETENTION: retention}
     tasks = [t for t in TASK_ORDER if chosen[t]] or list(TASK_ORDER)
-    sessions: list = []
+    sessions = ExitStack()  # Spark only if a task needs it (a compaction), stopped at the end
 
     def start_spark():
-        sessions.append(spark_session(loaded, "floe-maintain"))
-        return sessions[0]
+        return sessions.enter_context(command_session(loaded, "floe-maintain"))
 
     maintainer = Maintainer(loaded, spark=start_spark)
     names = [maintainer.catalog.check_exists(t) for t in dict.fromkeys(tables)] or maintainer.catalog.list_tables()
@@ -69,8 +69,7 @@ def maintain(tables: tuple[str, ...], compact: bool, expire: bool, orphans: bool
             if failed:  # recorded as failed, then one line and exit 1
                 raise FloeError(f"{failed} maintenance task{'s' if failed > 1 else ''} failed")
     finally:
-        for session in sessions:
-            session.stop()
+        sessions.close()
 
 
 @cli.group()
