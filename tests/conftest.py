@@ -17,7 +17,9 @@ from confluent_kafka import Producer
 
 from appliance.core.polling import poll
 
-from commands import FLOE, ROOT, floe, floe_process  # noqa: F401  (the tests import them from here)
+pytest_plugins = ["budget"]  # the suite's time and its slowest tests, said at the end of every run
+
+from commands import FLOE, ROOT, command_logging, floe, floe_process  # noqa: F401  (the tests import them from here)
 
 
 def free_port() -> int:
@@ -138,6 +140,16 @@ def running_engine(spark):
     for engine, thread in engines:
         engine.stop()
         thread.join(60)
+
+
+def run_until_caught_up(spark) -> None:
+    """`floe run --until-caught-up` in this process, on the session's SparkSession: what the command does
+    between its start and its exit (a stream or stage that fails raises FloeError naming it)."""
+    from appliance.cli.base import settings
+    from appliance.ingest.engine import Engine
+
+    with command_logging():  # its log in FLOE_HOME's logs/floe.log, as the command's
+        Engine(settings(), spark=spark).run(until_caught_up=True)
 
 
 def run_until_killed(seconds: float, feed: Callable[[threading.Event], None]) -> None:
