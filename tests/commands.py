@@ -19,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -55,11 +56,8 @@ def floe(*args: str, env: dict | None = None, timeout: float = 300,
         raise ValueError(f"floe {' '.join(args)}: use floe_process, {why}")
     from appliance.cli import main
 
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    root.handlers = []  # pytest's own: `floe`'s logging.basicConfig then writes FLOE_HOME's log, as in a process
     code, fd_out, fd_err = 0, "", ""
-    try:
+    with command_logging():
         with ExitStack() as stack:
             out, err, _ = stack.enter_context(CliRunner().isolation(input=input, env=env))
             fds = stack.enter_context(_descriptors())
@@ -78,11 +76,22 @@ def floe(*args: str, env: dict | None = None, timeout: float = 300,
                 sys.stderr.flush()
             stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
         fd_out, fd_err = fds
+    return subprocess.CompletedProcess(["floe", *args], code, stdout + fd_out, stderr + fd_err)
+
+
+@contextmanager
+def command_logging() -> Iterator[None]:
+    """Meanwhile the root logger has none of pytest's handlers, so that a command's `logging.basicConfig`
+    (`appliance.cli.base.settings`) writes FLOE_HOME's logs/floe.log, as in a process of its own."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers = []
+    try:
+        yield
     finally:
         for handler in root.handlers:
             handler.close()
         root.handlers, root.level = handlers, level
-    return subprocess.CompletedProcess(["floe", *args], code, stdout + fd_out, stderr + fd_err)
 
 
 class _descriptors:
