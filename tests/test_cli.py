@@ -246,7 +246,8 @@ def test_show_tables_lists_every_table_as_a_query_names_it(broker, topic):
 
 def test_engine_that_cannot_start_says_why_in_one_line(floe_home):
     one_line_error(floe_process("run", "--spark-master", "yarn"), "--spark-master", "'yarn'")
-    one_line_error(floe_process("run", env={"FLOE_SPARK_MASTER": "local[two]"}), "FLOE_SPARK_MASTER", "'local[two]'")
+    one_line_error(floe_process("run", env={"FLOE_SPARK_MASTER": "local[two]"}), "FLOE_SPARK_MASTER",
+                   "'local[two]'")
     one_line_error(floe_process("run", env={"JAVA_HOME": "/nonexistent/jdk"}), "JAVA_HOME=/nonexistent/jdk has no bin/java")
 
 
