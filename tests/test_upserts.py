@@ -23,7 +23,7 @@ from appliance.config.settings import load_settings
 from appliance.tables.catalog import Catalog
 from appliance.tables.snapshots import totals
 
-from conftest import FLOE, ROOT, finished, floe, floe_process, run_until_caught_up, wait_for
+from conftest import FLOE, ROOT, finished, floe, floe_process, run_until_caught_up, run_until_killed, wait_for
 
 PARTITIONS = 4
 
@@ -166,23 +166,6 @@ class Trickle(Changes):
         self.flush()
 
 
-def engine_until_killed(seconds: float, trickle: Trickle, n: int) -> None:
-    stop = threading.Event()
-    feeding = threading.Thread(target=trickle.run, args=(n, stop))
-    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-    feeding.start()
-    try:
-        engine.wait(timeout=seconds)
-        pytest.fail("the engine exited by itself")
-    except subprocess.TimeoutExpired:
-        os.killpg(engine.pid, signal.SIGKILL)  # Spark's JVM and workers too, as a power cut would
-        engine.wait()
-    finally:
-        stop.set()
-        feeding.join()
-
-
 @pytest.mark.slow
 def test_upserts_land_exactly_once_through_kill_9(broker, topic, floe_home, spark):
     seed = int(os.environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
@@ -200,7 +183,7 @@ def test_upserts_land_exactly_once_through_kill_9(broker, topic, floe_home, spar
     crashed = floe_process("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "upsert_deletes_written"})
     assert crashed.returncode == -9, crashed.stderr
     for _ in range(4):
-        engine_until_killed(rng.uniform(5, 15), trickle, 1500)
+        run_until_killed(rng.uniform(5, 15), lambda stop: trickle.run(1500, stop))
         trickle.run(rng.randint(50, 300))  # arrives while the engine is down
     run_until_caught_up(spark)
     assert table_state("ingest.k") == expected(trickle) == pyiceberg_state("ingest.k")
