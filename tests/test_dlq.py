@@ -173,8 +173,8 @@ async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker
         app.push_screen(StreamDetailScreen("ui"))
         await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 10, "the stream's detail")
         await pilot.press("d")
-        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, 120, "the preview")
-        question = str(confirm.query_one("#confirm-question").render())
+        question = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                               and str(app.screen.query_one("#confirm-question").render()), 120, "the preview")
         assert "would move 10 to the target, 0 would stay" in question, question
         assert count("ingest.ui_dlq") == 10  # a preview changes nothing
         await pilot.press("y")
