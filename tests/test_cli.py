@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import floe, pizza_values
+from conftest import floe, floe_process, pizza_values
 
 
 def one_line_error(result, *fragments):
@@ -213,7 +213,7 @@ def test_duplicate_stream_name_is_one_line(broker, topic):
 
 def test_usage_errors_are_one_line():
     one_line_error(floe("stream", "create", "x"), "--bootstrap")
-    one_line_error(floe("nonsense"), "nonsense")
+    one_line_error(floe_process("nonsense"), "nonsense")  # the command's entry point, in a process
     one_line_error(floe("query", "selec 1"), "syntax error")
     one_line_error(floe("query", "select * from ingest.missing"), "missing")
 
@@ -245,9 +245,10 @@ def test_show_tables_lists_every_table_as_a_query_names_it(broker, topic):
 
 
 def test_engine_that_cannot_start_says_why_in_one_line(floe_home):
-    one_line_error(floe("run", "--spark-master", "yarn"), "--spark-master", "'yarn'")
-    one_line_error(floe("run", env={"FLOE_SPARK_MASTER": "local[two]"}), "FLOE_SPARK_MASTER", "'local[two]'")
-    one_line_error(floe("run", env={"JAVA_HOME": "/nonexistent/jdk"}), "JAVA_HOME=/nonexistent/jdk has no bin/java")
+    one_line_error(floe_process("run", "--spark-master", "yarn"), "--spark-master", "'yarn'")
+    one_line_error(floe_process("run", env={"FLOE_SPARK_MASTER": "local[two]"}), "FLOE_SPARK_MASTER",
+                   "'local[two]'")
+    one_line_error(floe_process("run", env={"JAVA_HOME": "/nonexistent/jdk"}), "JAVA_HOME=/nonexistent/jdk has no bin/java")
 
 
 def test_status_with_the_engine_down_says_what_streams_were(broker, topic, floe_home):

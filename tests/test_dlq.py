@@ -18,7 +18,7 @@ from appliance.query.connection import run_query
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 
-from conftest import floe, wait_for
+from conftest import floe, floe_process, run_until_caught_up, wait_for
 
 STRICT = ('[[columns]]\nname = "id"\ntype = "long"\nsource = "id"\n'
           '[[columns]]\nname = "code"\ntype = "long"\nsource = "code"\n')
@@ -104,10 +104,10 @@ def test_a_fixed_mapping_brings_the_dead_letters_home_while_the_stream_runs(brok
 def test_a_kill_in_the_middle_of_a_replay_leaves_every_offset_in_one_table_and_a_second_replay_finishes(
         broker, topic, spark):
     strict_stream(broker, topic, "kd", 90)
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     fix_mapping("kd")
     for point in ("replay_before_commit", "replay_between_commits"):
-        killed = floe("dlq", "replay", "kd", env={"FLOE_FAILPOINTS": point})
+        killed = floe_process("dlq", "replay", "kd", env={"FLOE_FAILPOINTS": point})
         assert killed.returncode == -9, (point, killed.stderr)
         assert (count("ingest.kd"), count("ingest.kd_dlq")) == (60, 30), point
         audited_clean("kd")
@@ -122,7 +122,7 @@ def test_a_kill_in_the_middle_of_a_replay_leaves_every_offset_in_one_table_and_a
 
 def test_list_and_purge_select_by_where_and_the_audit_accounts_for_the_purged(broker, topic, spark):
     strict_stream(broker, topic, "pg", 30)
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     listed = floe("dlq", "list", "pg", "--where", "_kafka_offset < 10", "--format", "json")
     assert listed.returncode == 0, listed.stderr
     found = [orjson.loads(line) for line in listed.stdout.splitlines()]
@@ -152,7 +152,7 @@ def test_an_upsert_replay_never_overwrites_a_newer_row_of_its_key(broker, topic,
                    "ingest.up", "--mapping", str(mapping), "--schema-evolution", "off", "--mode", "upsert",
                    "--key", "id")
     assert created.returncode == 0, created.stderr
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     assert count("ingest.up_dlq") == 3
     fix_mapping("up")
     report = replay_dead_letters(load_settings(), "up", spark=spark)
@@ -164,7 +164,7 @@ def test_an_upsert_replay_never_overwrites_a_newer_row_of_its_key(broker, topic,
     assert [r["o"] for r in rows("select _kafka_offset o from ingest.up_dlq")] == [0]
 
 
-async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker, topic):
+async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker, topic, spark):
     from tui.app import FloeApp
     from tui.screens.confirm import ConfirmScreen
     from tui.screens.stream_detail import StreamDetailScreen
@@ -172,15 +172,15 @@ async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker
     from tui_helpers import until
 
     strict_stream(broker, topic, "ui", 30)
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     fix_mapping("ui")
     app = FloeApp(load_settings())
     async with app.run_test(size=(160, 50)) as pilot:
         app.push_screen(StreamDetailScreen("ui"))
         await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 10, "the stream's detail")
         await pilot.press("d")
-        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, 120, "the preview")
-        question = str(confirm.query_one("#confirm-question").render())
+        question = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                               and str(app.screen.query_one("#confirm-question").render()), 120, "the preview")
         assert "would move 10 to the target, 0 would stay" in question, question
         assert count("ingest.ui_dlq") == 10  # a preview changes nothing
         await pilot.press("y")

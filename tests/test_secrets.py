@@ -24,7 +24,7 @@ from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.observe.notify import Message, deliver
 from appliance.standins.registry import EmbeddedRegistry
 
-from conftest import floe
+from conftest import floe, floe_process
 from proto_helpers import avro_serializer
 
 
@@ -204,7 +204,7 @@ def test_secrets_given_by_reference_reach_their_use_and_nothing_under_floe_home(
         tested = floe("alert", "test", "lagging")
         assert tested.returncode == 0, tested.stdout + tested.stderr
         assert got[-1]["X-Token"] == f"floe:{secrets['registry']}"
-        ran = floe("run", "--until-caught-up")
+        ran = floe_process("run", "--until-caught-up")  # its logs and the JVM's in FLOE_HOME, checked below
         assert ran.returncode == 0, ran.stderr
         rows = floe("query", "select count(*) as n from ingest.orders", "--format", "json")
         assert json.loads(rows.stdout) == {"n": 20}, rows.stderr
@@ -241,7 +241,7 @@ def test_an_unresolvable_reference_is_one_line_naming_it(broker, topic, monkeypa
                    "--kafka-option", "sasl.password=${env:FLOE_T_LATER}")
     assert created.returncode == 0, created.stderr
     monkeypatch.delenv("FLOE_T_LATER")
-    ran = floe("run", "--until-caught-up")
+    ran = floe_process("run", "--until-caught-up")  # its stderr, the JVM's included
     assert ran.returncode != 0 and "${env:FLOE_T_LATER}" in ran.stderr and value not in ran.stderr, ran.stderr
     shown = json.loads(floe("stream", "show", "s", "--format", "json").stdout)
     assert "${env:FLOE_T_LATER}" in json.dumps(shown) and value not in json.dumps(shown)

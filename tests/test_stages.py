@@ -21,7 +21,7 @@ from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import live_data_files
 
-from conftest import floe, run_until_killed, wait_for
+from conftest import floe, run_until_caught_up, run_until_killed, wait_for
 
 STATUSES = ["new", "paid", "sent", "cancelled"]
 
@@ -97,7 +97,7 @@ def reference_table(settings) -> None:
 
 
 @pytest.mark.slow
-def test_stages_equal_their_queries_through_kills_compaction_and_expiry(broker, topic, floe_home):
+def test_stages_equal_their_queries_through_kills_compaction_and_expiry(broker, topic, floe_home, spark):
     seed = int(os.environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
     print(f"seed {seed}")
     rng = random.Random(seed)
@@ -123,7 +123,7 @@ def test_stages_equal_their_queries_through_kills_compaction_and_expiry(broker, 
     publish(400)
     assert floe("stream", "create", "orders", "--bootstrap", broker.bootstrap, "--topic", topic,
                 "--table", "ingest.orders").returncode == 0
-    assert floe("run", "--until-caught-up").returncode == 0  # the dead-letter table exists, with rows
+    run_until_caught_up(spark)  # the dead-letter table exists, with rows
     reference_table(settings)
     for name, (source, sql, table, _, _) in STAGES.items():
         created = floe("stage", "create", name, "--from", source, "--sql", sql, "--table", table)
@@ -137,8 +137,7 @@ def test_stages_equal_their_queries_through_kills_compaction_and_expiry(broker, 
         maintained = floe("maintain", "ingest.orders", "--compact", "--expire")
         assert maintained.returncode == 0, maintained.stderr
 
-    final = floe("run", "--until-caught-up", timeout=600)
-    assert final.returncode == 0, final.stderr
+    run_until_caught_up(spark)
     operations = {s.summary.operation.value for s in Catalog(settings).table("ingest.orders").metadata.snapshots}
     assert "replace" in operations  # the compaction happened
     assert rows("select count(*) n from ingest.orders")[0]["n"] + rows(

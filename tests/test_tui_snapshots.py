@@ -4,6 +4,7 @@ State is written straight into a fixed FLOE_HOME so every run paints the same sc
 `pytest --snapshot-update` rewrites the baselines under tests/__snapshots__/ after a deliberate change.
 """
 
+import fcntl
 import shutil
 from pathlib import Path
 
@@ -27,6 +28,14 @@ MAPPING = Mapping((Column("order_id", "long", ("order_id",)), Column("status", "
 
 @pytest.fixture
 def fixed_home(monkeypatch):
+    # One home for every snapshot (its path is on the screen): one test at a time on the machine, under
+    # pytest-xdist too.
+    with open(f"{HOME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield _fill(monkeypatch)
+
+
+def _fill(monkeypatch):
     shutil.rmtree(HOME, ignore_errors=True)
     HOME.mkdir(parents=True)
     monkeypatch.setenv("FLOE_HOME", str(HOME))

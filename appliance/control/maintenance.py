@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -107,13 +108,12 @@ def maintain_here(settings: Settings, tables: list[str], tasks: list[Maintenance
     breaks off (RequestAbandoned), for its asker to run."""
     from appliance.maintenance.maintainer import Maintainer
 
-    own: list = []
+    sessions = ExitStack()  # Spark only if a task needs it (a compaction), stopped at the end
 
     def start_spark():
-        from appliance.spark.session import spark_session
+        from appliance.spark.session import command_session
 
-        own.append(spark_session(settings, "floe-maintain"))
-        return own[0]
+        return sessions.enter_context(command_session(settings, "floe-maintain"))
 
     maintainer = Maintainer(settings, spark=spark or start_spark, stopping=stopping)
     try:
@@ -134,5 +134,4 @@ def maintain_here(settings: Settings, tables: list[str], tasks: list[Maintenance
         return out
     finally:
         maintainer.state.close()
-        for session in own:
-            session.stop()
+        sessions.close()

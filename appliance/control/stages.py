@@ -38,13 +38,10 @@ def _spark(settings: Settings, spark) -> Iterator[object]:
     if spark is not None:
         yield spark
         return
-    from appliance.spark.session import spark_session
+    from appliance.spark.session import command_session
 
-    own = spark_session(settings, app_name="floe-stage")
-    try:
+    with command_session(settings, app_name="floe-stage") as own:
         yield own
-    finally:
-        own.stop()
 
 
 def _checked(settings: Settings, catalog: Catalog, query, source: str, spark, checked: Checked | None) -> Checked:

@@ -76,9 +76,9 @@ def _replay(settings: Settings, state: StateStore, catalog: Catalog, stream: Str
     if not len(chosen):
         return report
     if spark is None:
-        from appliance.spark.session import spark_session
+        from appliance.spark.session import running_session, spark_session
 
-        spark = spark_session(settings)
+        spark = running_session() or spark_session(settings)
     target, results = _decode(settings, spark, schema, stream, target, dead_letter, chosen, dry_run)
     reasons: Counter = Counter()
     for r in results:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
 from typing import Callable
 
 from appliance.config.settings import Settings
@@ -12,7 +11,8 @@ from appliance.control.answers import Answers
 from appliance.control.processes import start_engine, stop
 from appliance.control.streams import create_stream
 from appliance.core.clock import age, utcnow
-from appliance.core.errors import EngineBusy, FloeError, StreamNotFound
+from appliance.core.errors import EngineBusy, StreamNotFound
+from appliance.core.polling import poll
 from appliance.core.vocabulary import StreamPhase
 from appliance.demo.pizza import publish
 from appliance.demo.resume import move_to, positions, restore_topic
@@ -44,14 +44,13 @@ def status_line(settings: Settings) -> str:
 
 def _wait_for_sample(broker: EmbeddedBroker, stop_event: threading.Event) -> None:
     with KafkaClient(KafkaSettings.create(broker.bootstrap)) as client:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not stop_event.is_set():
-            try:
-                if sum(w.high for w in client.watermarks(DEMO_STREAM).values()) >= SAMPLE_BEFORE_CREATE:
-                    return
-            except FloeError:  # the topic appears with the first message
-                pass
-            stop_event.wait(0.2)
+        def enough() -> bool:  # raises until the topic appears, with the first message
+            return sum(w.high for w in client.watermarks(DEMO_STREAM).values()) >= SAMPLE_BEFORE_CREATE
+
+        try:
+            poll(enough, 30, 0.2, "the demo's first messages", sleep=stop_event.wait)
+        except TimeoutError:  # a stream made from fewer messages still works
+            pass
 
 
 def run_demo(settings: Settings, rate: float, stop_event: threading.Event, out: Callable[[str], None],

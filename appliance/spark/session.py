@@ -110,6 +110,35 @@ def _session(settings: Settings, app_name: str, extra_java_options: str | None):
     return session
 
 
+def running_session():
+    """The SparkSession this process already runs (a notebook's, the pytest plugin's), or None. Importing
+    nothing: a process without PySpark loaded has none."""
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql import SparkSession
+
+    try:
+        return SparkSession.active()
+    except PySparkRuntimeError:
+        return None
+
+
+@contextmanager
+def command_session(settings: Settings, app_name: str = "floe") -> Iterator:
+    """A SparkSession for one command, stopped when it is done; in a process that already runs one, that
+    one, left running for its owner (a command run in-process must not stop a notebook's session)."""
+    running = running_session()
+    if running is not None:
+        yield running
+        return
+    own = spark_session(settings, app_name)
+    try:
+        yield own
+    finally:
+        own.stop()
+
+
 def _local_cores(master: str) -> int | None:
     """The cores of a `local[N]` or `local[*]` master; None for a cluster."""
     if master == "local":
