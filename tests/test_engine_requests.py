@@ -29,6 +29,7 @@ from appliance.ingest.engine import Engine
 from appliance.maintenance.runs import format_run
 from appliance.model.mapping import Mapping
 from appliance.query.connection import run_query
+from appliance.spark.session import console_log
 from appliance.state.records import EngineRequestRecord
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
@@ -197,7 +198,8 @@ def test_an_engine_stopped_with_a_request_in_flight_leaves_it_to_the_asker_and_n
         wait_for(lambda: EngineAsk.MAINTAIN in engine_status(settings).answers, 120, what="the engine answering")
         asker = subprocess.Popen(FLOE + ["maintain", "ingest.k", "--compact"], cwd=ROOT, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        wait_for(lambda: "failpoint rewrite_group: stalling" in log.read_text(), 120, what="the engine's rewrite")
+        console = console_log(settings)  # a Spark task's stderr goes to the engine's console log
+        wait_for(lambda: "failpoint rewrite_group: stalling" in console.read_text(), 120, what="the engine's rewrite")
         engine.send_signal(signal.SIGTERM)
         assert engine.wait(120) == 0, log.read_text()[-3000:]
         out, errors = asker.communicate(timeout=300)
