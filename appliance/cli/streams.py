@@ -59,7 +59,7 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
         starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
         kafka_options=parse_kafka_options(kafka_options), schema_registry=schema_registry,
         registry_options=parse_registry_options(registry_options), subject=subject,
-        schema_evolution=schema_evolution, mode=mode, key=[k.strip() for k in key.split(",")] if key else (),
+        schema_evolution=schema_evolution, mode=mode, key=key,
         cdc=cdc or "", cdc_columns=cdc_columns, partition_by=partition_by,
     )
     s = created.stream
