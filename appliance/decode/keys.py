@@ -10,6 +10,7 @@ them (a tuple when there are several key columns), which is also how the index r
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,34 @@ class Keyed:
     def key_columns(self, mapping: Mapping) -> list[Column]:
         by_name = {c.name: c for c in mapping.columns}
         return [by_name[name] for name in self.columns if name in by_name]
+
+
+# Kafka Connect's JsonConverter with schemas.enable=true wraps every value as {"schema": ..., "payload": ...};
+# a tombstone comes out as {"schema": null, "payload": null} (as Debezium's tutorial prints it).
+_NULL_PAYLOAD_END = re.compile(rb'"payload"\s*:\s*null\s*}\s*$')
+_NULL_PAYLOAD_MAX = 64 * 1024  # a schema wrapped around a null is a few KB at most
+
+
+def tombstones(values: list[bytes | None], fmt: MessageFormat | None) -> list[int]:
+    """Positions of the tombstones among `values`: a null value, or, in a JSON stream (Debezium's
+    too), a null wrapped by Kafka Connect's JsonConverter. One rule for ingestion, replay and audit."""
+    inner = getattr(fmt, "inner", None) if fmt is not None and fmt.name == "debezium" else fmt
+    json = inner is None or inner.name == "json"
+    return [i for i, v in enumerate(values) if is_tombstone(v, json)]
+
+
+def is_tombstone(value: bytes | None, json: bool = True) -> bool:
+    """A null value, or (`json`) JsonConverter's envelope of a null: checked on its last bytes first,
+    so that an ordinary row costs no parse."""
+    if value is None:
+        return True
+    if not json or len(value) > _NULL_PAYLOAD_MAX or not _NULL_PAYLOAD_END.search(value[-64:]):
+        return False
+    try:
+        event = orjson.loads(value[5:] if value[:1] == b"\0" and len(value) >= 5 else value)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(event, dict) and event.keys() == {"schema", "payload"} and event["payload"] is None
 
 
 def missing_key(table: pa.Table, columns: tuple[str, ...]) -> list[tuple[int, str]]:
