@@ -19,7 +19,9 @@ def _age(seconds: float | None) -> str:
 
 
 def _state(line) -> str:
-    return f"{line.state} (was {line.was})" if line.was else line.state
+    from appliance.views.engine import Shown
+
+    return Shown(line.state, line.was).text
 
 
 @cli.command()

@@ -79,7 +79,10 @@ def stage_list(fmt: str) -> None:
     import pyarrow as pa
 
     from appliance.query.formatting import format_table
+    from appliance.views.engine import Shown
 
+    for row in rows:
+        row["state"] = Shown(row["state"], row.pop("was")).text
     click.echo(format_table(pa.Table.from_pylist(rows)))
 
 
@@ -95,7 +98,7 @@ def stage_show(name: str, fmt: str) -> None:
         click.echo(json.dumps(info.as_dict(), indent=2, default=str))
         return
     v = info.view
-    for key, value in (("name", v.name), ("kind", v.kind), ("state", v.phase), ("lineage", " -> ".join(v.lineage)),
+    for key, value in (("name", v.name), ("kind", v.kind), ("state", v.shown.text), ("lineage", " -> ".join(v.lineage)),
                        ("source", v.source), ("table", v.table), ("position", info.position),
                        ("lag", f"{v.lag_snapshots} snapshots, {v.lag_rows} rows" if v.lag_rows is not None else None),
                        ("rows in", v.rows_in_total), ("rows out", v.rows_out_total), ("runs", v.runs),

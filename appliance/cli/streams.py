@@ -75,6 +75,7 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def stream_list(fmt: str) -> None:
     """List streams with their state and totals."""
+    from appliance.views.engine import Shown
     from appliance.views.streams import streams_overview
 
     rows = [view.summary() for view in streams_overview(settings())]
@@ -86,6 +87,9 @@ def stream_list(fmt: str) -> None:
         return
     from appliance.query.formatting import format_rows
 
+    for row in rows:
+        row["state"] = Shown(row["state"], row.pop("was")).text
+
     click.echo(format_rows(list(rows[0]), rows))
 
 
@@ -94,12 +98,14 @@ def stream_list(fmt: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def stream_show(name: str, fmt: str) -> None:
     """Show a stream's definition, committed offsets, status and mapping."""
+    from appliance.views.engine import Shown
     from appliance.views.streams import stream_info
 
     info = stream_info(settings(), name).as_dict()
     if fmt == "json":
         click.echo(json.dumps(info, indent=2, default=str))
         return
+    info["state"] = Shown(info["state"], info.pop("was")).text
     mapping = info.pop("mapping")
     batches = info.pop("recent_batches")
     seen = info.pop("schemas_seen")
