@@ -132,7 +132,7 @@ def _rowval(v):
     return v
 
 
-def build_spark(extra_conf, catalog_conf):
+def build_spark(extra_conf, catalog_conf, jars=None):
     # Deterministic time zone for both the JVM and Python's datetime conversion.
     os.environ["TZ"] = "UTC"
     time.tzset()
@@ -156,7 +156,7 @@ def build_spark(extra_conf, catalog_conf):
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.master("local[1]").appName("javaiceberg-read")
-         .config("spark.jars", ",".join(_jars(with_s3=catalog_conf is not None)))
+         .config("spark.jars", ",".join(jars if jars is not None else _jars(with_s3=catalog_conf is not None)))
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.driver.extraJavaOptions", java_opts)
