@@ -7,6 +7,7 @@ import json
 import click
 
 from appliance.cli.base import cli, err, settings
+from appliance.core import hints
 
 
 @cli.group()
@@ -74,7 +75,7 @@ def stage_list(fmt: str) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        err("no stages yet: create one with `floe stage create`")
+        err(f"no stages yet: `{hints.CREATE_STAGE_HELP}` says how to create one")
         return
     import pyarrow as pa
 

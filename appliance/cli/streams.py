@@ -7,6 +7,7 @@ import json
 import click
 
 from appliance.cli.base import cli, err, settings
+from appliance.core import hints
 
 
 @cli.group()
@@ -83,7 +84,7 @@ def stream_list(fmt: str) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        err("no streams yet: create one with `floe stream create`")
+        err(f"no streams yet: `{hints.CREATE_STREAM_HELP}` says how to create one")
         return
     from appliance.query.formatting import format_rows
 

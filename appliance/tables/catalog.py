@@ -22,6 +22,7 @@ from pyiceberg.table import Table
 
 from appliance.config.catalog import SECRET_PROPERTY, URI_PASSWORD
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.errors import CatalogAccessDenied, CatalogUnavailable, FloeError, TableConflict, TableNotFound
 from appliance.core.secrets import has_reference, resolve
 from appliance.model.names import check_table_name
@@ -128,7 +129,7 @@ class Catalog:
         """`name`, if the catalog has that table; a one-line TableNotFound otherwise."""
         check_table_name(name)
         if not self.exists(name):
-            raise TableNotFound(f"no table named {name} in the catalog (see `floe query \"show tables\"`)")
+            raise TableNotFound(f"no table named {name} in the catalog (see `{hints.LIST_TABLES}`)")
         return name
 
     def namespaces(self) -> list[str]:

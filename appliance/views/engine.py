@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.clock import age, utcnow
 from appliance.core.vocabulary import EngineState, StagePhase, StreamPhase
 from appliance.state.store import StateStore
@@ -66,7 +67,7 @@ def engine_health(settings: Settings, state: StateStore) -> EngineHealth:
     than `[alerting] heartbeat_timeout` (a hung engine)."""
     record = state.engine()
     if record is None:
-        return EngineHealth(False, "no engine has run on this FLOE_HOME (start one: floe run)")
+        return EngineHealth(False, f"no engine has run on this FLOE_HOME (start one: `{hints.START_ENGINE}`)")
     heartbeat = age(record.heartbeat_at, utcnow())
     shown = f"{heartbeat:.0f}s ago" if heartbeat is not None else "never"
     if record.state is EngineState.STOPPED:
