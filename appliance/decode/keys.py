@@ -10,13 +10,13 @@ them (a tuple when there are several key columns), which is also how the index r
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from appliance.decode.convert import Problem, convert_values
 from appliance.decode.parsed import MessageFormat, Op
@@ -39,8 +39,10 @@ class Keyed:
 
 
 # Kafka Connect's JsonConverter with schemas.enable=true wraps every value as {"schema": ..., "payload": ...};
-# a tombstone comes out as {"schema": null, "payload": null} (as Debezium's tutorial prints it).
-_NULL_PAYLOAD_END = re.compile(rb'"payload"\s*:\s*null\s*}\s*$')
+# a tombstone comes out as {"schema": null, "payload": null} (as Debezium's tutorial prints it). Only a value
+# with "payload" in its last bytes is parsed, and those are found for the whole batch at once, in Arrow.
+_PAYLOAD = '"payload"'
+_TAIL = 32  # bytes at a value's end where an envelope's "payload" key sits
 _NULL_PAYLOAD_MAX = 64 * 1024  # a schema wrapped around a null is a few KB at most
 
 
@@ -48,16 +50,23 @@ def tombstones(values: list[bytes | None], fmt: MessageFormat | None) -> list[in
     """Positions of the tombstones among `values`: a null value, or, in a JSON stream (Debezium's
     too), a null wrapped by Kafka Connect's JsonConverter. One rule for ingestion, replay and audit."""
     inner = getattr(fmt, "inner", None) if fmt is not None and fmt.name == "debezium" else fmt
-    json = inner is None or inner.name == "json"
-    return [i for i, v in enumerate(values) if is_tombstone(v, json)]
+    if inner is not None and inner.name != "json":
+        return [i for i, v in enumerate(values) if v is None]
+    array = pa.array(values, pa.binary())
+    nulls = np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))
+    near_end = pc.match_substring(pc.binary_slice(array, -_TAIL), _PAYLOAD)
+    wrapped = [i for i in np.flatnonzero(pc.fill_null(near_end, False).to_numpy(zero_copy_only=False)).tolist()
+               if _null_payload(values[i])]
+    return sorted(nulls.tolist() + wrapped)
 
 
-def is_tombstone(value: bytes | None, json: bool = True) -> bool:
-    """A null value, or (`json`) JsonConverter's envelope of a null: checked on its last bytes first,
-    so that an ordinary row costs no parse."""
-    if value is None:
-        return True
-    if not json or len(value) > _NULL_PAYLOAD_MAX or not _NULL_PAYLOAD_END.search(value[-64:]):
+def is_tombstone(value: bytes | None) -> bool:
+    """A null value, or JsonConverter's envelope of a null."""
+    return value is None or (value.find(_PAYLOAD.encode(), -_TAIL) >= 0 and _null_payload(value))
+
+
+def _null_payload(value: bytes) -> bool:
+    if len(value) > _NULL_PAYLOAD_MAX:
         return False
     try:
         event = orjson.loads(value[5:] if value[:1] == b"\0" and len(value) >= 5 else value)
