@@ -4,6 +4,7 @@ a SQLite catalog and a warehouse in a temporary FLOE_HOME."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from typing import Callable
 import pytest
 from confluent_kafka import Producer
 
+from appliance.core import hints
 from appliance.core.polling import poll
 
 pytest_plugins = ["budget"]  # the suite's time and its slowest tests, said at the end of every run
@@ -157,8 +159,9 @@ def run_until_caught_up(spark) -> None:
 def run_until_killed(seconds: float, feed: Callable[[threading.Event], None]) -> None:
     """`floe run` in a process group of its own, while `feed(stop)` runs in a thread (producing, say),
     then SIGKILL after `seconds`, as a power cut would; `feed` is told to stop and is waited for."""
-    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    # `floe run` as Floe's hints print it (appliance/core/hints.py): this runs it as a user would
+    engine = subprocess.Popen(FLOE + shlex.split(hints.START_ENGINE)[1:], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
     stop = threading.Event()
     feeding = threading.Thread(target=feed, args=(stop,))
     feeding.start()

@@ -67,8 +67,9 @@ def test_debezium_json_events_keep_each_rows_current_state_and_a_truncate_emptie
     producer = broker.producer()
     events, expected = history()
     for n, (key, value) in enumerate(events):
-        body = None if value is None else orjson.dumps({"schema": {"type": "struct"}, "payload": value}
-                                                       if n % 2 else value)  # with and without the wrapper
+        # with and without the wrapper; the tombstone as the Debezium tutorial prints it (JsonConverter)
+        body = b'{"schema": null, "payload": null}' if value is None else orjson.dumps(
+            {"schema": {"type": "struct"}, "payload": value} if n % 2 else value)
         producer.produce(topic, key=orjson.dumps({"id": key}), value=body, partition=key % 2)
     producer.produce(topic, key=orjson.dumps({"id": 1}), value=b'{"op": "x"}', partition=1)  # not a change event
     assert producer.flush(30) == 0

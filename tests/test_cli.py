@@ -276,3 +276,16 @@ def test_status_with_the_engine_down_says_what_streams_were(broker, topic, floe_
     assert "the engine is down" in shown.stdout
     report = json.loads(floe("status", "--format", "json").stdout)
     assert [(s["name"], s["state"], s["was"]) for s in report["streams"]] == [("gone", "stopped", "running")]
+    # `floe stream show` and `list` say the same (in-process: the same command line, without a process each)
+    from click.testing import CliRunner
+
+    from appliance.cli import cli
+
+    run = CliRunner().invoke
+    shown_text = run(cli, ["stream", "show", "gone"])
+    assert shown_text.exit_code == 0 and "state              stopped (was running)\n" in shown_text.stdout, shown_text
+    shown_json = json.loads(run(cli, ["stream", "show", "gone", "--format", "json"]).stdout)
+    assert (shown_json["state"], shown_json["was"]) == ("stopped", "running")
+    listed = json.loads(run(cli, ["stream", "list", "--format", "json"]).stdout)
+    assert [(s["state"], s["was"]) for s in listed] == [("stopped", "running")]
+    assert "stopped (was running)" in run(cli, ["stream", "list"]).stdout

@@ -120,6 +120,25 @@ def test_a_kill_in_the_middle_of_a_replay_leaves_every_offset_in_one_table_and_a
     assert again.returncode == 0 and "0 dead letters selected" in again.stdout, again.stdout
 
 
+def test_a_stream_without_dead_letters_lists_none_and_exits_0(broker, topic):
+    """Before any batch, the dead-letter table has no file: the listing is empty, not a traceback, and a
+    `--where` is still checked against the table's columns."""
+    broker.produce(topic, [orjson.dumps({"id": 1, "code": 1})])
+    mapping = load_settings().home / "none.toml"
+    mapping.parent.mkdir(parents=True, exist_ok=True)
+    mapping.write_text(STRICT)
+    created = floe("stream", "create", "none", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
+                   "ingest.none", "--mapping", str(mapping))
+    assert created.returncode == 0, created.stderr
+    listed = floe("dlq", "list", "none")
+    assert listed.returncode == 0, listed.stderr
+    assert "error_message" in listed.stdout and "(0 rows)" in listed.stdout and not listed.stderr, listed
+    narrowed = floe("dlq", "list", "none", "--where", "error_stage = 'convert'", "--format", "json")
+    assert narrowed.returncode == 0 and narrowed.stdout.strip() == "", narrowed
+    wrong = floe("dlq", "list", "none", "--where", "no_such_column = 1")
+    assert wrong.returncode == 1 and "no_such_column" in wrong.stderr and wrong.stderr.count("\n") == 1, wrong
+
+
 def test_list_and_purge_select_by_where_and_the_audit_accounts_for_the_purged(broker, topic, spark):
     strict_stream(broker, topic, "pg", 30)
     run_until_caught_up(spark)

@@ -109,7 +109,7 @@ def test_a_broken_configuration_fails_the_checks_it_breaks_and_says_what_to_do(b
     assert warehouse.startswith(f"{(floe_home / 'not-a-folder').as_uri()}: cannot write") and "-> make [warehouse]" in warehouse
     orphan = lines["broker[orphan]"][1]
     assert f"{gone.bootstrap} unreachable: " in orphan and "Connection refused" in orphan
-    assert orphan.endswith("-> check the bootstrap servers and kafka options with floe stream show orphan")
+    assert orphan.endswith("-> check the bootstrap servers and kafka options with `floe stream show orphan`")
     secured = lines["broker[secured]"][1]
     assert f"${{env:{PASSWORD_VARIABLE}}} cannot be resolved: no environment variable {PASSWORD_VARIABLE}" in secured
     assert "-> set that environment variable" in secured

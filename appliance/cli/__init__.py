@@ -13,19 +13,20 @@ import click
 
 from appliance.cli import dlq, doctor, engine, maintenance, observe, query, stages, streams  # noqa: F401  (they add their commands)
 from appliance.cli.base import cli, err
+from appliance.core import hints
 from appliance.core.errors import FloeError
 
 
 def main() -> None:
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name="floe", standalone_mode=False)  # `floe`, also as `python -m appliance.cli`
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         err("floe: aborted")
         sys.exit(130)
     except click.UsageError as exc:
-        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        hint = f" (see `{hints.HELP.format(command=exc.ctx.command_path)}`)" if exc.ctx else ""
         err(f"floe: error: {exc.format_message()}{hint}")
         sys.exit(2)
     except click.ClickException as exc:

@@ -10,6 +10,7 @@ from appliance.config.settings import Settings
 from appliance.control.answers import Answers
 from appliance.control.processes import start_engine, stop
 from appliance.control.streams import create_stream
+from appliance.core import hints
 from appliance.core.clock import age, utcnow
 from appliance.core.errors import EngineBusy, StreamNotFound
 from appliance.core.polling import poll
@@ -129,7 +130,7 @@ def _with_status_lines(settings: Settings, stop_event: threading.Event, out: Cal
 
     engine_thread = threading.Thread(target=run_engine, daemon=True, name="demo-engine")
     engine_thread.start()
-    out("ingesting; Ctrl-C to stop. Query it with:  floe query \"select status, count(*) from ingest.pizza_orders group by 1\"")
+    out(f"ingesting; Ctrl-C to stop. Query it with:  {hints.DEMO_QUERY}")
     while not stop_event.wait(2.0):
         out(status_line(settings) if not failure else f"engine failed: {failure[0]}")
     engine.stop()

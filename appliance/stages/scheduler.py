@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.clock import now
 from appliance.core.errors import FloeError, UnforeseenError
 from appliance.core.vocabulary import EventKind, EventLevel, StagePhase
@@ -186,7 +187,8 @@ class StageScheduler(threading.Thread):
             if isinstance(exc, UnforeseenError):  # raised in a Spark task: its traceback came with it
                 log.error("stage %s failed: %s\n%s", stage.name, message, exc.detail)
             state.add_event(EventKind.STAGE_FAILED, f"{message}; nothing was committed: the stage goes on from its "
-                            "last committed point once fixed (`floe stage update`)", stage.name, EventLevel.ERROR)
+                            f"last committed point once fixed (`{hints.UPDATE_STAGE.format(stage=stage.name)}`)",
+                            stage.name, EventLevel.ERROR)
         backoff = FIRST_BACKOFF if failing is None else min(failing.backoff * 2, MAX_BACKOFF)
         retryable = isinstance(exc, FloeError) and exc.retryable
         self._failing[stage.name] = _Failing(message, time.monotonic() + (0.0 if retryable else backoff), backoff)

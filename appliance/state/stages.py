@@ -6,6 +6,7 @@ import sqlite3
 from dataclasses import asdict
 from typing import Any
 
+from appliance.core import hints
 from appliance.core.clock import now
 from appliance.core.errors import StageExists, StageNotFound
 from appliance.model.stage import StageDef
@@ -41,7 +42,7 @@ class StageRecords:
     def stage(self, name: str) -> StageDef:
         rows = list(self._rows("stages", "name = ?", [name]))
         if not rows:
-            raise StageNotFound(f"no stage named {name!r} (see `floe stage list`)")
+            raise StageNotFound(f"no stage named {name!r} (see `{hints.LIST_STAGES}`)")
         return _stage(rows[0])
 
     def stages(self) -> list[StageDef]:

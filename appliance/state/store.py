@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from appliance.core.clock import now
+from appliance.core import hints
 from appliance.core.errors import StreamExists, StreamNotFound
 from appliance.core.vocabulary import (
     EngineState,
@@ -93,7 +94,7 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords):
     def stream(self, name: str) -> StreamDef:
         rows = list(self._rows("streams", "name = ?", [name]))
         if not rows:
-            raise StreamNotFound(f"no stream named {name!r} (see `floe stream list`)")
+            raise StreamNotFound(f"no stream named {name!r} (see `{hints.LIST_STREAMS}`)")
         return _stream(rows[0])
 
     def streams(self) -> list[StreamDef]:

@@ -22,6 +22,7 @@ from pyiceberg.table import Table
 
 from appliance.config.catalog import SECRET_PROPERTY
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.errors import CatalogAccessDenied, CatalogUnavailable, FloeError, TableConflict, TableNotFound
 from appliance.core.secrets import URI_PASSWORD, has_reference, scrub
 from appliance.model.names import check_table_name
@@ -119,7 +120,7 @@ class Catalog:
         """`name`, if the catalog has that table; a one-line TableNotFound otherwise."""
         check_table_name(name)
         if not self.exists(name):
-            raise TableNotFound(f"no table named {name} in the catalog (see `floe query \"show tables\"`)")
+            raise TableNotFound(f"no table named {name} in the catalog (see `{hints.LIST_TABLES}`)")
         return name
 
     def namespaces(self) -> list[str]:

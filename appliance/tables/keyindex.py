@@ -25,6 +25,7 @@ from pyiceberg.table import Table
 from appliance.model.keys import key_values
 from appliance.tables.datafiles import live_entries
 from appliance.tables.fastpath.deletes import read_position_deletes
+from appliance.tables.reading import file_tasks, read_table
 
 POSITION_BITS = 32  # a location is (file number << 32) | row position: one int per key
 
@@ -68,21 +69,18 @@ class KeyIndex:
 
     def build(self, table: Table) -> None:
         """Every live key of `table`'s current snapshot, from its data and position-delete files."""
-        from pyiceberg.expressions import AlwaysTrue
-        from pyiceberg.io.pyarrow import ArrowScan
-        from pyiceberg.table import FileScanTask
-
         current = table.current_snapshot()
         entries = live_entries(table)
         data = sorted((e for e in entries if e.data_file.content == DataFileContent.DATA),
                       key=lambda e: (e.sequence_number or 0, e.data_file.file_path))
         deleted = _deleted_positions(table, entries)
         self._rows, self._paths, self._numbers, self.files, self.duplicates = {}, [], {}, {}, defaultdict(list)
-        scan = ArrowScan(table.metadata, table.io, table.schema().select(*self.columns), AlwaysTrue())
+        projected = table.schema().select(*self.columns)
         for entry in data:
             f = entry.data_file
             self.files[f.file_path] = f
-            keys = key_values(scan.to_table([FileScanTask(f)]), self.columns) if f.record_count else []
+            keys = key_values(read_table(table.metadata, table.io, projected, file_tasks([f])),
+                              self.columns) if f.record_count else []
             alive = np.ones(len(keys), dtype=bool)
             for positions in deleted.get(f.file_path, ()):
                 if positions[1] >= (entry.sequence_number or 0):  # a delete applies to older-or-equal data

@@ -29,6 +29,7 @@ from appliance.tables.fastpath.deletes import write_deletes_by_partition
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.folding import live_deletes
 from appliance.tables.keyindex import KeyIndex
+from appliance.tables.reading import file_tasks, read_table
 from appliance.tables.snapshots import PURGED_KEY, ancestors, offsets_summary, purged, summary_properties
 
 REPLAY_KEY = "floe.replay"  # both snapshots of one replay carry its id
@@ -149,7 +150,7 @@ def _target_changes(target: Table, move: Move) -> tuple[FileChanges, dict[str, n
     index = KeyIndex(move.key_columns)
     index.build(target)
     replayed = [(f.file_path, i, key, *meta) for f, keys in zip(new, move.file_keys)
-                for i, (key, meta) in enumerate(zip(keys, _rows_meta(target.io, {f.file_path: None})[f.file_path]))]
+                for i, (key, meta) in enumerate(zip(keys, _rows_meta(target, {f: None})[f]))]
     keys = [r[2] for r in replayed] + [k for k, _, _ in move.deleted]
     current = _current_rows(target, index, keys)
     doomed: dict[str, list[int]] = defaultdict(list)
@@ -188,17 +189,16 @@ def _target_changes(target: Table, move: Move) -> tuple[FileChanges, dict[str, n
     return FileChanges(data=new, deletes=deletes), move.positions_of(losers), len(losers)
 
 
-def _rows_meta(io, wanted: dict[str, list[int] | None]) -> dict[str, list[tuple[int, int, Any]]]:
-    """(partition, offset, Kafka timestamp) of the rows at each file's positions (None: every row)."""
-    import pyarrow.parquet as pq
-
+def _rows_meta(target: Table, wanted: dict[Any, list[int] | None]) -> dict[Any, list[tuple[int, int, Any]]]:
+    """(partition, offset, Kafka timestamp) of the rows at each data file's positions (None: every row),
+    read by the table's schema (another writer's file may lack them: None)."""
+    columns = target.schema().select(KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name)
     out = {}
-    for path, positions in wanted.items():
-        with io.new_input(path).open() as f:
-            rows = pq.read_table(f, columns=[KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name])
+    for f, positions in wanted.items():
+        rows = read_table(target.metadata, target.io, columns, file_tasks([f]))
         if positions is not None:
             rows = rows.take(positions)
-        out[path] = list(zip(*(rows.column(i).to_pylist() for i in range(3))))
+        out[f] = list(zip(*(rows.column(i).to_pylist() for i in range(3))))
     return out
 
 
@@ -208,8 +208,8 @@ def _current_rows(target: Table, index: KeyIndex, keys: list[Any]) -> dict[Any, 
     wanted: dict[str, list[int]] = defaultdict(list)
     for path, pos in places.values():
         wanted[path].append(pos)
-    meta = _rows_meta(target.io, wanted)
-    at = {(path, pos): m for path, positions in wanted.items() for pos, m in zip(positions, meta[path])}
+    meta = _rows_meta(target, {index.files[path]: positions for path, positions in wanted.items()})
+    at = {(path, pos): m for path, positions in wanted.items() for pos, m in zip(positions, meta[index.files[path]])}
     return {key: (where, at[where]) for key, where in places.items()}
 
 

@@ -22,6 +22,7 @@ from textual.widgets import Button, DataTable, Footer, Header, Input, Select, St
 
 from appliance.control.requests import warm_engine
 from appliance.control.stages import Outcome, preview_for_ui, save_for_ui
+from appliance.core import hints
 from appliance.query.formatting import cell_text
 from appliance.views.stages import StageInfo, StageView, stage_info
 from appliance.views.tables import table_names
@@ -32,8 +33,7 @@ from tui.workers import ReportsFailures
 HINT = ("[b]source[/b] is the source table's rows that are new since the stage last ran; other tables are "
         "NAMESPACE.TABLE. F5 previews over a sample · Ctrl+S saves · Esc goes back")
 # Shown in the empty editor, never part of its text.
-EXAMPLE = ("-- for example, orders per hour:\nselect date_trunc('hour', ordered_at) as hour, count(*) as orders\n"
-           "from source\ngroup by 1")
+EXAMPLE = hints.STAGE_EXAMPLE
 # What each field holds, named when F5 or Ctrl+S finds it missing.
 WHAT = {"stage-name": "a stage name", "stage-source": "the source table",
         "stage-table": "the table it writes (NAMESPACE.TABLE)", "stage-sql": "a query (a SELECT over source)"}
