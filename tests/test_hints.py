@@ -16,6 +16,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
+from test_observe import Webhook
 
 from appliance.config.alerts import THRESHOLDS, Measure, make_alert
 from appliance.config.settings import load_settings
@@ -26,14 +27,13 @@ from appliance.control.streams import create_stream
 from appliance.core import hints
 from appliance.demo.pizza import pizza_order
 from appliance.ingest.engine import Engine
-from appliance.observe.systables import SystemTableWriter
 from appliance.observe.alerts import ENGINE, HINTS, STAGE_HINTS, message, stage_subject
+from appliance.observe.systables import SystemTableWriter
 from appliance.query.connection import run_query
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 
 from conftest import ROOT, floe
-from test_observe import Webhook
 
 COMMAND = re.compile(r"`(floe [^`]+)`")
 # Words a user fills in, and what this test fills them with.

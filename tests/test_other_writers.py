@@ -12,6 +12,7 @@ import subprocess
 import orjson
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
+from test_dlq import STRICT, fix_mapping
 
 from appliance.auditor.check import audit_stream
 from appliance.config.settings import load_settings
@@ -25,7 +26,6 @@ from appliance.query.connection import run_query
 from appliance.tables.catalog import Catalog
 
 from conftest import ROOT
-from test_dlq import STRICT, fix_mapping
 
 JAVA = ROOT / ".javaiceberg" / ".venv" / "bin" / "python"
 WRITE = ROOT / "scripts" / "javaiceberg" / "write.py"

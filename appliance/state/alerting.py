@@ -10,8 +10,8 @@ from typing import Any
 
 from appliance.config.alerts import AlertDef, make_alert
 from appliance.config.settings import Settings
-from appliance.core.clock import now
 from appliance.core import hints
+from appliance.core.clock import now
 from appliance.core.errors import AlertExists, AlertNotFound
 
 

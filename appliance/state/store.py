@@ -16,8 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from appliance.core.clock import now
 from appliance.core import hints
+from appliance.core.clock import now
 from appliance.core.errors import StreamExists, StreamNotFound
 from appliance.core.vocabulary import (
     EngineState,

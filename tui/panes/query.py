@@ -22,8 +22,8 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Button, DataTable, Input, Static, TextArea
 
-from appliance.core.errors import QueryCancelled
 from appliance.core import hints
+from appliance.core.errors import QueryCancelled
 from appliance.query.formatting import cell_text
 from appliance.query.history import HISTORY_LIMIT, append_history, load_history
 from appliance.query.session import QuerySession
