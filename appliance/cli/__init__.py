@@ -11,12 +11,14 @@ import sys
 
 import click
 
-from appliance.cli import dlq, doctor, engine, maintenance, observe, query, stages, streams  # noqa: F401  (they add their commands)
+from appliance.cli import admin, dlq, doctor, engine, maintenance, observe, query, stages, streams  # noqa: F401  (they add their commands)
 from appliance.cli.base import cli, err
 from appliance.core.errors import FloeError
+from appliance.core.private import keep_private
 
 
 def main() -> None:
+    keep_private()  # what this command and the processes it starts write is for their owner alone
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:

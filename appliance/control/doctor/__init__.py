@@ -31,6 +31,7 @@ from appliance.control.doctor.servers import (
     check_spark,
     registry_todo,
 )
+from appliance.control.doctor.privacy import check_privacy
 from appliance.control.doctor.storage import storage_checks
 from appliance.kafka.logs import KAFKA_LOG
 from appliance.model.stream import StreamDef
@@ -63,6 +64,7 @@ def diagnose(home: Path | None = None, timeout: float = 5.0) -> list[Check]:
         later += [Running("java", JAVA_TODO, lambda: check_java(timeout), timeout),
                   Running("spark", SPARK_TODO, lambda: check_spark(settings.spark_master, timeout), timeout)]
         checks += storage_checks(settings, timeout) + [state] + [r.result() for r in later]
+        checks.append(check_privacy(settings))
     finally:
         KAFKA_LOG.removeHandler(lines)
     for stream in streams:
