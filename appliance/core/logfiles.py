@@ -119,14 +119,19 @@ class ConsoleSink:
             os.close(read)
 
     def _write(self, out: int, chunk: bytes) -> int:
-        if out < 0:
-            out = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        size = os.fstat(out).st_size
-        if size and size + len(chunk) > self.max_bytes:
-            os.close(out)
+        """`chunk` appended, the file rolled wherever it would pass the cap (at a line's end if one is near)."""
+        while chunk:
+            if out < 0:
+                out = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            room = self.max_bytes - os.fstat(out).st_size
+            if len(chunk) <= room:
+                os.write(out, chunk)
+                return out
+            cut = chunk.rfind(b"\n", 0, max(room, 0)) + 1 or max(room, 0)
+            os.write(out, chunk[:cut])
+            chunk = chunk[cut:]
+            out = _closed(out)
             roll(self.path, self.keep)
-            out = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.write(out, chunk)
         return out
 
 
