@@ -20,7 +20,7 @@ from appliance.state.records import BatchRecord, RunRecord
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 
-from conftest import ROOT, floe
+from conftest import ROOT
 
 CAP = 2048  # bytes: [logs] max_size = "2KB"
 

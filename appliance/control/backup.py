@@ -20,7 +20,6 @@ import shutil
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from appliance import __version__
 from appliance.config.settings import Settings
