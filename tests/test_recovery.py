@@ -198,3 +198,23 @@ def test_recovery_on_s3_finds_every_table_and_passes_over_a_torn_file(floe_home,
     assert recovery.warnings == [f"ingest.orders: metadata file s3://{bucket}/{key} passed over: does not parse "
                                  "(ValidationError)"], recovery.warnings
     assert all(rows(settings, name) == [0, 1] for name in TABLES)
+
+
+def test_a_postgresql_catalog_that_lost_its_rows_and_one_left_behind_is_pointed_again(floe_home, postgres):
+    url = postgres.database(f"recover_{uuid.uuid4().hex[:8]}")
+    floe_home.mkdir()
+    (floe_home / "floe.toml").write_text(f'[catalog]\ntype = "sql"\nuri = "{url}"\n')
+    settings = load_settings()
+    before = make_tables(settings, commits=2)
+    stale = Catalog(settings).table("ingest.orders").metadata.metadata_log[-1].metadata_file
+    iceberg = Catalog(settings).iceberg
+    iceberg.drop_table("floe.events")  # its row lost (the files stay)
+    iceberg.repoint(("ingest", "orders"), stale)  # a row left at an older version (a restored dump, say)
+
+    recovery = recover(settings)
+
+    actions = {t.table: t.action for t in recovery.tables}
+    assert actions == {"floe.events": "registered", "ingest.orders": "re-pointed", "ingest.orders_dlq": "unchanged",
+                       "daily.totals": "unchanged"}
+    assert {name: Catalog(settings).location(name) for name in TABLES} == before
+    assert all(rows(settings, name) == [0, 1] for name in TABLES)
