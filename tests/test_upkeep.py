@@ -117,7 +117,10 @@ spark.stop()
 
 def test_sparks_log_and_console_roll_at_the_configured_cap(floe_home):
     small_logs(floe_home)
-    done = subprocess.run([sys.executable, "-c", SESSION], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    # Its own JVM options (its log folder and cap), not those a session of this process put in the environment.
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
+    done = subprocess.run([sys.executable, "-c", SESSION], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env=env)
     assert done.returncode == 0, done.stderr
     logs = floe_home / "logs"
     spark_log, console = rolled(logs, "spark.log"), rolled(logs, "spark-console.log")
