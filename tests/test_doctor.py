@@ -58,7 +58,7 @@ def test_a_good_configuration_passes_every_check_and_leaves_nothing_behind(broke
 
     assert code == 0, said
     assert list(lines) == ["config", "secrets", "catalog", "warehouse", "catalog-write", "state", "broker[orders]",
-                           "registry[orders]", "broker[secured]", "java", "spark"], said
+                           "registry[orders]", "broker[secured]", "java", "spark", "privacy"], said
     assert {status for status, _ in lines.values()} == {"ok"}, said
     assert lines["catalog"][1].startswith("sql catalog at sqlite:///") and "namespace" in lines["catalog"][1]
     assert lines["state"][1].startswith("2 streams, 0 stages")
@@ -104,7 +104,7 @@ def test_a_broken_configuration_fails_the_checks_it_breaks_and_says_what_to_do(b
     assert failing == {"warehouse", "broker[orphan]", "broker[secured]", "registry[unregistered]"}, said
     assert lines["catalog-write"][0] == "skip" and "warehouse" in lines["catalog-write"][1]
     assert {name for name, (status, _) in lines.items() if status == "ok"} == {
-        "config", "secrets", "catalog", "state", "broker[fine]", "broker[unregistered]", "java", "spark"}, said
+        "config", "secrets", "catalog", "state", "broker[fine]", "broker[unregistered]", "java", "spark", "privacy"}, said
     warehouse = lines["warehouse"][1]
     assert warehouse.startswith(f"{(floe_home / 'not-a-folder').as_uri()}: cannot write") and "-> make [warehouse]" in warehouse
     orphan = lines["broker[orphan]"][1]

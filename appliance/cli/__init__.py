@@ -11,13 +11,15 @@ import sys
 
 import click
 
-from appliance.cli import dlq, doctor, engine, maintenance, observe, query, stages, streams  # noqa: F401  (they add their commands)
+from appliance.cli import admin, dlq, doctor, engine, maintenance, observe, query, stages, streams  # noqa: F401  (they add their commands)
 from appliance.cli.base import cli, err
 from appliance.core import hints
 from appliance.core.errors import FloeError
+from appliance.core.private import keep_private
 
 
 def main() -> None:
+    keep_private()  # what this command and the processes it starts write is for their owner alone
     try:
         cli.main(prog_name="floe", standalone_mode=False)  # `floe`, also as `python -m appliance.cli`
     except click.exceptions.Exit as exc:

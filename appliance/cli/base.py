@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-import logging
+import os
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import click
 
 from appliance.config.settings import Settings, ensure_home, load_settings
-from appliance.core.secrets import ScrubbingFormatter
+from appliance.core.logfiles import CONSOLE_LOG, capture_console, log_to
 
 
 def settings() -> Settings:
     """Settings of this FLOE_HOME, which exists afterwards; Floe's log goes to its logs/."""
     loaded = load_settings()
     ensure_home(loaded)
-    log_to(logging.FileHandler(loaded.log_dir / "floe.log"))
+    log_to(loaded.log_dir / "floe.log", loaded.logs.max_bytes, loaded.logs.keep)
+    console = os.environ.pop(CONSOLE_LOG, "")
+    if console:
+        capture_console(Path(console), loaded.logs.max_bytes, loaded.logs.keep)
     return loaded
-
-
-def log_to(handler: logging.Handler) -> None:
-    """Floe's and its libraries' log lines into `handler`, every secret scrubbed out of each line
-    (a driver's message may carry a piece of a password)."""
-    handler.setFormatter(ScrubbingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(handlers=[handler], level=logging.INFO)
-    for noisy in ("py4j", "pyiceberg", "sqlalchemy"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def err(message: str) -> None:

@@ -228,6 +228,15 @@ class RequestAbandoned(FloeError):
     retryable = True
 
 
+class BackupError(FloeError):
+    """A backup cannot be made there, or that directory holds no backup to restore (the message says why)."""
+
+
+class RecoveryRefused(FloeError):
+    """`floe recover` cannot rebuild this catalog: it is not a SQL catalog Floe keeps (a REST catalog's
+    service keeps its own state), or an engine runs on this FLOE_HOME."""
+
+
 # ---- stages ------------------------------------------------------------------------
 
 

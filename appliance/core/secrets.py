@@ -45,6 +45,11 @@ def references(text: str) -> list[str]:
     return [m.group(0) for m in REFERENCE.finditer(text or "")]
 
 
+def env_names(text: str) -> list[str]:
+    """The environment variables `text`'s `${env:NAME}` references name."""
+    return [m.group(2) for m in REFERENCE.finditer(text or "") if m.group(1) == "env"]
+
+
 def has_reference(text: object) -> bool:
     return isinstance(text, str) and REFERENCE.search(text) is not None
 

@@ -51,8 +51,8 @@ class EngineLock(FileLock):
     """One engine per FLOE_HOME."""
 
     def __init__(self, settings: Settings) -> None:
-        path = settings.home / "engine.lock"
-        super().__init__(path, EngineBusy(f"another floe engine is already running on {settings.home}"), str(os.getpid()))
+        super().__init__(settings.engine_lock, EngineBusy(f"another floe engine is already running on {settings.home}"),
+                         str(os.getpid()))
 
 
 class Engine:
@@ -190,10 +190,10 @@ class Engine:
             self.spark = None
 
     def _start_observers(self) -> None:
-        """System tables and alerts: threads of their own, on their own state connections."""
-        if self.settings.observe.system_tables:
-            self.system_tables = SystemTablesThread(self.settings, Catalog(self.settings), self._observers_stop)
-            self.system_tables.start()
+        """System tables (with the state database's upkeep) and alerts: threads of their own, on their own
+        state connections."""
+        self.system_tables = SystemTablesThread(self.settings, Catalog(self.settings), self._observers_stop)
+        self.system_tables.start()
         self.alerts = AlertThread(self.settings, self._observers_stop)
         self.alerts.start()
 

@@ -40,12 +40,13 @@ from appliance.state.records import (
     StreamStatus,
 )
 from appliance.state.requests import EngineRequests
-from appliance.state.schema import migrate, use_wal
+from appliance.state.schema import migrate, prepare, use_wal
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
+from appliance.state.upkeep import UpkeepRecords
 
 
-class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords):
+class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and
@@ -57,6 +58,7 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords):
             os.chmod(path, 0o600)  # it holds Kafka credentials
         self.db = Database(conn)
         self.db.execute("PRAGMA busy_timeout=30000")
+        prepare(conn)
         use_wal(conn)
         if not durable:
             self.db.execute("PRAGMA synchronous=NORMAL")

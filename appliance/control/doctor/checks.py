@@ -12,7 +12,7 @@ from typing import Any, Callable
 from appliance.core.errors import FloeError
 from appliance.core.secrets import scrub
 
-OK, FAIL, SKIP = "ok", "fail", "skip"
+OK, FAIL, SKIP, WARN = "ok", "fail", "skip", "warn"
 GRACE = 2.0  # seconds a check may run past its own timeout (its own error says more) before it is called hung
 SECRET_TODO = "set that environment variable (or make that file readable) where floe runs, or fix the reference"
 
@@ -22,7 +22,7 @@ class Check:
     """One line of `floe doctor`: what was checked, how it went, and what to do when it failed."""
 
     name: str
-    status: str  # ok, fail, or skip (not tried: a check it needs failed)
+    status: str  # ok, fail, skip (not tried: a check it needs failed), or warn (works, but worth a look)
     detail: str
     todo: str = ""
 
@@ -102,6 +102,6 @@ def masked(check: Check, secrets: set[str]) -> Check:
 
 def format_check(check: Check, width: int = 0) -> str:
     """`ok    catalog         ...` or `FAIL  broker[orders]  ... -> what to do`."""
-    status = {OK: "ok", FAIL: "FAIL", SKIP: "skip"}[check.status]
-    todo = f" -> {check.todo}" if check.status == FAIL and check.todo else ""
+    status = {OK: "ok", FAIL: "FAIL", SKIP: "skip", WARN: "warn"}[check.status]
+    todo = f" -> {check.todo}" if check.status in (FAIL, WARN) and check.todo else ""
     return f"{status:5} {check.name:{width}}  {check.detail}{todo}"
