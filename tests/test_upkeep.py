@@ -13,7 +13,7 @@ import sys
 
 from appliance.config.settings import ensure_home, load_settings
 from appliance.core.logfiles import ConsoleSink, RollingHandler
-from appliance.core.vocabulary import EventKind, MaintenanceTask, RunOutcome, RunTrigger, StageAsk
+from appliance.core.vocabulary import EngineAsk, EventKind, MaintenanceTask, RunOutcome, RunTrigger
 from appliance.observe.systables import SystemTableWriter, upkeep
 from appliance.query.connection import run_query
 from appliance.state.records import BatchRecord, RunRecord
@@ -101,7 +101,7 @@ import sys
 from appliance.config.settings import load_settings
 from appliance.spark.session import spark_session
 
-spark = spark_session(load_settings(), app_name="logs", quiet=True)
+spark = spark_session(load_settings(), app_name="logs")
 log = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("floe.test")
 for i in range(60):
     log.error("spark log line %03d %s" % (i, "z" * 60))  # the session logs errors only, once it has started
@@ -150,13 +150,13 @@ def fill(state: StateStore, n: int, at: str) -> None:
         request = state.request_maintenance("ns.t", MaintenanceTask.COMPACT)
         state.db.conn.execute("update maintenance_requests set requested_at = ?, taken_at = ? where id = ?",
                               [at, at, request])
-        state.db.conn.execute("insert into stage_requests (ask, source, sql, rows, requested_at, result) values "
-                              "(?, 'ns.t', 'select 1', 10, ?, ?)", [str(StageAsk.PREVIEW), at, b"r" * 2000])
+        state.db.conn.execute("insert into engine_requests (ask, args, who, requested_at, result) values "
+                              "(?, '{}', '{}', ?, ?)", [str(EngineAsk.PREVIEW), at, b"r" * 2000])
     state.record_run(RunRecord(MaintenanceTask.COMPACT, "ns.t", RunTrigger.SCHEDULE, RunOutcome.OK, started_at=at))
 
 
 def counts(state: StateStore) -> dict[str, int]:
-    tables = ("batches", "events", "incidents", "maintenance_requests", "stage_requests", "maintenance_runs")
+    tables = ("batches", "events", "incidents", "maintenance_requests", "engine_requests", "maintenance_runs")
     return {t: state.db.execute(f"select count(*) from {t}").fetchone()[0] for t in tables}
 
 
@@ -177,7 +177,7 @@ def test_every_runtime_table_is_pruned_and_the_file_gives_the_space_back(floe_ho
         upkeep(settings, state)  # with the system tables on, nothing they have not exported goes
         assert counts(state)["batches"] == 3005 and counts(state)["events"] == 3005
         assert counts(state) | {"batches": 0, "events": 0} == {
-            "batches": 0, "events": 0, "incidents": 1 + 5, "maintenance_requests": 1 + 5, "stage_requests": 5,
+            "batches": 0, "events": 0, "incidents": 1 + 5, "maintenance_requests": 1 + 5, "engine_requests": 5,
             "maintenance_runs": 2}
 
         SystemTableWriter(settings, Catalog(settings), state).export()  # the history, now in the system tables
@@ -201,7 +201,7 @@ def test_with_system_tables_off_the_history_is_pruned_by_age_all_but_the_audit_t
         upkeep(settings, state)
         # Incidents: the two recent ones, and the newest of the subject that has no recent one (its cooldown).
         assert counts(state) == {"batches": 2, "events": 2, "incidents": 3, "maintenance_requests": 2,
-                                 "stage_requests": 2, "maintenance_runs": 1}
+                                 "engine_requests": 2, "maintenance_runs": 1}
         assert len(state.audit_trail()) == 1
 
 

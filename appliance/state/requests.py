@@ -12,8 +12,6 @@ from appliance.core.clock import now, utcnow
 from appliance.core.vocabulary import EngineAsk
 from appliance.state.records import EngineRequestRecord
 
-REQUESTS_KEPT = dt.timedelta(days=1)  # how long a request stays on record
-
 
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), default=str)
@@ -28,9 +26,7 @@ class EngineRequests:
         raise NotImplementedError
 
     def new_engine_request(self, ask: EngineAsk, args: dict[str, Any], who: dict[str, str]) -> int:
-        """Ask the engine (a request row); requests older than REQUESTS_KEPT go."""
-        old = (utcnow() - REQUESTS_KEPT).isoformat(timespec="milliseconds")
-        self.db.conn.execute("delete from engine_requests where requested_at < ?", [old])
+        """Ask the engine (a request row; pruned with the other runtime rows, `state/upkeep.py`)."""
         cursor = self.db.conn.execute("insert into engine_requests (ask, args, who, requested_at) values (?, ?, ?, ?)",
                                       [str(ask), _json(args), _json(who), now()])
         return int(cursor.lastrowid)

@@ -28,7 +28,7 @@ RUNTIME: dict[str, tuple[str, str]] = {
                                  " and not (coalesce(notified_open, 0) = 1 and coalesce(notified_resolved, 0) = 0)"
                                  " and id not in (select max(id) from incidents group by alert, subject)"),
     "maintenance_requests": ("taken_at", "taken_at is not null"),
-    "stage_requests": ("requested_at", "1 = 1"),
+    "engine_requests": ("requested_at", "1 = 1"),
 }
 KEPT_WITHOUT_EXPORT = ("audit",)
 RECLAIM_PAGES = 2048  # free pages (8 MiB of 4 KiB pages) worth handing back, if a quarter of the file
