@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -28,6 +29,9 @@ from click.testing import CliRunner
 ROOT = Path(__file__).resolve().parent.parent
 FLOE = [sys.executable, "-m", "appliance.cli"]
 LONG_RUNNING = {"run", "demo", "broker", "registry", "tui"}
+# A command here takes over what is the process's own (sys.stdout, descriptors 1 and 2, sys.argv, the root
+# logger): two at once, from a test's threads, would write into each other's output.
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def floe_process(*args: str, env: dict | None = None, timeout: float = 300,
@@ -57,7 +61,7 @@ def floe(*args: str, env: dict | None = None, timeout: float = 300,
     from appliance.cli import main
 
     code, fd_out, fd_err = 0, "", ""
-    with command_logging():
+    with _ONE_AT_A_TIME, command_logging():
         with ExitStack() as stack:
             out, err, _ = stack.enter_context(CliRunner().isolation(input=input, env=env))
             fds = stack.enter_context(_descriptors())

@@ -13,7 +13,6 @@ import random
 import re
 import shlex
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 from test_observe import Webhook
@@ -42,6 +41,7 @@ PLACEHOLDERS = {"NAMESPACE.TABLE": "ingest.orders", "TABLE": "ingest.orders", "N
 # Strings that name a command without proposing it: a process's own name in a log line or a Spark job
 # group, what the UI reports having started, the origin of an alert.
 DESCRIBED = {
+    "appliance/control/backup.py": "an engine runs on {}: stop it (floe run, the service, the UI's) before {}",
     "appliance/control/dead_letters.py": "floe dlq replay exited with {}",
     "appliance/control/doctor/storage.py": "floe doctor {}",
     "appliance/control/watch.py": "floe watch: %s",
@@ -159,7 +159,7 @@ RULES = {m: f"{m.value} > 0.1" if m in THRESHOLDS else m.value for m in Measure}
 
 
 def _read_only(settings) -> None:
-    """The hints that change nothing, two at a time."""
+    """The hints that change nothing."""
     queries, commands, _ = readme()
     printed = set(queries) | {c for c in commands if c.startswith("floe dlq list")}
     for measure, hint in HINTS.items():  # alerts' hints, from the messages they send
@@ -179,13 +179,13 @@ def _read_only(settings) -> None:
     # `floe run` (the engine's alert, `floe status`, the UI) is what conftest.run_until_killed starts, as printed.
     printed.discard(hints.START_ENGINE)
     order = sorted(printed)
-    with ThreadPoolExecutor(2) as pool:
-        said = dict(zip(order, (r.stdout for r in pool.map(run, order))))
-        # Errors name the command that shows what exists, or the command's help.
-        failed = list(pool.map(lambda args: run(args, expect=2 if args == "floe stream create" else 1), ERRORS))
-        named = {c for f in failed for c in proposed(f.stderr)}
-        assert named >= {hints.LIST_STREAMS, hints.LIST_STAGES, hints.LIST_ALERTS, hints.LIST_TABLES}, named
-        list(pool.map(run, sorted(named - printed)))
+    said = {printed: run(printed).stdout for printed in order}
+    # Errors name the command that shows what exists, or the command's help.
+    failed = [run(args, expect=2 if args == "floe stream create" else 1) for args in ERRORS]
+    named = {c for f in failed for c in proposed(f.stderr)}
+    assert named >= {hints.LIST_STREAMS, hints.LIST_STAGES, hints.LIST_ALERTS, hints.LIST_TABLES}, named
+    for command in sorted(named - printed):
+        run(command)
     reasons = said[hints.DEAD_LETTER_REASONS.format(dead_letters="ingest.orders_dlq")]
     assert "schema" in reasons and "decode" in reasons, reasons  # the dead-letter alert's query groups them
     assert "(3 rows)" in said["floe dlq list orders --where \"error_stage = 'schema'\""]

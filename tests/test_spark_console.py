@@ -49,9 +49,9 @@ CHATTER = ("Using incubator modules", "Setting default log level", "To adjust lo
 def test_a_command_that_starts_spark_says_only_its_own_lines_and_the_log_keeps_spark_s(floe_home):
     """`floe run`, `floe maintain`, `floe stage`, `floe dlq replay` start Spark: what its JVM prints as it
     starts goes to FLOE_HOME/logs/spark-console.log, and the command's stderr holds only Floe's lines."""
-    from conftest import floe
+    from conftest import floe_process  # the JVM's start is the point: a process of its own
 
-    done = floe("run", "--until-caught-up", timeout=300)
+    done = floe_process("run", "--until-caught-up", timeout=300)
     assert done.returncode == 0, done.stderr
     assert [line.split(" (")[0] for line in done.stderr.splitlines()] == ["floe engine starting",
                                                                           "floe engine stopped"], done.stderr

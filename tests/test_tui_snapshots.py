@@ -95,7 +95,9 @@ def test_wizard_first_step(snap_compare, fixed_home):
 
 def test_query_screen(snap_compare, fixed_home):
     async def type_sql(pilot):
-        pilot.app.query_one("TextArea").text = "select status, count(*) from ingest.pizza_orders group by 1"
+        editor = pilot.app.query_one("TextArea")
+        editor.cursor_blink = False  # a blinking cursor is in the picture or not by the clock
+        editor.text = "select status, count(*) from ingest.pizza_orders group by 1"
         await engine_checked(pilot)
 
     assert snap_compare(app(fixed_home, "query"), run_before=type_sql, terminal_size=(160, 30))

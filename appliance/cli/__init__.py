@@ -6,6 +6,7 @@ Each command group lives in its own module and imports what it needs when it run
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import sys
 
@@ -15,7 +16,17 @@ from appliance.cli import admin, dlq, doctor, engine, maintenance, observe, quer
 from appliance.cli.base import cli, err
 from appliance.core import hints
 from appliance.core.errors import FloeError
+from appliance.core.logfiles import logging_to_file
 from appliance.core.private import keep_private
+
+
+def failed(message: str) -> None:
+    """The command's one-line error on stderr, and in FLOE_HOME's log once the command writes one (an
+    operator reading the log sees what failed, not only what ran); exit 1."""
+    err(message)
+    if logging_to_file():
+        logging.getLogger("appliance.cli").error(message)
+    sys.exit(1)
 
 
 def main() -> None:
@@ -32,13 +43,10 @@ def main() -> None:
         err(f"floe: error: {exc.format_message()}{hint}")
         sys.exit(2)
     except click.ClickException as exc:
-        err(f"floe: error: {exc.format_message()}")
-        sys.exit(1)
+        failed(f"floe: error: {exc.format_message()}")
     except FloeError as exc:
-        err(f"floe: error: {exc}")
-        sys.exit(1)
+        failed(f"floe: error: {exc}")
     except sqlite3.OperationalError as exc:  # the state database locked for too long, or its disk full
-        err(f"floe: error: the state database: {exc}")
-        sys.exit(1)
+        failed(f"floe: error: the state database: {exc}")
     except KeyboardInterrupt:
         sys.exit(130)

@@ -63,11 +63,16 @@ class RollingHandler(RotatingFileHandler):
             return True  # nothing there (its folder removed, say): keep writing where we were
 
 
+def logging_to_file() -> bool:
+    """Whether this process's log lines go to a file (`log_to` was called)."""
+    return any(isinstance(h, RollingHandler) for h in logging.getLogger().handlers)
+
+
 def log_to(path: Path, max_bytes: int, keep: int) -> None:
     """This process's log lines (INFO and up; libraries' WARNING and up) into `path`, rolled at `max_bytes`.
     Once per process: a second call changes nothing."""
     root = logging.getLogger()
-    if any(isinstance(h, RollingHandler) for h in root.handlers):
+    if logging_to_file():
         return
     handler = RollingHandler(path, max_bytes, keep)
     handler.setFormatter(ScrubbingFormatter(FORMAT))  # a driver's message may carry a piece of a password
