@@ -255,7 +255,7 @@ def test_a_catalog_password_holding_uri_delimiters_works_by_reference_and_never_
     from appliance.config.settings import load_settings
     from appliance.control.doctor import diagnose, format_check
     from appliance.control.streams import create_stream
-    from appliance.core.errors import CatalogAccessDenied, CatalogUnavailable
+    from appliance.core.errors import CatalogAccessDenied
     from appliance.ingest.engine import Engine
     from appliance.query.connection import run_query
     from appliance.tables.catalog import Catalog

@@ -11,9 +11,9 @@ import threading
 
 import orjson
 import pytest
+from test_observe import Webhook
 
 from conftest import FLOE, ROOT, floe, wait_for
-from test_observe import Webhook
 
 
 class Feed:
@@ -202,7 +202,8 @@ def test_an_outage_is_told_once_and_ends_when_the_last_one_waiting_on_it_gets_th
         assert outages.failed(state, "a", CatalogUnavailable("sql catalog at x cannot be reached"))
         assert outages.failed(state, "b", CatalogUnavailable("sql catalog at x cannot be reached"))
         assert not outages.failed(state, "a", SchemaError("a bad schema is no outage"))
-        assert [(o.dependency, o.message) for o in state.outages()] == [("catalog", "sql catalog at x cannot be reached")]
+        assert [(o.dependency, o.message) for o in state.outages()] == [
+            ("catalog", "sql catalog at x cannot be reached")]
         outages.got_through(state, "a")
         assert outages.down() == ["catalog"], "b still waits on it"
         assert outages.failed(state, "b", WarehouseError("warehouse s3://b: cannot write"))  # past the catalog
