@@ -232,9 +232,70 @@ def test_a_catalog_drivers_failure_is_an_outage_a_refusal_or_neither(floe_home):
 
     refused = catalog_error(settings, driver('FATAL: password authentication failed for user "floe"'))
     assert isinstance(refused, CatalogAccessDenied) and not refused.retryable
+    def sqlite(message: str) -> Exception:  # as Floe's SQLite commits and SQLAlchemy raise it
+        return sqlalchemy.exc.OperationalError("update", None, sqlite3.OperationalError(message))
+
     for down in (driver("connection to server at 127.0.0.1 port 5 failed: Connection refused"),
-                 sqlite3.OperationalError("database is locked"), requests.exceptions.ConnectionError("refused")):
+                 sqlite("database is locked"), sqlite("database or disk is full"),
+                 requests.exceptions.ConnectionError("refused")):
         typed = catalog_error(settings, down)
         assert isinstance(typed, CatalogUnavailable) and typed.retryable and typed.dependency == "catalog", down
-    other = ValueError("a bug")
-    assert catalog_error(settings, other) is other
+    # The state database's own errors are not the catalog's; a damaged catalog file is no outage.
+    for other in (ValueError("a bug"), sqlite3.OperationalError("database or disk is full"),
+                  sqlite("file is not a database")):
+        assert catalog_error(settings, other) is other
+
+
+def fill(disk, leave: int) -> None:
+    """A ballast file taking all of `disk` but `leave` bytes."""
+    chunk = b"\0" * (1 << 20)
+    with open(disk / "ballast", "wb") as f:
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError:
+            pass
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    os.truncate(disk / "ballast", max(0, os.path.getsize(disk / "ballast") - max(0, leave - free)))
+
+
+def integrity(path) -> str:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        return db.execute("pragma integrity_check").fetchone()[0]
+
+
+def test_a_full_disk_under_floe_home_loses_nothing_corrupts_nothing_and_the_engine_resumes(
+        broker, topic, tmp_path, monkeypatch, running_engine, hook):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], check=True)
+    try:
+        home = disk / "floe-home"
+        monkeypatch.setenv("FLOE_HOME", str(home))
+        configure(home, "")
+        feed = start_feeding(broker, topic, hook)
+        engine = running_engine()
+        with feed:
+            wait_for(lambda: rows_total() > 0, 180, 0.5, what="the engine's first commit")
+            fill(disk, leave=256 << 10)
+            wait_for(lambda: (w := engine.workers.get("c")) and w.failing and w.failing.attempts >= 3, 120, 0.5,
+                     what="the stream failing on the full disk, and trying again")
+            assert engine.workers["c"].is_alive() and not engine.stopping.is_set()
+            (disk / "ballast").unlink()
+            feed.send(100)  # arrives as space returns
+        wait_for(lambda: landed_exactly(feed), 180, 1.0, what="every message sent, landed once")
+        try:
+            wait_for(lambda: status_json()[0] == 0, 60, 0.5, what="floe status all well again")
+        except AssertionError:
+            raise AssertionError(floe("status").stdout) from None
+        audit = floe("audit", "c")
+        assert audit.returncode == 0, audit.stdout + audit.stderr
+        engine.stop()
+        wait_for(lambda: not engine.workers or all(w.done for w in engine.workers.values()), 60,
+                 what="the engine stopped")
+        assert integrity(home / "state.db") == "ok" and integrity(home / "catalog.db") == "ok"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

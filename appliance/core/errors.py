@@ -192,6 +192,14 @@ class CatalogAccessDenied(FloeError):
     """The Iceberg catalog refused Floe's credentials or the operation."""
 
 
+class DiskUnwritable(FloeError):
+    """A file under FLOE_HOME (the state database) cannot be written: its disk is full or read-only. Floe
+    waits for space, and writes again once it can."""
+
+    retryable = True
+    dependency = "disk"
+
+
 class CommitConflict(FloeError):
     """Another writer changed the table between our read and our commit."""
 

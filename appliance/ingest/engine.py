@@ -14,8 +14,11 @@ refused credential) stops it, in one line.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import logging
 import os
+import sqlite3
 import threading
 import time
 from typing import Any, Callable, Iterator, Protocol
@@ -39,6 +42,8 @@ from appliance.spark.session import spark_session
 from appliance.stages.scheduler import StageScheduler
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
+
+log = logging.getLogger(__name__)
 
 TICK = 0.5  # seconds between looks at the state database
 ENGINE = "engine"  # who waits on the catalog when the engine opens it
@@ -164,15 +169,21 @@ class Engine:
             raise FloeError("; ".join(failed))
 
     def _loop(self, until_caught_up: bool) -> None:
+        unwritable: str | None = None  # the state database's error while it cannot be written
         while not self.stopping.is_set():
-            if until_caught_up:
-                if all(w.done for w in self.workers.values()):
-                    return
-            else:
-                self._reconcile()
-            if self._catalog_retry is not None and time.monotonic() >= self._catalog_retry[0]:
-                self._open_catalog()
-            self._heartbeat(EngineState.RUNNING)
+            if until_caught_up and all(w.done for w in self.workers.values()):
+                return
+            try:
+                if not until_caught_up:
+                    self._reconcile()
+                if self._catalog_retry is not None and time.monotonic() >= self._catalog_retry[0]:
+                    self._open_catalog()
+                self._heartbeat(EngineState.RUNNING)
+                unwritable = None
+            except sqlite3.Error as exc:  # a full disk: the engine carries on, and writes again once it can
+                if unwritable != str(exc):
+                    log.warning("the state database cannot be written (%s): the engine carries on", exc)
+                unwritable = str(exc)
             if self.on_tick:
                 self.on_tick(self)
             self.wake.wait(TICK)
@@ -180,7 +191,8 @@ class Engine:
 
     def _shut_down(self) -> None:
         self.stopping.set()
-        self._heartbeat(EngineState.RUNNING)  # takes no more requests: an asker does the work itself at once
+        with contextlib.suppress(sqlite3.Error):  # a full disk: the stop goes on all the same
+            self._heartbeat(EngineState.RUNNING)  # takes no more requests: an asker does the work itself at once
         if self.maintenance is not None:
             # Cancel until it ends: a rewrite may submit its Spark job just after a cancel.
             while self.maintenance.is_alive():
@@ -194,9 +206,10 @@ class Engine:
             worker.join()
         if self.jobs is not None:
             self.jobs.close()
-        self._heartbeat(EngineState.STOPPED)
-        self.state.clear_outages()
-        self.state.add_event(EventKind.ENGINE_STOPPED, "engine stopped")
+        with contextlib.suppress(sqlite3.Error):
+            self._heartbeat(EngineState.STOPPED)
+            self.state.clear_outages()
+            self.state.add_event(EventKind.ENGINE_STOPPED, "engine stopped")
         self._observers_stop.set()  # the system tables export what is left, the engine's stop included
         for thread in (self.system_tables, self.alerts):
             if thread is not None:
@@ -233,8 +246,8 @@ class Engine:
         shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake, self.jobs, self.committed,
                         self.outages)
         worker = StreamWorker(shared, stream, until_caught_up)
+        self.state.update_status(stream.name, phase=StreamPhase.STARTING)  # may fail: then no worker, yet
         self.workers[stream.name] = worker
-        self.state.update_status(stream.name, phase=StreamPhase.STARTING)
         worker.start()
 
     def _reconcile(self) -> None:

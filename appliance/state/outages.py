@@ -4,10 +4,23 @@ registry), since when, and what it last said. `ingest/outages.py` writes them; `
 
 from __future__ import annotations
 
+import re
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
 from appliance.core.clock import now
+from appliance.core.errors import DiskUnwritable
+
+# What SQLite says when its file cannot be written for now, for want of space or of write access.
+_NO_SPACE = re.compile(r"full|readonly|disk I/O", re.I)
+
+
+def state_error(exc: BaseException) -> BaseException:
+    """The state database's failure for want of space as an outage of the disk; any other as it is."""
+    if isinstance(exc, sqlite3.OperationalError) and _NO_SPACE.search(str(exc)):
+        return DiskUnwritable(f"the state database cannot be written: {exc}")
+    return exc
 
 
 @dataclass(frozen=True)

@@ -94,12 +94,16 @@ def warehouse_io(settings: Settings, what: str) -> Iterator[None]:
 
 
 # A catalog's drivers say it is down in their own words: a database that refuses connections or is locked
-# (SQLAlchemy, sqlite3), a REST service that does not answer or answers 5xx (requests, PyIceberg).
-_DOWN = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlite3.OperationalError,
-         requests.exceptions.ConnectionError, requests.exceptions.Timeout, ServerError, ServiceUnavailableError)
+# (SQLAlchemy's errors, which Floe's own SQLite commits raise too), a REST service that does not answer or answers 5xx (requests, PyIceberg).
+_DOWN = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, requests.exceptions.ConnectionError,
+         requests.exceptions.Timeout, ServerError, ServiceUnavailableError)
 
 # What a database says when it refuses Floe's credentials: a person must fix them, waiting will not help.
 _REFUSED = re.compile(r"authentication failed|access denied|permission denied|no pg_hba.conf entry", re.I)
+
+# What SQLite says when its file cannot be written for now: another writer holds it, its disk is full or
+# read-only. The catalog waits for it as for a server that is down.
+_SQLITE_WAITS = re.compile(r"locked|full|readonly|disk I/O", re.I)
 
 
 def catalog_error(settings: Settings, exc: BaseException) -> BaseException:
@@ -108,8 +112,9 @@ def catalog_error(settings: Settings, exc: BaseException) -> BaseException:
     if isinstance(exc, (UnauthorizedError, ForbiddenError, OAuthError)) or \
             isinstance(exc, sqlalchemy.exc.OperationalError) and _REFUSED.search(str(exc)):
         return CatalogAccessDenied(f"{settings.catalog.describe()} refused Floe: {_quiet(settings, exc)}")
-    if isinstance(exc, sqlite3.OperationalError) and "locked" not in str(exc):
-        return exc  # a full disk or a damaged file is not an outage of the catalog's server
+    if isinstance(exc, sqlalchemy.exc.OperationalError) and isinstance(exc.orig, sqlite3.Error) \
+            and not _SQLITE_WAITS.search(str(exc.orig)):
+        return exc  # a damaged file, a bad statement: no outage
     if isinstance(exc, _DOWN):
         return CatalogUnavailable(f"{settings.catalog.describe()} failed: {_quiet(settings, exc)}")
     return exc

@@ -17,6 +17,7 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
+import sqlalchemy.exc
 from sqlalchemy import text
 
 from appliance.core.failpoints import failpoint
@@ -190,6 +191,8 @@ class FloeSqlCatalog(SqlCatalog):
                 return True
             except _RolledBack:
                 return False
+            except sqlite3.Error as exc:  # as SQLAlchemy would raise it: a catalog's error, not the state database's
+                raise sqlalchemy.exc.OperationalError(statements[0], None, exc) from exc
 
     def _sqlite_db(self) -> sqlite3.Connection:
         """The commits' own SQLite connection, opened by the first; the caller holds `_db_lock`. As a
