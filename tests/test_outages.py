@@ -21,6 +21,7 @@ class Feed:
 
     def __init__(self, broker, topic: str) -> None:
         self.producer, self.topic = broker.producer(), topic
+        self.table = f"o.{topic}"  # of its own: a REST catalog lives as long as the test session
         self.good = self.bad = 0
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -75,9 +76,10 @@ def events(kind: str) -> list[str]:
 
 def landed_exactly(feed: Feed) -> bool:
     """Every good id once in the table, every malformed message once in the dead letters."""
-    rows = orjson.loads(floe("query", "select count(*) n, count(distinct id) d, max(id) hi from ingest.c",
+    rows = orjson.loads(floe("query", f"select count(*) n, count(distinct id) d, max(id) hi from {feed.table}",
                              "--format", "json").stdout.splitlines()[0])
-    dead = orjson.loads(floe("query", "select count(*) n from ingest.c_dlq", "--format", "json").stdout.splitlines()[0])
+    dead = orjson.loads(floe("query", f"select count(*) n from {feed.table}_dlq", "--format", "json")
+                        .stdout.splitlines()[0])
     return rows == {"n": feed.good, "d": feed.good, "hi": feed.good - 1} and dead["n"] == feed.bad
 
 
@@ -97,7 +99,7 @@ def resumed_exactly_once(feed: Feed, hook: Webhook, dependency: str) -> None:
 def start_feeding(broker, topic: str, hook: Webhook) -> Feed:
     feed = Feed(broker, topic)
     feed.send(200)
-    created = floe("stream", "create", "c", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.c")
+    created = floe("stream", "create", "c", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", feed.table)
     assert created.returncode == 0, created.stderr
     assert floe("alert", "add", "deps", "--rule", "dependency_down", "--notify", hook.url).returncode == 0
     return feed
@@ -155,12 +157,19 @@ def rows_total() -> int:
         return state.status("c").rows_total
 
 
-def test_s3_killed_under_a_running_engine_then_a_kill_and_a_start_while_it_is_down_lose_nothing(
-        broker, topic, floe_home, seaweed, running_engine, hook):
-    bucket = seaweed.new_bucket(f"o-{topic.replace('_', '-')}")
-    configure(floe_home, f'[warehouse]\nlocation = "s3://{bucket}/warehouse"\n\n[warehouse.s3]\n'
-                         f'endpoint = "{seaweed.s3_endpoint}"\nregion = "{seaweed.region}"\n'
-                         f'access_key_id = "{seaweed.access_key}"\nsecret_access_key = "{seaweed.secret_key}"\n')
+@pytest.mark.parametrize("catalog, waits_for", [("sqlite", "warehouse"), ("rest", "catalog")])
+def test_seaweedfs_killed_under_a_running_engine_then_a_kill_and_a_start_while_it_is_down_lose_nothing(
+        broker, topic, floe_home, seaweed, running_engine, hook, catalog, waits_for):
+    """SeaweedFS is the S3 warehouse (with Floe's SQLite catalog: the engine waits for the warehouse) or the
+    REST catalog and its S3 storage (the engine waits for the catalog)."""
+    if catalog == "rest":
+        props = {**seaweed.rest_properties(), "credential": f"{seaweed.access_key}:{seaweed.secret_key}"}
+        configure(floe_home, '[catalog]\ntype = "rest"\n' + "".join(f'"{k}" = "{v}"\n' for k, v in props.items()))
+    else:
+        bucket = seaweed.new_bucket(f"o-{topic.replace('_', '-')}")
+        configure(floe_home, f'[warehouse]\nlocation = "s3://{bucket}/warehouse"\n\n[warehouse.s3]\n'
+                             f'endpoint = "{seaweed.s3_endpoint}"\nregion = "{seaweed.region}"\n'
+                             f'access_key_id = "{seaweed.access_key}"\nsecret_access_key = "{seaweed.secret_key}"\n')
     feed = start_feeding(broker, topic, hook)
     engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
@@ -168,13 +177,14 @@ def test_s3_killed_under_a_running_engine_then_a_kill_and_a_start_while_it_is_do
         with feed:
             wait_for(lambda: rows_total() > 0, 180, 0.5, what="the engine's first commit")
             with seaweed.down():
-                wait_for(lambda: waiting_for("warehouse"), 120, 0.5, what="floe status naming the warehouse")
+                wait_for(lambda: waiting_for(waits_for), 120, 0.5, what=f"floe status naming the {waits_for}")
                 os.killpg(engine.pid, signal.SIGKILL)  # a power cut during the outage
                 engine.wait(30)
                 running_engine()  # started while S3 is still down
-                report = wait_for(lambda: waiting_for("warehouse"), 120, 0.5,
-                                  what="the new engine naming the warehouse")
-                assert seaweed.s3_endpoint.removeprefix("http://") in report["waiting_for"][0]["message"]
+                report = wait_for(lambda: waiting_for(waits_for), 120, 0.5,
+                                  what=f"the new engine naming the {waits_for}")
+                endpoint = seaweed.s3_endpoint if catalog == "sqlite" else seaweed.rest_uri
+                assert endpoint.removeprefix("http://") in report["waiting_for"][0]["message"], report
                 assert seaweed.secret_key not in orjson.dumps(report).decode()
             feed.send(100)  # arrives as S3 comes back
         wait_for(lambda: landed_exactly(feed), 180, 1.0, what="every message sent, landed once")
@@ -182,7 +192,7 @@ def test_s3_killed_under_a_running_engine_then_a_kill_and_a_start_while_it_is_do
         audit = floe("audit", "c")
         assert audit.returncode == 0, audit.stdout + audit.stderr
         back = events("dependency_back")
-        assert back and back[-1].startswith("warehouse is back after")
+        assert back and back[-1].startswith(f"{waits_for} is back after")
     finally:
         if engine.poll() is None:
             os.killpg(engine.pid, signal.SIGKILL)
