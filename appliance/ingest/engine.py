@@ -121,7 +121,8 @@ class Engine:
         """Run every active stream until `stop()`; with until_caught_up, until each has read
         everything its topic held when the engine started, then return."""
         with EngineLock(self.settings):
-            self.state.clear_outages()  # a previous engine's: this one finds its own
+            with contextlib.suppress(sqlite3.Error):  # a full disk: the rows follow once it can write
+                self.state.clear_outages()  # a previous engine's: this one finds its own
             self._open_catalog()  # a setting or a credential a person must fix: one line, before Spark starts
             if not until_caught_up and self.metrics_port is not None:
                 # Before Spark: a port in use is one line at once, not after a JVM's start.
