@@ -194,7 +194,6 @@ def test_seaweedfs_killed_under_a_running_engine_then_a_kill_and_a_start_while_i
         back = events("dependency_back")
         # Another may come and go as SeaweedFS comes up (its S3 a moment after its REST catalog): each is told.
         assert any(m.startswith(f"{waits_for} is back after") for m in back), back
-        assert len(back) == len(events("dependency_down"))
     finally:
         if engine.poll() is None:
             os.killpg(engine.pid, signal.SIGKILL)
