@@ -19,11 +19,11 @@ from appliance.config.settings import Settings
 from appliance.core.failpoints import failpoint
 from appliance.ingest.batch import BatchResult
 from appliance.ingest.planning import Committed
+from appliance.mergeonread.commit import commit_upsert
+from appliance.mergeonread.index import KeyIndex
 from appliance.model.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.stream import StreamDef
 from appliance.tables.commits import commit_files, commit_lock
-from appliance.tables.keyindex import KeyIndex
-from appliance.tables.upserts import commit_upsert
 
 
 @dataclass
