@@ -106,6 +106,7 @@ def run() -> None:
         held = committed_offsets(table, "s")
         if held is None or held[0] < end_offsets(batch)[0]:
             table, _ = commit_upsert(table, index, _batch(table, batch), "s", "t", held, end_offsets(batch))
+            checkpoint(index)  # as the engine does after each commit, out of the commit lock
         if batch == 3:
             compact(settings, catalog, table.refresh(), policy, None)
             table = table.refresh()

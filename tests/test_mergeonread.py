@@ -204,6 +204,7 @@ class Stream:
         self.how.append(bring_to(self.index, self.table))
         batch = KeyedRows(write_data_files(TableTarget.of(self.table), rows), Keys.of(form, rows), Keys.of(form, gone))
         self.table, _ = commit_upsert(self.table, self.index, batch, "s", "t", None, {partition: self.offset})
+        checkpoint(self.index)  # as the engine does after each commit
         self.state.update(upserts)
         for k in deletes:
             self.state.pop(k, None)

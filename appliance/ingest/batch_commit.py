@@ -19,7 +19,7 @@ from appliance.config.settings import Settings
 from appliance.core.failpoints import failpoint
 from appliance.ingest.batch import BatchResult
 from appliance.ingest.planning import Committed
-from appliance.mergeonread.commit import commit_upsert
+from appliance.mergeonread.commit import checkpoint, commit_upsert
 from appliance.mergeonread.index import KeyIndex
 from appliance.model.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.stream import StreamDef
@@ -66,6 +66,8 @@ def commit_batch(settings: Settings, stream: StreamDef, tables: StreamTables, co
             tables.target, target_snapshot = commit_files(
                 tables.target, result.target_files, stream.id, stream.topic, committed.target, offsets
             )
+    if tables.index is not None:
+        checkpoint(tables.index)  # a few of its shards, the table's commit lock free again
     failpoint("after_target_commit")
     return (committed.after(offsets, dead_letters_committed=bool(dead_files)),
             Snapshots(target_snapshot, dead_snapshot, replaced))

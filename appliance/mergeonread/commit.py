@@ -5,8 +5,8 @@ The batch's tasks wrote each key's newest row into data files and say which keys
 message deletes, as key words with Kafka positions (`plans.KeyedRows`). Here, under the table's commit
 lock, the key index is brought to the table's current snapshot (`lineage`), the plan finds each
 replaced or deleted row by position, the position-delete files are written, and all of it commits
-with the offsets. The index changes only once the snapshot has landed, then saves a few of its shards
-(`store`). A replay after a crash starts from the table as committed (offsets and rows in one
+with the offsets. The index changes only once the snapshot has landed; the caller then lets it save a
+few of its shards (`checkpoint`), once the table's commit lock is free again. A replay after a crash starts from the table as committed (offsets and rows in one
 snapshot), so it can neither resurrect a deleted key nor leave a key twice; and the index, whatever
 it held, replays that snapshot or is built again.
 """
@@ -90,7 +90,6 @@ def _commit(table: Table, index: KeyIndex, rows: KeyedRows, props: dict[str, str
         index.forget()  # half-applied: the next commit loads the checkpoint or builds
         raise
     failpoint("upsert_landed")
-    checkpoint(index)
     return table, UpsertCommit(snapshot.snapshot_id, done.replaced)
 
 

@@ -25,8 +25,6 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import BooleanType, DateType, IntegerType, LongType, StringType, TimestampType, TimestamptzType
 
 INTEGER_LIKE = (BooleanType, IntegerType, LongType, DateType, TimestampType, TimestamptzType)
-HEX = np.full(256, 255, dtype=np.uint8)
-HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint8)
 UUID_HEX = np.r_[0:8, 9:13, 14:18, 19:23, 24:36]  # the 32 hex digits of a 36-character UUID
 UUID_DASHES = np.array([8, 13, 18, 23])
 _LOCAL = threading.local()
@@ -71,7 +69,9 @@ class KeyForm:
     def has_null(self, table: pa.Table) -> np.ndarray:
         out = np.zeros(table.num_rows, dtype=bool)
         for c in self.columns:
-            out |= table.column(c).is_null().to_numpy(zero_copy_only=False)
+            column = table.column(c)
+            if column.null_count:
+                out |= column.is_null().to_numpy(zero_copy_only=False)
         return out
 
 
@@ -107,23 +107,45 @@ def _text(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def _uuids(strings: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray] | None:
     """(is a canonical UUID, its 16 bytes as two words) per string, or None when no string is 36 long."""
-    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64)[strings.offset:strings.offset + len(strings) + 1]
-    lengths = np.diff(offsets)
-    candidates = np.flatnonzero(lengths == 36)
-    if not candidates.size:
-        return None
+    n = len(strings)
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64)[strings.offset:strings.offset + n + 1]
     data = np.frombuffer(strings.buffers()[2], dtype=np.uint8)
-    chars = data[offsets[candidates][:, None] + np.arange(36)]
-    digits = HEX[chars[:, UUID_HEX]]
-    ok = (digits != 255).all(axis=1) & (chars[:, UUID_DASHES] == ord("-")).all(axis=1)
+    if n and offsets[-1] - offsets[0] == 36 * n:  # every one 36 long (nulls aside): a view, no gather
+        candidates = slice(None)
+        chars = data[offsets[0]:offsets[-1]].reshape(n, 36)
+    else:
+        candidates = np.flatnonzero(np.diff(offsets) == 36)
+        if not candidates.size:
+            return None
+        chars = data[offsets[candidates][:, None] + np.arange(36)]
+    ok, words = _parse(chars)
+    if not isinstance(candidates, slice):
+        ok_all, words_all = np.zeros(n, dtype=bool), np.zeros((n, 2), dtype=np.uint64)
+        ok_all[candidates], words_all[candidates] = ok, words
+        ok, words = ok_all, words_all
     if strings.null_count:
-        ok &= strings.is_valid().to_numpy(zero_copy_only=False)[candidates]
-    packed = ((digits[:, 0::2].astype(np.uint8) << 4) | digits[:, 1::2]).copy()
-    words = np.zeros((len(strings), 2), dtype=np.uint64)
-    words[candidates] = packed.view(">u8").astype(np.uint64)
-    valid = np.zeros(len(strings), dtype=bool)
-    valid[candidates] = ok
-    return valid, words
+        ok &= strings.is_valid().to_numpy(zero_copy_only=False)
+    return ok, words
+
+
+PARSE_ROWS = 1 << 15  # strings parsed at a time: small arrays stay in cache, and fresh pages cost here
+
+
+def _parse(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """36-character rows as canonical UUIDs: whether each is one, and its 16 bytes as two words."""
+    ok = np.empty(len(chars), dtype=bool)
+    words = np.empty((len(chars), 2), dtype=np.uint64)
+    for start in range(0, len(chars), PARSE_ROWS):
+        part = chars[start:start + PARSE_ROWS]
+        hexes = np.take(part, UUID_HEX, axis=1)
+        numeral = (hexes - np.uint8(48)) <= 9  # uint8 arithmetic: below '0' wraps round, above is large
+        letter = (hexes - np.uint8(97)) <= 5
+        nibbles = (hexes & np.uint8(15)) + np.uint8(9) * (hexes >> np.uint8(6))  # '0'-'9' -> 0-9, 'a'-'f' -> 10-15
+        ok[start:start + PARSE_ROWS] = (numeral | letter).all(axis=1) \
+            & (np.take(part, UUID_DASHES, axis=1) == ord("-")).all(axis=1)
+        packed = (nibbles[:, 0::2] << np.uint8(4)) | nibbles[:, 1::2]
+        words[start:start + PARSE_ROWS] = np.ascontiguousarray(packed).view(">u8")
+    return ok, words
 
 
 def _canonical(table: pa.Table, columns: tuple[str, ...]) -> pa.Array:

@@ -154,6 +154,9 @@ def _apply(index: KeyIndex, table: Table, snapshot: Snapshot, added: list[DataFi
         for s in np.flatnonzero(sequences < sequence):
             index.shards.parts[s] = type(index.shards.parts[s])(index.shards.wide)
         index.keys = index.shards.keys()
+        for f in removed:
+            if f.file_path in index.segments.numbers:
+                index.segments.forget_file(index.segments.numbers[f.file_path])
     gone: dict[str, np.ndarray] = {}
     for f in deletes:
         for path, positions in positions_of(table.io, f).items():

@@ -190,6 +190,9 @@ def _read_positions(index: KeyIndex, table: Table, locations: np.ndarray):
 def landed(index: KeyIndex, done: Plan, snapshot_id: int, sequence: int) -> None:
     """The commit of `done` landed as `snapshot_id`: the index now reflects it."""
     if done.truncate:  # its rows alone are left: the keys' places it found absent are the empty index's
+        for path in index.files:
+            if path in index.segments.numbers:
+                index.segments.forget_file(index.segments.numbers[path])
         index.files = {}
         index.shards = type(index.shards)(index.shards.wide)
         index.keys = 0

@@ -193,8 +193,45 @@ class Segments:
             if rewrite.map is None:
                 continue
             for path in rewrite.map.inputs:
-                number = self.numbers[path]
-                self._file_input[number] = RELEASED
-                for segment in self._by_file.get(number, ()):
-                    self.input[segment] = RELEASED
+                if path in self.numbers:
+                    self.forget_file(self.numbers[path])
             rewrite.map = None
+
+    def forget_file(self, number: int) -> None:
+        """A file no location points into any more (rewritten, or truncated away): its segments go; one
+        still met would say the index is stale rather than point anywhere."""
+        path = self.paths[number]
+        if path is not None:
+            self.numbers.pop(path, None)
+            self.paths[number] = None
+        self._file_input[number] = RELEASED
+        for segment in self._by_file.pop(number, ()):
+            self._pairs.pop((number, int(self.partition[segment])), None)
+            self.input[segment] = RELEASED
+
+    def live(self) -> tuple[np.ndarray, list[int]]:
+        """The segments of files still named, and those files' numbers: what a checkpoint keeps."""
+        named = np.array([p is not None for p in self.paths] + [False], dtype=bool)
+        files = self.file[:self.count]
+        ids = np.flatnonzero(named[np.where(files >= 0, files, len(self.paths))])
+        return ids, [n for n, p in enumerate(self.paths) if p is not None]
+
+    @classmethod
+    def restore(cls, ids: np.ndarray, files: np.ndarray, partitions: np.ndarray, numbers: list[int],
+                paths: list[str]) -> Segments:
+        """Segments as a checkpoint kept them (ids and file numbers as they were)."""
+        out = cls()
+        size = (max(numbers) + 1) if numbers else 0
+        out.paths = [None] * size
+        for number, path in zip(numbers, paths):
+            out.paths[number], out.numbers[path] = path, number
+        count = int(ids.max()) + 1 if len(ids) else 0
+        out.file = np.full(max(count, 1024), -1, dtype=np.int64)
+        out.partition = np.zeros(max(count, 1024), dtype=np.int32)
+        out.input = np.full(max(count, 1024), RELEASED, dtype=np.int64)
+        out.file[ids], out.partition[ids], out.input[ids] = files, partitions, LIVE
+        out.count = count
+        for segment, number, partition in zip(ids.tolist(), files.tolist(), partitions.tolist()):
+            out._pairs[(number, partition)] = segment
+            out._by_file.setdefault(number, []).append(segment)
+        return out

@@ -230,22 +230,17 @@ def _atomic(path: Path, write: Callable) -> None:
 
 
 def _save_segments(f, segments: Segments) -> None:
-    n = segments.count
-    np.savez(f, paths=np.array([p or "" for p in segments.paths], dtype=np.str_), files=segments.file[:n],
-             partition=segments.partition[:n])
+    ids, numbers = segments.live()
+    paths = "\n".join(segments.paths[n] for n in numbers).encode()
+    np.savez(f, ids=ids, files=segments.file[ids], partitions=segments.partition[ids],
+             numbers=np.array(numbers, dtype=np.int64), paths=np.frombuffer(paths, dtype=np.uint8))
 
 
 def _load_segments(path: Path) -> Segments:
     try:
         with np.load(path, allow_pickle=False) as z:
-            paths, files, partitions = [str(p) for p in z["paths"]], z["files"], z["partition"]
+            numbers = z["numbers"].tolist()
+            paths = z["paths"].tobytes().decode().split("\n") if numbers else []
+            return Segments.restore(z["ids"], z["files"], z["partitions"], numbers, paths)
     except (OSError, ValueError, KeyError):
         raise KeyIndexStale(f"checkpoint file {path.name} is unreadable") from None
-    segments = Segments()
-    for p in paths:
-        segments.paths.append(p or None)
-        if p:
-            segments.numbers[p] = len(segments.paths) - 1
-    for f, p in zip(files.tolist(), partitions.tolist()):
-        segments.segment(int(f), int(p))
-    return segments
