@@ -6,9 +6,10 @@ message deletes, as key words with Kafka positions (`plans.KeyedRows`). Here, un
 lock, the key index is brought to the table's current snapshot (`lineage`), the plan finds each
 replaced or deleted row by position, the position-delete files are written, and all of it commits
 with the offsets. The index changes only once the snapshot has landed; the caller then lets it save a
-few of its shards (`checkpoint`), once the table's commit lock is free again. A replay after a crash starts from the table as committed (offsets and rows in one
-snapshot), so it can neither resurrect a deleted key nor leave a key twice; and the index, whatever
-it held, replays that snapshot or is built again.
+few of its shards (`checkpoint`), once the table's commit lock is free again. A replay after a crash
+starts from the table as committed (offsets and rows in one snapshot), so it can neither resurrect a
+deleted key nor leave a key twice; and the index, whatever it held, replays that snapshot or is built
+again.
 """
 
 from __future__ import annotations
