@@ -69,6 +69,18 @@ def build(index: KeyIndex, table: Table) -> None:
     index.keys = len(index.shards)
     current = table.current_snapshot()
     index.at(current.snapshot_id if current else None, current.sequence_number if current else 0)
+    _give_back()
+
+
+def _give_back() -> None:
+    """Hand the build's freed memory back to the system: glibc keeps freed heap pages of large arrays
+    (its mmap threshold rises as they are freed), which would leave the process several times the index."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _read_all(table: Table, form: KeyForm, data: list[ManifestEntry]):

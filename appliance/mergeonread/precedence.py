@@ -75,13 +75,3 @@ def newest(groups: np.ndarray, partitions: np.ndarray, offsets: np.ndarray, time
     last = np.ones(len(order), dtype=bool)
     last[:-1] = g[1:] != g[:-1]
     return order[last]
-
-
-def group_labels(columns: list[np.ndarray]) -> np.ndarray:
-    """A label per row, equal for rows whose values in every column are equal (numpy arrays of one
-    length; object arrays of hashable values work too)."""
-    if len(columns) == 1:
-        return np.unique(columns[0], return_inverse=True)[1].reshape(-1)
-    keys = list(zip(*(c.tolist() for c in columns)))
-    seen: dict = {}
-    return np.fromiter((seen.setdefault(k, len(seen)) for k in keys), dtype=np.int64, count=len(keys))
