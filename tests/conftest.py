@@ -4,12 +4,11 @@ a SQLite catalog and a warehouse in a temporary FLOE_HOME."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
-import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -17,8 +16,12 @@ from typing import Callable
 import pytest
 from confluent_kafka import Producer
 
-ROOT = Path(__file__).resolve().parent.parent
-FLOE = [sys.executable, "-m", "appliance.cli"]
+from appliance.core import hints
+from appliance.core.polling import poll
+
+pytest_plugins = ["budget"]  # the suite's time and its slowest tests, said at the end of every run
+
+from commands import FLOE, ROOT, command_logging, floe, floe_process  # noqa: F401  (the tests import them from here)
 
 
 def free_port() -> int:
@@ -28,18 +31,8 @@ def free_port() -> int:
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):
-    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-            if value:
-                return value
-        except Exception as exc:  # the thing polled may not exist yet
-            last_exc = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds (appliance/core/polling.py)."""
+    return poll(condition, timeout, interval, what, error=AssertionError)
 
 
 class FloeProcess:
@@ -132,14 +125,16 @@ def spark(floe_spark):
 
 @pytest.fixture
 def running_engine(spark):
-    """Start an engine in this process on the shared SparkSession; stopped at the end."""
+    """Start an engine in this process on the shared SparkSession, answering requests as `floe run` does;
+    stopped at the end."""
     from appliance.config.settings import load_settings
+    from appliance.control.answers import Answers
     from appliance.ingest.engine import Engine
 
     engines = []
 
     def start(**kwargs):
-        engine = Engine(load_settings(), spark=spark, **kwargs)
+        engine = Engine(load_settings(), spark=spark, **{"answers": Answers, **kwargs})
         thread = threading.Thread(target=engine.run, daemon=True)
         thread.start()
         engines.append((engine, thread))
@@ -151,11 +146,22 @@ def running_engine(spark):
         thread.join(60)
 
 
+def run_until_caught_up(spark) -> None:
+    """`floe run --until-caught-up` in this process, on the session's SparkSession: what the command does
+    between its start and its exit (a stream or stage that fails raises FloeError naming it)."""
+    from appliance.cli.base import settings
+    from appliance.ingest.engine import Engine
+
+    with command_logging():  # its log in FLOE_HOME's logs/floe.log, as the command's
+        Engine(settings(), spark=spark).run(until_caught_up=True)
+
+
 def run_until_killed(seconds: float, feed: Callable[[threading.Event], None]) -> None:
     """`floe run` in a process group of its own, while `feed(stop)` runs in a thread (producing, say),
     then SIGKILL after `seconds`, as a power cut would; `feed` is told to stop and is waited for."""
-    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    # `floe run` as Floe's hints print it (appliance/core/hints.py): this runs it as a user would
+    engine = subprocess.Popen(FLOE + shlex.split(hints.START_ENGINE)[1:], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
     stop = threading.Event()
     feeding = threading.Thread(target=feed, args=(stop,))
     feeding.start()
@@ -180,14 +186,6 @@ def finished(process: subprocess.Popen, timeout: float) -> tuple[int, str]:
         return code, process.stderr.read()
     finally:
         process.stderr.close()
-
-
-def floe(*args: str, env: dict | None = None, timeout: float = 300, input: str | None = None) -> subprocess.CompletedProcess:
-    """Run the `floe` command as a user would, in its own process."""
-    return subprocess.run(
-        FLOE + list(args), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-        env={**os.environ, **(env or {})}, input=input,
-    )
 
 
 def pizza_values(n: int, start: int = 0) -> list[bytes]:

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import quote
 
+from appliance.core.polling import poll
+
 SETUP_HINT = "run ./scripts/setup --test"
 
 
@@ -37,22 +39,13 @@ class ServerUnavailable(RuntimeError):
 
 def _wait(condition: Callable[[], object], timeout: float, what: str, alive: Callable[[], str | None] = lambda: None):
     """Poll `condition` until truthy; `alive` returns a reason when the server has died, to fail at once."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while True:
+    def ready():
         dead = alive()
         if dead:
             raise ServerUnavailable(f"{what}: {dead}")
-        try:
-            value = condition()
-            if value:
-                return value
-        except Exception as exc:  # not up yet
-            last = exc
-        if time.monotonic() >= deadline:
-            raise ServerUnavailable(f"timed out after {timeout:.0f}s waiting for {what}"
-                                    + (f" (last error: {last})" if last else ""))
-        time.sleep(0.05)
+        return condition()
+
+    return poll(ready, timeout, 0.05, what, error=ServerUnavailable, fatal=(ServerUnavailable,))
 
 
 def _tail(path: Path, lines: int = 15, since: str | None = None) -> str:

@@ -240,7 +240,7 @@ def test_a_failing_stage_opens_an_incident_on_stage_name_and_resolves(store):
     assert [(i.alert, i.subject, i.value) for i in state.open_incidents()] == [("stage_down", "stage daily", "bad sql")]
     [note] = queued(notifier)
     assert note.title == "[Floe] OPEN: stage_down (failed) on stage daily" and note.subject == "daily"
-    assert note.body == "failed for stage daily: bad sql. Look at the stage's last error: floe stage show daily."
+    assert note.body == "failed for stage daily: bad sql. Look at the stage's last error: `floe stage show daily`."
     assert [e.stream for e in state.events() if e.kind == "incident_opened"] == ["daily"]
 
     state.update_stage_status("daily", phase="up_to_date", last_run_at=now())
@@ -305,7 +305,7 @@ def test_a_stage_alert_takes_failed_or_stalled_and_no_stream_each_mistake_one_li
         ({"rule": "lag_messages > 5", "stage": "daily"}, "lag_messages is not measured on a stage"),
         ({"rule": "maintenance_failed", "stage": "daily"}, "maintenance_failed is not measured on a stage"),
         ({"rule": "failed", "stream": "s", "stage": "daily"}, "name a stream or a stage, not both"),
-        ({"rule": "failed", "stage": "nope"}, "no stage named 'nope' \\(floe stage list shows them\\)"),
+        ({"rule": "failed", "stage": "nope"}, "no stage named 'nope' \\(`floe stage list` shows them\\)"),
     ]:
         with pytest.raises(AlertRuleError, match=problem) as raised:
             add_alert(settings, "a", notify=HOOK, **kwargs)

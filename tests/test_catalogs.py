@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import subprocess
 import threading
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from conftest import FLOE, ROOT, floe, run_until_killed, wait_for
+from conftest import floe, run_until_caught_up, run_until_killed, wait_for
 
 PG_PASSWORD = "pg-pass-8d1c0e47-never-store-me"
 
@@ -55,7 +54,7 @@ def every_byte_under(home: Path) -> bytes:
     return b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())
 
 
-def through_kills_maintenance_and_a_stage(broker, topic: str, own_catalog) -> None:
+def through_kills_maintenance_and_a_stage(broker, topic: str, own_catalog, spark, running_engine) -> None:
     """A stream through kills, `floe maintain`, a stage and the audit; the tables read back alike by
     DuckDB (through Floe) and by PyIceberg through `own_catalog`, a catalog of its own."""
     ids = Ids(broker, topic)
@@ -67,8 +66,7 @@ def through_kills_maintenance_and_a_stage(broker, topic: str, own_catalog) -> No
     for _ in range(2):
         run_until_killed(rng.uniform(8, 14), lambda stop: ids.send(800, stop))
         ids.send(100)  # arrives while the engine is down
-    final = floe("run", "--until-caught-up", timeout=600)
-    assert final.returncode == 0, final.stderr
+    run_until_caught_up(spark)
     landed = query("select count(*) n, count(distinct id) d, min(id) lo, max(id) hi from ingest.c")[0]
     assert landed == {"n": ids.sent, "d": ids.sent, "lo": 0, "hi": ids.sent - 1}
     assert own_catalog.load_table("ingest.c").scan().to_arrow().num_rows == ids.sent
@@ -78,7 +76,7 @@ def through_kills_maintenance_and_a_stage(broker, topic: str, own_catalog) -> No
     staged = floe("stage", "create", "tens", "--from", "ingest.c", "--sql",
                   "select id % 10 as tens, count(*) as n from source group by id % 10", "--table", "prep.tens")
     assert staged.returncode == 0, staged.stderr
-    assert floe("run", "--until-caught-up", timeout=600).returncode == 0
+    run_until_caught_up(spark)
     rows = own_catalog.load_table("prep.tens").scan().to_arrow().to_pylist()
     assert sum(r["n"] for r in rows) == ids.sent and len(rows) == 10
     assert own_catalog.load_table("ingest.c").scan().to_arrow().num_rows == ids.sent
@@ -89,24 +87,21 @@ def through_kills_maintenance_and_a_stage(broker, topic: str, own_catalog) -> No
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["specs"][0]["partitioning"] == "day(_kafka_timestamp)"
     # A running engine exports its state to the system tables in the same catalog.
-    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        def exported() -> bool:
-            if ("floe",) not in own_catalog.list_namespaces():
-                return False
-            tables = {".".join(t) for t in own_catalog.list_tables("floe")}
-            return {"floe.batches", "floe.events"} <= tables and \
-                own_catalog.load_table("floe.batches").scan().to_arrow().num_rows > 0
-        wait_for(exported, 180, 0.5, what="the system tables in the catalog")
-    finally:
-        engine.terminate()
-        engine.wait(60)
+    running_engine()
+
+    def exported() -> bool:
+        if ("floe",) not in own_catalog.list_namespaces():
+            return False
+        tables = {".".join(t) for t in own_catalog.list_tables("floe")}
+        return {"floe.batches", "floe.events"} <= tables and \
+            own_catalog.load_table("floe.batches").scan().to_arrow().num_rows > 0
+    wait_for(exported, 180, 0.5, what="the system tables in the catalog")
 
 
 @pytest.mark.slow
 def test_postgres_catalog_and_s3_warehouse_through_kills_maintenance_and_a_stage(broker, topic, floe_home,
                                                                                   postgres, seaweed, monkeypatch,
-                                                                                  tmp_path):
+                                                                                  tmp_path, spark, running_engine):
     postgres.user("floe", PG_PASSWORD)
     url = postgres.database(f"lake_{topic}", owner="floe")
     bucket = seaweed.new_bucket(f"b-{topic.replace('_', '-')}")
@@ -124,14 +119,15 @@ def test_postgres_catalog_and_s3_warehouse_through_kills_maintenance_and_a_stage
         f'[catalog]\ntype = "sql"\nuri = "{uri}"\n')
     own = load_catalog("floe", type="sql", uri=url.replace("postgres@", f"floe:{PG_PASSWORD}@"),
                        warehouse=f"s3://{bucket}/warehouse", **seaweed.s3_properties())
-    through_kills_maintenance_and_a_stage(broker, topic, own)
+    through_kills_maintenance_and_a_stage(broker, topic, own, spark, running_engine)
     assert not list(floe_home.glob("catalog.db")), "the PostgreSQL catalog, not a SQLite file, holds the tables"
     everything = every_byte_under(floe_home)
     assert PG_PASSWORD.encode() not in everything and seaweed.secret_key.encode() not in everything
 
 
 @pytest.mark.slow
-def test_rest_catalog_through_kills_maintenance_and_a_stage(broker, topic, floe_home, seaweed, monkeypatch):
+def test_rest_catalog_through_kills_maintenance_and_a_stage(broker, topic, floe_home, seaweed, monkeypatch, spark,
+                                                           running_engine):
     monkeypatch.setenv("FLOE_TEST_REST_CREDENTIAL", f"{seaweed.access_key}:{seaweed.secret_key}")
     monkeypatch.setenv("FLOE_TEST_S3_SECRET", seaweed.secret_key)
     floe_home.mkdir(parents=True, exist_ok=True)
@@ -147,7 +143,7 @@ def test_rest_catalog_through_kills_maintenance_and_a_stage(broker, topic, floe_
     for namespace in own.list_namespaces():  # the session's REST catalog holds earlier tests' tables
         for table in own.list_tables(namespace):
             own.purge_table(table)
-    through_kills_maintenance_and_a_stage(broker, topic, own)
+    through_kills_maintenance_and_a_stage(broker, topic, own, spark, running_engine)
     assert seaweed.secret_key.encode() not in every_byte_under(floe_home)
 
 
@@ -227,3 +223,92 @@ def test_commits_made_together_swap_in_one_transaction_or_not_at_all(floe_home, 
             append_files(a2, files(a2, [6]), {})
             append_files(b2, files(b2, [7]), {})  # stale already: refused as it is made
     assert (ids("two.a"), ids("two.b")) == ([1], [2, 3])
+
+
+# A password as people pick them: every character a URI treats as a delimiter, and a percent sign
+# followed by hex digits (decoded once too often, it would be another password).
+AWKWARD = "Pa@ss/w#rd:tw%40-"
+WRONG = "wr@ng/pa#ss:%2F-"
+
+
+def _pieces(secret: str) -> set[str]:
+    """What a parser may show of a secret it cut at its punctuation: every part of two characters or more."""
+    import re
+
+    return {p for p in re.split(r"%[0-9A-F]{2}|[^A-Za-z0-9-]", secret) + re.split(r"[^A-Za-z0-9-]", secret)
+            if len(p) >= 2}
+
+
+def _leaks(text: str, secret: str) -> list[str]:
+    """The secret, its percent-encoded form, or any piece of it standing alone in `text`."""
+    import re
+    from urllib.parse import quote
+
+    found = [form for form in (secret, quote(secret, safe="")) if form in text]
+    return found + [p for p in _pieces(secret) if re.search(rf"(?<![A-Za-z0-9]){re.escape(p)}(?![A-Za-z0-9])", text)]
+
+
+def test_a_catalog_password_holding_uri_delimiters_works_by_reference_and_never_shows(
+        postgres, broker, topic, floe_home, monkeypatch, spark):
+    """The user writes the password as it is in `${env:...}` inside the URI: Floe percent-encodes it,
+    the engine and `floe doctor` work, and a wrong one fails in a line that shows no part of it."""
+    from appliance.config.settings import load_settings
+    from appliance.control.doctor import diagnose, format_check
+    from appliance.control.streams import create_stream
+    from appliance.core.errors import CatalogAccessDenied, CatalogUnavailable
+    from appliance.ingest.engine import Engine
+    from appliance.query.connection import run_query
+    from appliance.tables.catalog import Catalog
+
+    user = f"floe_awkward_{topic[2:]}"
+    password = AWKWARD + topic[2:8]
+    postgres.user(user, password)
+    database = f"lake_{topic}"
+    postgres.database(database, owner=user)
+    monkeypatch.setenv("FLOE_TEST_AWKWARD", password)
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text(
+        '[catalog]\ntype = "sql"\n'
+        f'uri = "postgresql+psycopg2://{user}:${{env:FLOE_TEST_AWKWARD}}@{postgres.host}:{postgres.port}/{database}"\n')
+    broker.produce(topic, [orjson.dumps({"id": i}) for i in range(50)])
+
+    create_stream(load_settings(), "awkward", bootstrap=broker.bootstrap, topic=topic, table="ingest.awkward")
+    Engine(load_settings(), spark=spark).run(until_caught_up=True)
+    assert run_query(load_settings(), "select count(*) as n from ingest.awkward").to_pylist() == [{"n": 50}]
+    own = load_catalog("floe", type="sql", uri=postgres.url(database, user, password))  # quoted by the test
+    assert own.load_table("ingest.awkward").scan().to_arrow().num_rows == 50
+
+    checks = {c.name: c for c in diagnose(timeout=5)}
+    shown = "\n".join(format_check(c) for c in checks.values())
+    assert all(c.ok for c in checks.values()), shown
+    assert checks["catalog"].detail.startswith(f"sql catalog at postgresql+psycopg2://{user}:***@{postgres.host}:"
+                                               f"{postgres.port}/{database} ("), shown
+    assert not _leaks(shown, password), shown
+
+    wrong = WRONG + topic[2:8]
+    monkeypatch.setenv("FLOE_TEST_AWKWARD", wrong)
+    with pytest.raises((CatalogUnavailable, CatalogAccessDenied)) as refused:
+        Catalog(load_settings())
+    said = str(refused.value)
+    assert "password authentication failed" in said and not _leaks(said, wrong) and not _leaks(said, password), said
+    checks = {c.name: c for c in diagnose(timeout=5)}
+    shown = "\n".join(format_check(c) for c in checks.values())
+    assert not checks["catalog"].ok and f"{user}:***@{postgres.host}" in checks["catalog"].detail, shown
+    assert not _leaks(shown, wrong), shown
+
+
+def test_a_password_written_unencoded_into_the_uri_is_masked_in_whatever_piece_the_driver_shows(
+        postgres, floe_home):
+    """Written in clear, the password is the user's to encode; unencoded, the driver cuts it at its `@`
+    and names a piece of it as a host: that piece is masked too."""
+    from appliance.config.settings import load_settings
+    from appliance.core.errors import CatalogUnavailable
+    from appliance.tables.catalog import Catalog
+
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text(
+        f'[catalog]\ntype = "sql"\nuri = "postgresql+psycopg2://floe:{AWKWARD}@{postgres.host}:{postgres.port}/x"\n')
+    with pytest.raises(CatalogUnavailable) as refused:
+        Catalog(load_settings())
+    said = str(refused.value)
+    assert "could not translate host name" in said and not _leaks(said, AWKWARD), said

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import floe, pizza_values
+from conftest import floe, floe_process, pizza_values
 
 
 def one_line_error(result, *fragments):
@@ -213,7 +213,7 @@ def test_duplicate_stream_name_is_one_line(broker, topic):
 
 def test_usage_errors_are_one_line():
     one_line_error(floe("stream", "create", "x"), "--bootstrap")
-    one_line_error(floe("nonsense"), "nonsense")
+    one_line_error(floe_process("nonsense"), "nonsense")  # the command's entry point, in a process
     one_line_error(floe("query", "selec 1"), "syntax error")
     one_line_error(floe("query", "select * from ingest.missing"), "missing")
 
@@ -245,9 +245,10 @@ def test_show_tables_lists_every_table_as_a_query_names_it(broker, topic):
 
 
 def test_engine_that_cannot_start_says_why_in_one_line(floe_home):
-    one_line_error(floe("run", "--spark-master", "yarn"), "--spark-master", "'yarn'")
-    one_line_error(floe("run", env={"FLOE_SPARK_MASTER": "local[two]"}), "FLOE_SPARK_MASTER", "'local[two]'")
-    one_line_error(floe("run", env={"JAVA_HOME": "/nonexistent/jdk"}), "JAVA_HOME=/nonexistent/jdk has no bin/java")
+    one_line_error(floe_process("run", "--spark-master", "yarn"), "--spark-master", "'yarn'")
+    one_line_error(floe_process("run", env={"FLOE_SPARK_MASTER": "local[two]"}), "FLOE_SPARK_MASTER",
+                   "'local[two]'")
+    one_line_error(floe_process("run", env={"JAVA_HOME": "/nonexistent/jdk"}), "JAVA_HOME=/nonexistent/jdk has no bin/java")
 
 
 def test_status_with_the_engine_down_says_what_streams_were(broker, topic, floe_home):
@@ -275,3 +276,16 @@ def test_status_with_the_engine_down_says_what_streams_were(broker, topic, floe_
     assert "the engine is down" in shown.stdout
     report = json.loads(floe("status", "--format", "json").stdout)
     assert [(s["name"], s["state"], s["was"]) for s in report["streams"]] == [("gone", "stopped", "running")]
+    # `floe stream show` and `list` say the same (in-process: the same command line, without a process each)
+    from click.testing import CliRunner
+
+    from appliance.cli import cli
+
+    run = CliRunner().invoke
+    shown_text = run(cli, ["stream", "show", "gone"])
+    assert shown_text.exit_code == 0 and "state              stopped (was running)\n" in shown_text.stdout, shown_text
+    shown_json = json.loads(run(cli, ["stream", "show", "gone", "--format", "json"]).stdout)
+    assert (shown_json["state"], shown_json["was"]) == ("stopped", "running")
+    listed = json.loads(run(cli, ["stream", "list", "--format", "json"]).stdout)
+    assert [(s["state"], s["was"]) for s in listed] == [("stopped", "running")]
+    assert "stopped (was running)" in run(cli, ["stream", "list"]).stdout

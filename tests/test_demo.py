@@ -31,3 +31,58 @@ def test_demo_ingests_pizza_orders_and_stops_cleanly(tmp_path):
     assert rows["n"] == rows["once"] and rows["positive"] is True
     stream = json.loads(floe("stream", "list", "--format", "json").stdout)
     assert [s["name"] for s in stream] == ["pizza_orders"]
+
+
+def test_a_second_demo_resumes_the_first_with_what_the_user_built_on_it(floe_home, spark):
+    """The user builds a stage on the demo's table; `floe demo` again keeps the stream, its tables and
+    the stage, and orders keep landing after those of the first demo, every offset once."""
+    import threading
+
+    from appliance.auditor import audit_stream
+    from appliance.config.settings import load_settings
+    from appliance.control.stages import create_stage
+    from appliance.demo.run import run_demo
+    from appliance.query.connection import run_query
+    from appliance.state.store import StateStore
+    from appliance.tables.catalog import Catalog
+
+    settings = load_settings()
+
+    def count(table: str = "ingest.pizza_orders") -> int:
+        return run_query(settings, f"select count(*) as n from {table}").to_pylist()[0]["n"]
+
+    def demo(until, then=lambda: None) -> list[str]:
+        """`floe demo --no-ui` in this process, on the session's Spark, until `until()`; `then()` before it ends."""
+        said, failed, stop = [], [], threading.Event()
+
+        def run() -> None:
+            try:
+                run_demo(settings, 300, stop, said.append, spark=spark)
+            except BaseException as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: failed or until(), 180, interval=0.5, what="demo rows")
+            assert not failed, failed[0]
+            then()
+        finally:
+            stop.set()
+            thread.join(60)
+        assert not failed, failed[0]
+        return said
+
+    demo(lambda: count() > 0)
+    first = count()
+    create_stage(settings, "by_status", source="ingest.pizza_orders", table="prep.by_status", spark=spark,
+                 sql="select status, count(*) as n from source group by status")
+    audits = []
+    said = demo(lambda: count() >= first + 100, then=lambda: audits.append(audit_stream(settings, "pizza_orders")))
+
+    assert any(line.startswith("resuming the demo stream pizza_orders") for line in said), said
+    with StateStore(settings.state_db) as state:
+        assert [s.name for s in state.stages()] == ["by_status"]
+        assert [s.name for s in state.streams()] == ["pizza_orders"]
+    assert audits[0].ok, audits[0].render()
+    assert Catalog(settings).exists("prep.by_status")

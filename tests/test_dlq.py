@@ -3,16 +3,22 @@ through a running stream, a kill in the middle of a replay, and an upsert table'
 
 from __future__ import annotations
 
+import os
+
 import orjson
 
 from appliance.auditor.check import audit_stream
 from appliance.config.settings import load_settings
 from appliance.control.dead_letters import preview_replay, purge_dead_letters, replay_dead_letters
+from appliance.control.streams import create_stream, update_stream
+from appliance.control.tables import alter_table
+from appliance.ingest.engine import Engine
+from appliance.model.mapping import Mapping
 from appliance.query.connection import run_query
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 
-from conftest import floe, wait_for
+from conftest import floe, floe_process, run_until_caught_up, wait_for
 
 STRICT = ('[[columns]]\nname = "id"\ntype = "long"\nsource = "id"\n'
           '[[columns]]\nname = "code"\ntype = "long"\nsource = "code"\n')
@@ -98,10 +104,10 @@ def test_a_fixed_mapping_brings_the_dead_letters_home_while_the_stream_runs(brok
 def test_a_kill_in_the_middle_of_a_replay_leaves_every_offset_in_one_table_and_a_second_replay_finishes(
         broker, topic, spark):
     strict_stream(broker, topic, "kd", 90)
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     fix_mapping("kd")
     for point in ("replay_before_commit", "replay_between_commits"):
-        killed = floe("dlq", "replay", "kd", env={"FLOE_FAILPOINTS": point})
+        killed = floe_process("dlq", "replay", "kd", env={"FLOE_FAILPOINTS": point})
         assert killed.returncode == -9, (point, killed.stderr)
         assert (count("ingest.kd"), count("ingest.kd_dlq")) == (60, 30), point
         audited_clean("kd")
@@ -114,9 +120,28 @@ def test_a_kill_in_the_middle_of_a_replay_leaves_every_offset_in_one_table_and_a
     assert again.returncode == 0 and "0 dead letters selected" in again.stdout, again.stdout
 
 
+def test_a_stream_without_dead_letters_lists_none_and_exits_0(broker, topic):
+    """Before any batch, the dead-letter table has no file: the listing is empty, not a traceback, and a
+    `--where` is still checked against the table's columns."""
+    broker.produce(topic, [orjson.dumps({"id": 1, "code": 1})])
+    mapping = load_settings().home / "none.toml"
+    mapping.parent.mkdir(parents=True, exist_ok=True)
+    mapping.write_text(STRICT)
+    created = floe("stream", "create", "none", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
+                   "ingest.none", "--mapping", str(mapping))
+    assert created.returncode == 0, created.stderr
+    listed = floe("dlq", "list", "none")
+    assert listed.returncode == 0, listed.stderr
+    assert "error_message" in listed.stdout and "(0 rows)" in listed.stdout and not listed.stderr, listed
+    narrowed = floe("dlq", "list", "none", "--where", "error_stage = 'convert'", "--format", "json")
+    assert narrowed.returncode == 0 and narrowed.stdout.strip() == "", narrowed
+    wrong = floe("dlq", "list", "none", "--where", "no_such_column = 1")
+    assert wrong.returncode == 1 and "no_such_column" in wrong.stderr and wrong.stderr.count("\n") == 1, wrong
+
+
 def test_list_and_purge_select_by_where_and_the_audit_accounts_for_the_purged(broker, topic, spark):
     strict_stream(broker, topic, "pg", 30)
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     listed = floe("dlq", "list", "pg", "--where", "_kafka_offset < 10", "--format", "json")
     assert listed.returncode == 0, listed.stderr
     found = [orjson.loads(line) for line in listed.stdout.splitlines()]
@@ -146,7 +171,7 @@ def test_an_upsert_replay_never_overwrites_a_newer_row_of_its_key(broker, topic,
                    "ingest.up", "--mapping", str(mapping), "--schema-evolution", "off", "--mode", "upsert",
                    "--key", "id")
     assert created.returncode == 0, created.stderr
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     assert count("ingest.up_dlq") == 3
     fix_mapping("up")
     report = replay_dead_letters(load_settings(), "up", spark=spark)
@@ -158,7 +183,7 @@ def test_an_upsert_replay_never_overwrites_a_newer_row_of_its_key(broker, topic,
     assert [r["o"] for r in rows("select _kafka_offset o from ingest.up_dlq")] == [0]
 
 
-async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker, topic):
+async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker, topic, spark):
     from tui.app import FloeApp
     from tui.screens.confirm import ConfirmScreen
     from tui.screens.stream_detail import StreamDetailScreen
@@ -166,17 +191,94 @@ async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker
     from tui_helpers import until
 
     strict_stream(broker, topic, "ui", 30)
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     fix_mapping("ui")
     app = FloeApp(load_settings())
     async with app.run_test(size=(160, 50)) as pilot:
         app.push_screen(StreamDetailScreen("ui"))
         await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 10, "the stream's detail")
         await pilot.press("d")
-        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, 120, "the preview")
-        question = str(confirm.query_one("#confirm-question").render())
+        question = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                               and str(app.screen.query_one("#confirm-question").render()), 120, "the preview")
         assert "would move 10 to the target, 0 would stay" in question, question
         assert count("ingest.ui_dlq") == 10  # a preview changes nothing
         await pilot.press("y")
         await until(pilot, lambda: count("ingest.ui_dlq") == 0, 120, "the replay")
     assert count("ingest.ui") == 30
+
+
+NARROW = ('[[columns]]\nname = "id"\ntype = "long"\nsource = "id"\n'
+          '[[columns]]\nname = "n"\ntype = "int"\nsource = "n"\n')
+
+
+def test_a_dry_run_decodes_against_the_schema_the_replay_would_commit_first_and_counts_what_it_moves(
+        broker, topic, spark):
+    """Schema evolution turned on after the fact: the dead letters need a wider column, and some of those
+    selected with them are malformed. The dry run counts what the replay then does, and changes nothing."""
+    settings = load_settings()
+    broker.produce(topic, [b"{bad" if i % 8 == 0 else orjson.dumps({"id": i, "n": 2**40 + i if i % 8 == 1 else i})
+                           for i in range(400)], partition=0)
+    create_stream(settings, "wd", bootstrap=broker.bootstrap, topic=topic, table="ingest.wd",
+                  mapping=Mapping.from_toml(NARROW), schema_evolution="off")
+    Engine(settings, spark=spark).run(until_caught_up=True)
+    assert (count("ingest.wd"), count("ingest.wd_dlq")) == (300, 100)
+    update_stream(settings, "wd", schema_evolution="auto")
+    before = Catalog(settings).table("ingest.wd").metadata
+    with StateStore(settings.state_db) as state:
+        shown = state.stream("wd").mapping
+
+    dry = preview_replay(settings, "wd", spark=spark)
+    assert (dry.selected, dry.moved, dry.stayed) == (100, 50, 50), dry.lines()
+    assert len(dry.reasons) == 1 and dry.reasons[0][0].startswith("decode: invalid JSON"), dry.reasons
+    after = Catalog(settings).table("ingest.wd").metadata
+    assert (after.current_schema_id, after.properties, after.current_snapshot_id) == \
+        (before.current_schema_id, before.properties, before.current_snapshot_id)  # nothing committed
+    with StateStore(settings.state_db) as state:
+        assert state.stream("wd").mapping == shown
+
+    done = replay_dead_letters(settings, "wd", spark=spark)
+    assert (done.selected, done.moved, done.stayed, done.reasons) == (dry.selected, dry.moved, dry.stayed, dry.reasons)
+    assert (count("ingest.wd"), count("ingest.wd_dlq")) == (350, 50)
+    assert rows("select n from ingest.wd where id = 9") == [{"n": 2**40 + 9}]  # the column was widened to long
+
+
+async def test_the_stream_detail_offers_a_replay_only_when_some_would_move(broker, topic, running_engine):
+    """With an engine running, the UI's replay and its preview are the engine's work; a preview that moves
+    nothing says so, and offers nothing."""
+    from tui.app import FloeApp
+    from tui.screens.confirm import ConfirmScreen
+    from tui.screens.stream_detail import StreamDetailScreen
+
+    from tui_helpers import until
+
+    settings = load_settings()
+    broker.produce(topic, [orjson.dumps({"id": i, "code": f"A{i}" if i % 3 == 0 else i}) for i in range(30)],
+                   partition=0)
+    create_stream(settings, "nm", bootstrap=broker.bootstrap, topic=topic, table="ingest.nm",
+                  mapping=Mapping.from_toml(STRICT), schema_evolution="off")
+    running_engine()
+    wait_for(lambda: count("ingest.nm") + count("ingest.nm_dlq") == 30, 90, what="the stream's messages")
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(StreamDetailScreen("nm"))
+        await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 10, "the stream's detail")
+        await pilot.press("d")
+        said = await until(pilot, lambda: [str(n.message) for n in app._notifications if "selected" in str(n.message)],
+                           60, "the preview's notice")
+        assert "10 dead letters selected; would move 0 to the target, 10 would stay" in said[0], said
+        assert isinstance(app.screen, StreamDetailScreen)  # no "Replay them now?"
+
+        for args in (("drop-column", "code"), ("add-column", "code", "string", "code")):
+            alter_table(settings, "ingest.nm", *args)
+        await pilot.press("d")
+        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, 60, "the offer")
+        assert "would move 10 to the target, 0 would stay" in str(confirm.query_one("#confirm-question").render())
+        await pilot.press("y")
+        await until(pilot, lambda: count("ingest.nm_dlq") == 0, 60, "the replay")
+    assert count("ingest.nm") == 30
+    with StateStore(settings.state_db) as state:
+        asked = [r for r in state.db["engine_requests"].rows_where("ask = 'replay'", order_by="id")]
+        [entry] = [r for r in state.audit_trail() if r.action == "dlq replay"]
+    assert [(bool(orjson.loads(r["args"])["dry_run"]), r["taken_by"]) for r in asked] == \
+        [(True, os.getpid()), (True, os.getpid()), (False, os.getpid())]
+    assert (entry.via, entry.outcome) == ("ui", "ok")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from appliance.config.settings import DEFAULTS_FILE
+
 from conftest import BrokerProcess, floe, free_port, pizza_values
 
 PASSWORD_VARIABLE = "FLOE_DOCTOR_TEST_PASSWORD"
@@ -56,7 +58,7 @@ def test_a_good_configuration_passes_every_check_and_leaves_nothing_behind(broke
 
     assert code == 0, said
     assert list(lines) == ["config", "secrets", "catalog", "warehouse", "catalog-write", "state", "broker[orders]",
-                           "registry[orders]", "broker[secured]", "java", "spark"], said
+                           "registry[orders]", "broker[secured]", "java", "spark", "privacy"], said
     assert {status for status, _ in lines.values()} == {"ok"}, said
     assert lines["catalog"][1].startswith("sql catalog at sqlite:///") and "namespace" in lines["catalog"][1]
     assert lines["state"][1].startswith("2 streams, 0 stages")
@@ -102,12 +104,12 @@ def test_a_broken_configuration_fails_the_checks_it_breaks_and_says_what_to_do(b
     assert failing == {"warehouse", "broker[orphan]", "broker[secured]", "registry[unregistered]"}, said
     assert lines["catalog-write"][0] == "skip" and "warehouse" in lines["catalog-write"][1]
     assert {name for name, (status, _) in lines.items() if status == "ok"} == {
-        "config", "secrets", "catalog", "state", "broker[fine]", "broker[unregistered]", "java", "spark"}, said
+        "config", "secrets", "catalog", "state", "broker[fine]", "broker[unregistered]", "java", "spark", "privacy"}, said
     warehouse = lines["warehouse"][1]
     assert warehouse.startswith(f"{(floe_home / 'not-a-folder').as_uri()}: cannot write") and "-> make [warehouse]" in warehouse
     orphan = lines["broker[orphan]"][1]
     assert f"{gone.bootstrap} unreachable: " in orphan and "Connection refused" in orphan
-    assert orphan.endswith("-> check the bootstrap servers and kafka options with floe stream show orphan")
+    assert orphan.endswith("-> check the bootstrap servers and kafka options with `floe stream show orphan`")
     secured = lines["broker[secured]"][1]
     assert f"${{env:{PASSWORD_VARIABLE}}} cannot be resolved: no environment variable {PASSWORD_VARIABLE}" in secured
     assert "-> set that environment variable" in secured
@@ -161,9 +163,8 @@ def test_an_invalid_floe_toml_is_one_failed_line_not_a_traceback(floe_home):
     assert code == 1, said
     assert list(lines) == ["config", "java"], said
     status, rest = lines["config"]
-    assert status == "FAIL" and "commit_interval" in rest and rest.endswith("-> fix the setting it names in "
-                                                                           "floe.toml (config/floe.toml lists "
-                                                                           "every setting with its default)")
+    assert status == "FAIL" and "commit_interval" in rest and rest.endswith(
+        f"-> fix the setting it names in floe.toml ({DEFAULTS_FILE} lists every setting with its default)")
 
 
 def test_a_rest_catalog_is_written_where_it_places_its_tables(floe_home, seaweed, monkeypatch):

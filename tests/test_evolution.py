@@ -20,7 +20,7 @@ from appliance.query.connection import run_query
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 
-from conftest import FLOE, ROOT, floe, wait_for
+from conftest import FLOE, ROOT, floe, floe_process, run_until_caught_up, wait_for
 from proto_helpers import avro_serializer
 
 
@@ -147,30 +147,30 @@ def test_a_new_registry_version_becomes_columns_without_a_restart(broker, regist
                                                             (f"{topic}-value", 3)]
 
 
-def test_a_crash_between_the_schema_update_and_the_data_commit_loses_and_duplicates_nothing(broker, topic):
+def test_a_crash_between_the_schema_update_and_the_data_commit_loses_and_duplicates_nothing(broker, topic, spark):
     produce_json(broker, topic, [{"id": i} for i in range(100)])
     assert floe("stream", "create", "sc", "--bootstrap", broker.bootstrap, "--topic", topic,
                 "--table", "ingest.sc").returncode == 0
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     produce_json(broker, topic, [{"id": 100 + i, "added": f"a{i}"} for i in range(50)])
-    crashed = floe("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "after_schema_commit"})
+    crashed = floe_process("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "after_schema_commit"})
     assert crashed.returncode == -9
     assert "added" in columns("ingest.sc")  # the schema update landed, its data did not
     assert rows("select count(*) n from ingest.sc")[0]["n"] == 100
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     got = rows("select count(*) n, count(distinct _kafka_offset || '-' || _kafka_partition) d, count(added) a "
                "from ingest.sc")
     assert got == [{"n": 150, "d": 150, "a": 50}]
 
 
-def test_a_schema_update_that_loses_a_race_with_another_writer_is_redone_on_fresh_metadata(broker, topic):
+def test_a_schema_update_that_loses_a_race_with_another_writer_is_redone_on_fresh_metadata(broker, topic, spark):
     """PyIceberg does not retry a schema-only commit: Floe's update, staged on the metadata it read,
     meets a schema another client committed meanwhile, and is worked out again on top of it."""
     settings = load_settings()
     produce_json(broker, topic, [{"id": i} for i in range(20)])
     assert floe("stream", "create", "race", "--bootstrap", broker.bootstrap, "--topic", topic,
                 "--table", "ingest.race").returncode == 0
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     produce_json(broker, topic, [{"id": 20 + i, "coupon": f"c{i}"} for i in range(10)])
 
     env = {**os.environ, "FLOE_FAILPOINTS": "schema_commit=3"}
@@ -201,9 +201,10 @@ def test_a_schema_update_that_loses_a_race_with_another_writer_is_redone_on_fres
 
 
 def test_a_replay_after_a_crash_between_the_two_commits_follows_what_landed_not_where_messages_go_now(
-        broker, topic):
+        broker, topic, spark):
     """The dead-letter commit lands, the engine dies before the target commit, and before the replay the
-    table's schema changes, so some messages now go elsewhere than they did: each still lands once."""
+    table's schema changes, so some messages now go elsewhere than they did: each still lands once (and a
+    dead letter committed before the crash is not written again)."""
     mapping = '[[columns]]\nname = "id"\ntype = "long"\nsource = "id"\n' \
               '[[columns]]\nname = "n"\ntype = "long"\nsource = "n"\n'
     mapping_file = load_settings().home / "m.toml"
@@ -214,7 +215,7 @@ def test_a_replay_after_a_crash_between_the_two_commits_follows_what_landed_not_
                                  {"id": 3, "n": 3}], partition=0)
     assert floe("stream", "create", "rr", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.rr",
                 "--mapping", str(mapping_file), "--schema-evolution", "off").returncode == 0
-    crashed = floe("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "after_dead_letter_commit"})
+    crashed = floe_process("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "after_dead_letter_commit"})
     assert crashed.returncode == -9
     assert rows("select count(*) n from ingest.rr_dlq")[0]["n"] == 1
     assert rows("select count(*) n from ingest.rr")[0]["n"] == 0
@@ -222,7 +223,7 @@ def test_a_replay_after_a_crash_between_the_two_commits_follows_what_landed_not_
     # ...now message 1 fits (its column is gone) and message 2 does not (s is a long column now).
     assert floe("table", "alter", "ingest.rr", "drop-column", "n").returncode == 0
     assert floe("table", "alter", "ingest.rr", "add-column", "s", "long").returncode == 0
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     target = rows("select id from ingest.rr order by id")
     dead = rows("select _kafka_offset o, error_stage s from ingest.rr_dlq order by o")
     assert target == [{"id": 3}]  # message 1 landed as a dead letter before the crash: not again

@@ -10,7 +10,7 @@ import threading
 import orjson
 import pytest
 
-from conftest import FLOE, ROOT, floe, run_until_killed
+from conftest import FLOE, ROOT, floe, run_until_caught_up, run_until_killed
 
 MALFORMED = [
     b"{ not json",
@@ -66,7 +66,7 @@ def query_json(sql):
 
 
 @pytest.mark.slow
-def test_every_offset_lands_once_through_repeated_kill_9(broker, topic, floe_home):
+def test_every_offset_lands_once_through_repeated_kill_9(broker, topic, floe_home, spark):
     seed = int(os.environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
     print(f"seed {seed}")
     rng = random.Random(seed)
@@ -115,8 +115,7 @@ def test_every_offset_lands_once_through_repeated_kill_9(broker, topic, floe_hom
         except ProcessLookupError:
             pass
 
-    final = floe("run", "--until-caught-up", timeout=600)
-    assert final.returncode == 0, final.stderr
+    run_until_caught_up(spark)
     assert kills == 5
 
     target = {(r["p"], r["o"]) for r in query_json("select _kafka_partition p, _kafka_offset o from ingest.eo")}
@@ -155,7 +154,7 @@ def _shifting(fmt: str, registry, topic: str):
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["json", "avro"])
 def test_every_offset_lands_once_through_kill_9_while_the_schema_keeps_changing(broker, topic, floe_home, fmt,
-                                                                                request):
+                                                                                request, spark):
     """New fields arrive all along (one every 250 messages), so kills land before, between and after
     schema updates and the data commits that use them."""
     seed = int(os.environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
@@ -188,8 +187,7 @@ def test_every_offset_lands_once_through_kill_9_while_the_schema_keeps_changing(
     assert created.returncode == 0, created.stderr
     for _ in range(4):
         run_until_killed(rng.uniform(4, 16), lambda stop: publish(800, stop))
-    final = floe("run", "--until-caught-up", timeout=600)
-    assert final.returncode == 0, final.stderr
+    run_until_caught_up(spark)
 
     n = sent["n"]
     fields = (n - 1) // 250 + 1

@@ -19,7 +19,7 @@ import uuid
 from appliance.config.settings import load_settings
 from appliance.state.store import StateStore
 
-from conftest import RegistryProcess, floe
+from conftest import RegistryProcess, floe, run_until_caught_up
 from proto_helpers import F, avro_serializer, message_class, proto_file, protobuf_serializer
 
 UTC = dt.timezone.utc
@@ -69,7 +69,8 @@ def avro_record(i: int) -> dict:
     }
 
 
-def test_avro_every_type_lands_exactly_and_malformed_messages_are_dead_lettered(broker, registry, topic, floe_home):
+def test_avro_every_type_lands_exactly_and_malformed_messages_are_dead_lettered(broker, registry, topic, floe_home,
+                                                                              spark):
     serialize = avro_serializer(registry, AVRO_SCHEMA, topic)
     good = [serialize(avro_record(i)) for i in range(4)]
     malformed = [
@@ -87,8 +88,7 @@ def test_avro_every_type_lands_exactly_and_malformed_messages_are_dead_lettered(
     assert 'name = "customer_first_name", type = "long"' not in created.stdout
     assert 'name = "either_long", type = "long", source = "either.long"' in created.stdout
 
-    ran = floe("run", "--until-caught-up")
-    assert ran.returncode == 0, ran.stderr
+    run_until_caught_up(spark)
     rows = query_json("select * exclude (_ingested_at, _kafka_timestamp, _kafka_partition) from ingest.av "
                       "order by _kafka_offset")
     assert [r["_kafka_offset"] for r in rows] == [0, 1, 2, 3]
@@ -140,7 +140,7 @@ def _order_proto():
 
 
 def test_protobuf_every_type_lands_with_its_imports_resolved_through_the_registry(broker, registry, topic,
-                                                                                   floe_home):
+                                                                                   floe_home, spark):
     order = _order_proto()
     serialize = protobuf_serializer(registry, order, topic)
     full = order(order_id=7, big=2**64 - 1, small=2**32 - 1, amount=2.5, ratio=0.25, ok=True, note="né",
@@ -156,8 +156,7 @@ def test_protobuf_every_type_lands_with_its_imports_resolved_through_the_registr
     created = floe("stream", "create", "pb", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
                    "ingest.pb", "--format", "protobuf", "--schema-registry", registry.url)
     assert created.returncode == 0, created.stderr
-    ran = floe("run", "--until-caught-up")
-    assert ran.returncode == 0, ran.stderr
+    run_until_caught_up(spark)
     rows = query_json("select * exclude (_ingested_at, _kafka_timestamp, _kafka_partition) from ingest.pb "
                       "order by _kafka_offset")
     assert rows == [
@@ -176,7 +175,7 @@ def test_protobuf_every_type_lands_with_its_imports_resolved_through_the_registr
     assert "magic byte 112" in dead[2]["m"]
 
 
-def test_a_registry_that_is_down_holds_the_batch_and_dead_letters_nothing(broker, topic, floe_home):
+def test_a_registry_that_is_down_holds_the_batch_and_dead_letters_nothing(broker, topic, floe_home, spark):
     own = RegistryProcess()  # frozen below: the session's registry must stay up
     try:
         serialize = avro_serializer(own, {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]},
@@ -191,9 +190,8 @@ def test_a_registry_that_is_down_holds_the_batch_and_dead_letters_nothing(broker
         os.kill(own.proc.pid, signal.SIGSTOP)
         thaw = threading.Timer(6.0, os.kill, (own.proc.pid, signal.SIGCONT))
         thaw.start()
-        ran = floe("run", "--until-caught-up")
+        run_until_caught_up(spark)
         thaw.join()
-        assert ran.returncode == 0, ran.stderr
         [counts] = query_json("select (select count(*) from ingest.down) t, (select count(*) from ingest.down_dlq) d,"
                               " (select sum(n) from ingest.down) s")
         assert counts == {"t": 50, "d": 0, "s": sum(range(50))}

@@ -11,7 +11,7 @@ import orjson
 from appliance.config.settings import load_settings
 from appliance.tables.catalog import Catalog
 
-from conftest import ROOT, floe
+from conftest import ROOT, floe, run_until_caught_up
 
 JAVA = ROOT / ".javaiceberg" / ".venv" / "bin" / "python"
 READ = ROOT / "scripts" / "javaiceberg" / "read.py"
@@ -33,7 +33,7 @@ def duckdb_rows(sql: str) -> list[dict]:
 
 
 def test_java_iceberg_reads_an_upsert_table_with_position_deletes_as_duckdb_and_pyiceberg_do(broker, topic,
-                                                                                             floe_home):
+                                                                                             floe_home, spark):
     producer = broker.producer()
 
     def send(key: int, value: dict | None) -> None:
@@ -45,13 +45,13 @@ def test_java_iceberg_reads_an_upsert_table_with_position_deletes_as_duckdb_and_
     assert producer.flush(30) == 0
     assert floe("stream", "create", "j", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.j",
                 "--mode", "upsert", "--key", "id").returncode == 0
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     for i in range(60):
         send(i % 30, {"id": i % 30, "name": f"b{i}", "n": 1000 + i})
     for key in (40, 41, 42):
         send(key, None)
     assert producer.flush(30) == 0
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
 
     sql = "select id, name, n from {t} order by id"
     for compacted in (False, True):
@@ -70,7 +70,7 @@ def test_java_iceberg_reads_an_upsert_table_with_position_deletes_as_duckdb_and_
             assert floe("maintain", "ingest.j", "--compact").returncode == 0
 
 
-def test_java_iceberg_reads_partitioned_tables_and_their_evolution_as_duckdb_does(broker, topic, floe_home):
+def test_java_iceberg_reads_partitioned_tables_and_their_evolution_as_duckdb_does(broker, topic, floe_home, spark):
     import datetime as dt
 
     producer = broker.producer()
@@ -81,12 +81,12 @@ def test_java_iceberg_reads_partitioned_tables_and_their_evolution_as_duckdb_doe
     assert producer.flush(30) == 0
     assert floe("stream", "create", "pj", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.pj",
                 "--partition-by", "day(ts), bucket(8, id)").returncode == 0
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     assert floe("table", "alter", "ingest.pj", "partition-by", "month(ts), region").returncode == 0
     for i in range(120, 160):
         producer.produce(topic, value=orjson.dumps({"id": i, "ts": day.isoformat(), "region": "eu"}), partition=i % 4)
     assert producer.flush(30) == 0
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
 
     table = Catalog(load_settings()).table("ingest.pj")
     sql = "select id, ts, region from {t} order by id"
@@ -101,13 +101,13 @@ def test_java_iceberg_reads_partitioned_tables_and_their_evolution_as_duckdb_doe
     assert one_day == duckdb_rows("select count(*) as n from ingest.pj where ts >= '2026-11-01' and ts < '2026-11-02'")
 
 
-def test_java_iceberg_reads_both_tables_of_a_dead_letter_replay_as_duckdb_does(broker, topic, floe_home):
+def test_java_iceberg_reads_both_tables_of_a_dead_letter_replay_as_duckdb_does(broker, topic, floe_home, spark):
     """A replay's move (new target rows; the dead-letter table's position deletes and its rows that
     still fail, written again) read by Java Iceberg as DuckDB reads it."""
     from test_dlq import fix_mapping, strict_stream
 
     strict_stream(broker, topic, "jr", 30)
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     fix_mapping("jr")
     replayed = floe("dlq", "replay", "jr", "--where", "_kafka_offset < 20")
     assert replayed.returncode == 0 and "moved 7 to the target" in replayed.stdout, replayed.stdout + replayed.stderr

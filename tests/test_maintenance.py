@@ -32,7 +32,7 @@ from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import live_data_files, live_entries, reachable_files
 from appliance.tables.snapshots import committed_offsets
 
-from conftest import FLOE, ROOT, finished, floe, pizza_values, wait_for
+from conftest import FLOE, ROOT, finished, floe, pizza_values, run_until_caught_up, wait_for
 
 
 def set_policy(maintainer: Maintainer, name: str, values: dict) -> None:
@@ -200,8 +200,7 @@ def test_compaction_while_the_stream_writes_keeps_every_row_once(broker, topic, 
     # Every offset once, then again after a restart with messages that arrived meanwhile.
     assert_exactly_once(settings, "orders", publisher.landed)
     publisher.publish(3000)
-    rerun = floe("run", "--until-caught-up", timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
+    run_until_caught_up(spark)
     assert_exactly_once(settings, "orders", publisher.landed)
     counts = run_query(settings, "select (select count(*) from ingest.orders) + (select count(*) from ingest.orders_dlq) n")
     assert counts["n"].to_pylist() == [publisher.sent]
@@ -437,7 +436,7 @@ def test_the_engine_maintains_tables_by_itself_while_streaming(broker, topic, fl
     assert_exactly_once(settings, "auto", publisher.landed)
 
 
-def test_stopping_the_engine_cancels_a_compaction_in_flight(broker, topic, floe_home):
+def test_stopping_the_engine_cancels_a_compaction_in_flight(broker, topic, floe_home, spark):
     write_config(floe_home, '[engine]\ncommit_interval = "250ms"\n'
                             '[maintenance]\nenabled = false\n'  # only the request below runs
                             '[maintenance.policy]\ncompact_small_files = 2\n')
@@ -476,6 +475,5 @@ def test_stopping_the_engine_cancels_a_compaction_in_flight(broker, topic, floe_
     assert "replace" not in {s.summary.operation.value for s in table.metadata.snapshots}
     assert files <= {f.file_path for f in live_data_files(table)}  # the small files are still the table
     publisher.finish()
-    resumed = floe("run", "--until-caught-up")  # and the stream goes on from its offsets
-    assert resumed.returncode == 0, resumed.stderr
+    run_until_caught_up(spark)  # and the stream goes on from its offsets
     assert_exactly_once(settings, "stall", publisher.landed)

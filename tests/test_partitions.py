@@ -15,7 +15,7 @@ from appliance.control.tables import alter_table
 from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import live_data_files
 
-from conftest import floe, wait_for
+from conftest import floe, run_until_caught_up, wait_for
 
 UTC = dt.timezone.utc
 DAY_US = 86_400_000_000
@@ -53,12 +53,12 @@ def day_of(bound: bytes) -> int:
 
 @pytest.mark.slow
 def test_each_day_in_files_of_its_own_and_retention_drops_old_days_without_rewriting_them(broker, topic,
-                                                                                           floe_home):
+                                                                                           floe_home, spark):
     first = events(broker, topic, 20, 30)
     created = floe("stream", "create", "p", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
                    "ingest.p", "--partition-by", "day(ts)")
     assert created.returncode == 0, created.stderr
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     table = Catalog(load_settings()).table("ingest.p")
     files = live_data_files(table)
     ts_id = table.schema().find_field("ts").field_id
@@ -127,7 +127,7 @@ def test_bucket_and_identity_partitions_and_a_partitioning_changed_live(broker, 
 
 
 @pytest.mark.slow
-def test_an_upsert_row_moved_to_another_partition_leaves_no_copy_behind(broker, topic, floe_home):
+def test_an_upsert_row_moved_to_another_partition_leaves_no_copy_behind(broker, topic, floe_home, spark):
     producer = broker.producer()
     day1 = dt.datetime(2026, 11, 1, 12, tzinfo=UTC)
     for i in range(20):
@@ -136,12 +136,12 @@ def test_an_upsert_row_moved_to_another_partition_leaves_no_copy_behind(broker, 
     assert producer.flush(30) == 0
     assert floe("stream", "create", "u", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.u",
                 "--mode", "upsert", "--key", "id", "--partition-by", "day(ts)").returncode == 0
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     for i in range(10):  # their new rows are of another day: the old ones, in day 1's files, are deleted
         producer.produce(topic, key=str(i).encode(), value=orjson.dumps(
             {"id": i, "ts": (day1 + dt.timedelta(days=3)).isoformat(), "v": 2}), partition=i % 2)
     assert producer.flush(30) == 0
-    assert floe("run", "--until-caught-up").returncode == 0
+    run_until_caught_up(spark)
     rows = query("select id, v, cast(ts as date) as day from ingest.u order by id")
     assert [(r["id"], r["v"]) for r in rows] == [(i, 2 if i < 10 else 1) for i in range(20)]
     table = Catalog(load_settings()).table("ingest.u")

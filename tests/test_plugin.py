@@ -96,6 +96,27 @@ def test_a_mapping_given_as_a_dict(floe):
     assert floe.query("select order_id, amount from lake.orders").to_pylist() == [{"order_id": 7, "amount": 2.5}]
 
 
+def test_an_upsert_key_given_as_a_string_or_a_list(floe):
+    """`key="id"` is the column id (not the columns i and d); "id, tenant" and a list name two."""
+    import orjson
+
+    rows = [{"id": 1, "tenant": "a", "n": 1}, {"id": 1, "tenant": "b", "n": 2}, {"id": 1, "tenant": "a", "n": 3}]
+    for topic in ("one", "two", "listed"):
+        floe.produce(topic, [orjson.dumps(r) for r in rows],
+                     keys=[orjson.dumps({"id": r["id"], "tenant": r["tenant"]}) for r in rows], partition=0)
+    # a tombstone as Kafka Connect's JsonConverter spells it deletes its key's row
+    floe.produce("two", [b'{"schema": null, "payload": null}'], keys=[b'{"id": 1, "tenant": "b"}'], partition=0)
+    floe.create_stream("one", topic="one", table="lake.one", mode="upsert", key="id")
+    floe.create_stream("two", topic="two", table="lake.two", mode="upsert", key="id, tenant")
+    floe.create_stream("listed", topic="listed", table="lake.listed", mode="upsert", key=["id", "tenant"])
+    floe.run_until_caught_up()
+    assert floe.query("select id, tenant, n from lake.one").to_pylist() == [{"id": 1, "tenant": "a", "n": 3}]
+    assert floe.query("select tenant, n from lake.listed order by 1").to_pylist() == [
+        {"tenant": "a", "n": 3}, {"tenant": "b", "n": 2}]
+    assert floe.query("select tenant, n from lake.two").to_pylist() == [{"tenant": "a", "n": 3}]
+    assert floe.audit("two").ok and not floe.dead_letters("two")
+
+
 def test_bad_input_is_a_floe_error(floe):
     with pytest.raises(MappingError, match="mapping must be"):
         floe.create_stream("orders", topic="orders", table="lake.orders", mapping={})

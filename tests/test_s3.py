@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import floe, pizza_values
+from conftest import floe, floe_process, pizza_values
 
 # Undecodable, so they cannot sway the mapping inferred from a sample of the topic.
 MALFORMED = [b"{broken json", b"[1, 2, 3]", b"\xff\xfe invalid utf-8"]
@@ -43,7 +43,8 @@ class Floe:
         self.outputs: list[tuple[str, str]] = []
 
     def __call__(self, *args: str) -> subprocess.CompletedProcess:
-        result = floe(*args)
+        # `floe run` in a process of its own: its JVM's output and logs are looked through for the secret too
+        result = (floe_process if args[0] == "run" else floe)(*args)
         name = f"floe {' '.join(args[:2])}"
         self.outputs += [(f"{name} stdout", result.stdout), (f"{name} stderr", result.stderr)]
         return result

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -23,7 +24,7 @@ from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.observe.notify import Message, deliver
 from appliance.standins.registry import EmbeddedRegistry
 
-from conftest import floe
+from conftest import floe, floe_process
 from proto_helpers import avro_serializer
 
 
@@ -78,7 +79,9 @@ def test_registry_settings_resolve_references_in_the_url_and_options(tmp_path, s
                                        {"timeout": "${env:FLOE_T_TIMEOUT}"})
     assert settings.display_url == f"https://${{env:FLOE_T_USER}}:${{file:{path}}}@reg.example:8081"
     conf = settings.client_config()
-    assert conf == {"url": f"https://{secrets['user']}:floe:{secrets['registry']}@reg.example:8081", "timeout": 7}
+    # inside the URL's user-info a value is percent-encoded (the file holds `floe:...`): the client decodes it
+    assert conf == {"url": f"https://{secrets['user']}:floe%3A{secrets['registry']}@reg.example:8081", "timeout": 7}
+    assert unquote(urlparse(conf["url"]).password) == f"floe:{secrets['registry']}"
     assert settings.scrub(f"no {secrets['registry']}") == "no ***"
     clear = RegistrySettings.create("https://me:pw-1@reg:8081", {"basic.auth.user.info": "me:${env:FLOE_T_USER}"})
     assert clear.display_url == "https://me:***@reg:8081"
@@ -201,7 +204,7 @@ def test_secrets_given_by_reference_reach_their_use_and_nothing_under_floe_home(
         tested = floe("alert", "test", "lagging")
         assert tested.returncode == 0, tested.stdout + tested.stderr
         assert got[-1]["X-Token"] == f"floe:{secrets['registry']}"
-        ran = floe("run", "--until-caught-up")
+        ran = floe_process("run", "--until-caught-up")  # its logs and the JVM's in FLOE_HOME, checked below
         assert ran.returncode == 0, ran.stderr
         rows = floe("query", "select count(*) as n from ingest.orders", "--format", "json")
         assert json.loads(rows.stdout) == {"n": 20}, rows.stderr
@@ -238,7 +241,7 @@ def test_an_unresolvable_reference_is_one_line_naming_it(broker, topic, monkeypa
                    "--kafka-option", "sasl.password=${env:FLOE_T_LATER}")
     assert created.returncode == 0, created.stderr
     monkeypatch.delenv("FLOE_T_LATER")
-    ran = floe("run", "--until-caught-up")
+    ran = floe_process("run", "--until-caught-up")  # its stderr, the JVM's included
     assert ran.returncode != 0 and "${env:FLOE_T_LATER}" in ran.stderr and value not in ran.stderr, ran.stderr
     shown = json.loads(floe("stream", "show", "s", "--format", "json").stdout)
     assert "${env:FLOE_T_LATER}" in json.dumps(shown) and value not in json.dumps(shown)
@@ -258,3 +261,45 @@ def test_why_a_notification_failed_is_apprise_s_reason_without_the_target_s_secr
     assert deliver(Message((url,), "t", "b", failure=False), 1, report=reports.append, reasons=reasons) == [(url, False)]
     assert "Connection refused" in reasons[url] and "Connection refused" in reports[0]
     assert not send_once("nosuch://x", "t", "b", False) and "does not understand" in last_reason()
+
+
+def test_a_reference_inside_a_uri_s_user_info_is_percent_encoded_and_nowhere_else(tmp_path, monkeypatch):
+    from appliance.core.secrets import resolve
+
+    monkeypatch.setenv("FLOE_T_PW", "p@ss/w#rd:1%41")
+    (tmp_path / "pw").write_text("f/i@le\n")
+    assert resolve("postgresql+psycopg2://floe:${env:FLOE_T_PW}@db:5432/lake") == \
+        "postgresql+psycopg2://floe:p%40ss%2Fw%23rd%3A1%2541@db:5432/lake"
+    assert resolve(f"https://${{env:FLOE_T_PW}}:${{file:{tmp_path}/pw}}@reg:8081/p?q=${{env:FLOE_T_PW}}") == \
+        "https://p%40ss%2Fw%23rd%3A1%2541:f%2Fi%40le@reg:8081/p?q=p@ss/w#rd:1%41"
+    assert resolve("${env:FLOE_T_PW}") == "p@ss/w#rd:1%41"  # not in a URI: as it is
+    assert resolve("x://h/${env:FLOE_T_PW}@y") == "x://h/p@ss/w#rd:1%41@y"  # in a path, not a user-info
+
+
+def test_scrub_masks_a_secret_in_every_form_and_every_piece_a_parser_shows(monkeypatch):
+    import logging
+
+    from appliance.core.secrets import ScrubbingFormatter, resolve, scrub
+
+    secret = f"Sx@y{uuid.uuid4().hex[:6]}/zz#tail"
+    monkeypatch.setenv("FLOE_T_CUT", secret)
+    resolve("postgresql://u:${env:FLOE_T_CUT}@h/d")  # resolved once here: remembered for masking
+    head, rest = secret.split("@")
+    cut = rest.split("/")[0]
+    assert scrub(f'could not translate host name "{cut}" to addr') == 'could not translate host name "***" to addr'
+    assert scrub(f"as given {secret}; encoded {secret.replace('@', '%40').replace('/', '%2F').replace('#', '%23')}") \
+        == "as given ***; encoded ***"
+    assert scrub(f"fragment {cut}/zz and {cut}") == "fragment *** and ***"
+    # pieces only where they stand alone; what comes before the first cut is taken for the password, never shown
+    assert scrub(f"words stay: yzz, tails, tailor, tail_x, {head}") == f"words stay: yzz, tails, tailor, tail_x, {head}"
+    assert scrub("clear one: mysql://me:hunter22@db/x") == "clear one: mysql://me:***@db/x"
+    assert scrub("given: hunter22 and hun", ["hunter22"]) == "given: *** and hun"
+    record = logging.LogRecord("floe", logging.ERROR, __file__, 1, "failed at host %s", (cut,), None)
+    try:
+        raise RuntimeError(f"connect to {secret} failed")
+    except RuntimeError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    line = ScrubbingFormatter("%(message)s").format(record)
+    assert "failed at host ***" in line and "connect to *** failed" in line and cut not in line

@@ -1,6 +1,8 @@
+from pathlib import Path
+
 import pytest
 
-from appliance.config.settings import load_settings
+from appliance.config.settings import DEFAULTS_FILE, load_settings
 from appliance.config.units import parse_duration, parse_size
 from appliance.core.errors import ConfigError
 
@@ -11,6 +13,15 @@ def test_defaults_come_from_config_dir(floe_home):
     assert s.spark_master == "local[*]"
     assert s.warehouse == (floe_home.resolve() / "warehouse").as_uri()
     assert s.engine.max_message_bytes == 1024 * 1024
+
+
+def test_the_documented_defaults_file_is_the_one_the_package_ships():
+    """config/floe.toml, which the README points users to, is a link to the package's own defaults
+    (an installed wheel has no config/ beside it): one file, never two that drift apart."""
+    documented = Path(__file__).resolve().parent.parent / "config" / "floe.toml"
+    assert DEFAULTS_FILE.parent == Path(__file__).resolve().parent.parent / "appliance" / "config"
+    assert documented.is_symlink() and documented.resolve() == DEFAULTS_FILE
+    assert documented.read_bytes() == DEFAULTS_FILE.read_bytes()
 
 
 def test_home_file_overrides_defaults(floe_home):

@@ -12,14 +12,14 @@ import time
 import orjson
 
 from appliance.config.settings import load_settings
-from appliance.control.stage_requests import ask_engine, warm_engine
+from appliance.control.requests import ask_engine, warm_engine
 from appliance.control.stages import preview_for_ui, save_for_ui
 from appliance.control.streams import create_stream
 from appliance.core.clock import now
-from appliance.core.vocabulary import EngineState, StageAsk
+from appliance.core.vocabulary import EngineAsk, EngineState
 from appliance.ingest.engine import Engine
 from appliance.query.connection import run_query
-from appliance.state.records import StageRequestRecord
+from appliance.state.records import EngineRequestRecord
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.views.engine import engine_status
@@ -38,9 +38,9 @@ def rows(sql: str) -> list[dict]:
     return run_query(load_settings(), sql).to_pylist()
 
 
-def requests(settings) -> list[StageRequestRecord]:
+def requests(settings) -> list[EngineRequestRecord]:
     with StateStore(settings.state_db) as state:
-        return [StageRequestRecord.of(r) for r in state.db["stage_requests"].rows_where(order_by="id")]
+        return [EngineRequestRecord.of(r) for r in state.db["engine_requests"].rows_where(order_by="id")]
 
 
 def counts(result_rows: list[dict]) -> dict[str, int]:
@@ -58,15 +58,15 @@ def test_the_running_engine_previews_checks_and_saves_for_the_editor(broker, top
 
     assert warm_engine(settings)  # the editor opened: nothing waits for this one
     [warm] = wait_for(lambda: [r for r in requests(settings) if r.answered], 120, what="the warm-up done")
-    assert warm.ask is StageAsk.WARM and not warm.error and engine.stage_requests.warm
+    assert warm.ask is EngineAsk.WARM and not warm.error and engine.answers.warm
 
     preview = preview_for_ui(settings, "ingest.orders", BY_STATUS)
     assert preview.ok and preview.by_engine, preview
     assert preview.columns == ["status", "n"] and counts(preview.rows) == expected == {s: 20 for s in STATUSES}
     assert preview.said.startswith("a group stage")
     asked = requests(settings)[-1]
-    assert asked.ask is StageAsk.PREVIEW and asked.taken_by == os.getpid() and asked.answered and not asked.error
-    assert engine.stage_requests.answered == 2
+    assert asked.ask is EngineAsk.PREVIEW and asked.taken_by == os.getpid() and asked.answered and not asked.error
+    assert engine.answers.answered == 2
 
     bad = preview_for_ui(settings, "ingest.orders", "select nope from source")
     assert not bad.ok and bad.by_engine and "`nope` cannot be resolved" in bad.said and "\n" not in bad.said
@@ -74,7 +74,7 @@ def test_the_running_engine_previews_checks_and_saves_for_the_editor(broker, top
     assert not refused.ok and "ORDER BY" in refused.said  # refused here, before anyone asks Spark
     empty = preview_for_ui(settings, "ingest.orders", "  \n")
     assert not empty.ok and "empty" in empty.said
-    assert engine.stage_requests.answered == 3
+    assert engine.answers.answered == 3
 
     unknown = save_for_ui(settings, "nope", "ingest.orders", "select nope from source", "prep.nope", new=True)
     assert not unknown.ok and unknown.by_engine and "`nope` cannot be resolved" in unknown.said
@@ -91,10 +91,10 @@ def test_the_running_engine_previews_checks_and_saves_for_the_editor(broker, top
              120, what="the updated stage recomputed")
 
     answered = requests(settings)
-    assert [r.ask for r in answered] == [StageAsk.WARM, StageAsk.PREVIEW, StageAsk.PREVIEW, StageAsk.CHECK,
-                                         StageAsk.CHECK, StageAsk.CHECK]
+    assert [r.ask for r in answered] == [EngineAsk.WARM, EngineAsk.PREVIEW, EngineAsk.PREVIEW, EngineAsk.CHECK,
+                                         EngineAsk.CHECK, EngineAsk.CHECK]
     assert all(r.taken_by == os.getpid() and r.answered for r in answered)
-    assert engine.stage_requests.answered == 6
+    assert engine.answers.answered == 6
 
 
 def test_with_no_engine_to_answer_the_editor_runs_floe_stage_in_a_process(broker, topic, spark):
@@ -104,21 +104,30 @@ def test_with_no_engine_to_answer_the_editor_runs_floe_stage_in_a_process(broker
     Engine(settings, spark=spark).run(until_caught_up=True)  # fills the table, then stops
 
     started = time.monotonic()
-    asked = ask_engine(settings, StageAsk.PREVIEW, "ingest.orders", BY_STATUS)
+    asked = ask_engine(settings, EngineAsk.PREVIEW, {"source": "ingest.orders", "sql": BY_STATUS, "rows": 20})
     assert asked.answer is None and asked.why_not == "no engine runs" and time.monotonic() - started < 5
     assert not warm_engine(settings)
     assert requests(settings) == []  # nothing asked of nobody
 
-    # An engine starting (its heartbeat written, its Spark session not yet up) takes no request: the asker
-    # withdraws it after its deadline, so that nobody answers it later.
+    # An engine starting (its heartbeat written, its Spark session not yet up) takes no requests and says so:
+    # nobody waits for it.
     with StateStore(settings.state_db) as state:
         state.engine_heartbeat(os.getpid(), settings.spark_master, EngineState.STARTING, now())
-    asked = ask_engine(settings, StageAsk.PREVIEW, "ingest.orders", BY_STATUS, take_within=0.5)
+    started = time.monotonic()
+    asked = ask_engine(settings, EngineAsk.PREVIEW, {"source": "ingest.orders", "sql": BY_STATUS, "rows": 20})
+    assert asked.answer is None and "takes no preview requests" in asked.why_not and time.monotonic() - started < 1
+    assert requests(settings) == []
+    # One that says it takes them but does not (all its hands busy): the asker withdraws the request after its
+    # deadline, so that nobody answers it later.
+    with StateStore(settings.state_db) as state:
+        state.engine_heartbeat(os.getpid(), settings.spark_master, EngineState.RUNNING, now(), [EngineAsk.PREVIEW])
+    asked = ask_engine(settings, EngineAsk.PREVIEW, {"source": "ingest.orders", "sql": BY_STATUS, "rows": 20},
+                       take_within=0.5)
     assert asked.answer is None and "did not take" in asked.why_not
     [withdrawn] = requests(settings)
     assert withdrawn.withdrawn_at and withdrawn.taken_at is None
     with StateStore(settings.state_db) as state:
-        assert state.take_stage_requests(os.getpid()) == []
+        assert state.take_engine_requests(os.getpid(), list(EngineAsk), 60, 5) == []
         state.engine_heartbeat(os.getpid(), settings.spark_master, EngineState.STOPPED, now())
 
     preview = preview_for_ui(settings, "ingest.orders", BY_STATUS)

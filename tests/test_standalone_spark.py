@@ -18,7 +18,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from conftest import floe, free_port, pizza_values, wait_for
+from conftest import floe, floe_process, free_port, pizza_values, wait_for
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 
@@ -147,7 +147,7 @@ def test_run_on_a_standalone_cluster(broker, topic, standalone_cluster, floe_hom
                    "--table", "ingest.orders")
     assert created.returncode == 0, created.stderr
 
-    ran = floe("run", "--until-caught-up", "--spark-master", standalone_cluster.master_url)
+    ran = floe_process("run", "--until-caught-up", "--spark-master", standalone_cluster.master_url)
     assert ran.returncode == 0, ran.stderr
     assert f"spark {standalone_cluster.master_url}" in ran.stderr
 

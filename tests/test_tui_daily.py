@@ -51,7 +51,9 @@ async def test_esc_closes_the_stage_editor_from_its_text_box_and_no_section_key_
         editor = await until(pilot, lambda: isinstance(app.screen, StageEditorScreen) and app.screen, 10, "editor")
         editor.query_one(TextArea).focus()
         await pilot.press("6")  # typed into the SQL box, not a section switch
-        await pilot.press("escape")  # from inside the text box: the editor closes
+        await pilot.press("escape")  # from inside the text box: the editor asks to discard what was typed
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen", 5, "asked to discard")
+        await pilot.press("y")
         await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 5, "the editor closed")
         assert app.query_one("#sections").active == "stages"
         await pilot.press("n")
@@ -62,7 +64,9 @@ async def test_esc_closes_the_stage_editor_from_its_text_box_and_no_section_key_
         app.screen.set_focus(None)
         await pilot.press("2")  # nothing has the focus: a section key, still not acting behind a screen
         assert app.query_one("#sections").active == "stages" and isinstance(app.screen, StageEditorScreen)
-        await pilot.press("escape")
+        await pilot.press("escape")  # asked to discard "62"
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen", 5, "asked again")
+        await pilot.press("y")
         await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 5, "closed again")
         await pilot.press("2")
         assert app.query_one("#sections").active == "tables"
@@ -162,3 +166,76 @@ async def test_the_footer_offers_start_engine_only_without_one_and_the_header_sa
         from appliance.control.processes import stop
 
         stop(launch.process)
+
+
+def offered(app) -> list[str]:
+    """Every command the open palette lists."""
+    found = app.screen.query("CommandList")
+    if not found:
+        return []
+    listed = found.first()
+    return [str(getattr(o.prompt, "plain", o.prompt)).strip().splitlines()[0] for o in
+            (listed.get_option_at_index(i) for i in range(listed.option_count))]  # a name, then its help
+
+
+async def test_the_palette_offers_start_the_engine_only_while_none_runs(floe_home):
+    import os
+    import threading
+
+    from appliance.core.clock import now
+    from appliance.core.vocabulary import EngineState
+    from appliance.state.store import StateStore
+
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 40)) as pilot:
+        label = app.query_one("#engine-status")
+        await until(pilot, lambda: "engine stopped" in str(label.render()), 10, "stopped")
+        await pilot.press("ctrl+p", *"engine")
+        await until(pilot, lambda: "Start the engine" in offered(app), 10, "Start the engine offered")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen.__class__.__name__ != "CommandPalette", 5, "the palette closed")
+        stop = threading.Event()
+
+        def beat() -> None:  # what a running engine writes, often enough never to look stale
+            with StateStore(load_settings().state_db) as state:
+                while not stop.is_set():
+                    state.engine_heartbeat(os.getpid(), "local[2]", EngineState.RUNNING, now())
+                    stop.wait(0.5)
+
+        beating = threading.Thread(target=beat, daemon=True)
+        beating.start()
+        try:
+            await until(pilot, lambda: "engine running" in str(label.render()), 10, "running")
+            assert "start_engine" not in footer_keys(app)
+            await pilot.press("ctrl+p", *"engine")
+            await until(pilot, lambda: offered(app), 10, "the palette's answers")
+            await pilot.pause(0.3)  # every provider has answered the search
+            assert app.engine_alive and "Start the engine" not in offered(app)
+        finally:
+            stop.set()
+            beating.join()
+
+
+async def test_ctrl_s_asks_the_format_in_the_middle_with_the_likely_one_focused(floe_home):
+    a_table("ingest.pizza_orders")
+    app = FloeApp(load_settings(), "query", clock=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        editor = app.query_one("#query-editor", TextArea)
+        editor.load_text("select * from ingest.pizza_orders order by id")
+        editor.focus()
+        await pilot.press("f5")
+        await until(pilot, lambda: app.query_one("#query-results").row_count == 3, 30, "the result")
+        for typed, likely in (("", "csv"), ("orders.parquet", "parquet")):
+            if typed:
+                app.query_one("#export-path").value = typed
+            editor.focus()
+            await pilot.press("ctrl+s")
+            screen = await until(pilot, lambda: app.screen.__class__.__name__ == "ExportFormatScreen" and app.screen,
+                                 5, "the format asked")
+            box = await until(pilot, lambda: screen.query_one("#confirm-box").region, 5, "the box laid out")
+            # In the middle, clear of the header: not in the top-left corner.
+            assert abs((box.x + box.width / 2) - 60) <= 1 and abs((box.y + box.height / 2) - 20) <= 1, box
+            assert app.focused is not None and app.focused.id == likely
+            await pilot.press("enter")
+            await until(pilot, lambda: [t for t in toasts(app) if t.startswith(f"Exported 3 rows as {likely.upper()}")],
+                        20, f"the {likely} export")

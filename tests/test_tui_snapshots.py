@@ -4,6 +4,7 @@ State is written straight into a fixed FLOE_HOME so every run paints the same sc
 `pytest --snapshot-update` rewrites the baselines under tests/__snapshots__/ after a deliberate change.
 """
 
+import fcntl
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from appliance.tables.catalog import Catalog
 from appliance.tables.iceberg_schemas import target_iceberg_schema
 from tui.app import FloeApp
 
-from tui_helpers import engine_checked
+from tui_helpers import engine_checked, until
 
 HOME = Path("/tmp/floe-snapshot-home")
 MAPPING = Mapping((Column("order_id", "long", ("order_id",)), Column("status", "string", ("status",)),
@@ -27,6 +28,14 @@ MAPPING = Mapping((Column("order_id", "long", ("order_id",)), Column("status", "
 
 @pytest.fixture
 def fixed_home(monkeypatch):
+    # One home for every snapshot (its path is on the screen): one test at a time on the machine, under
+    # pytest-xdist too.
+    with open(f"{HOME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield _fill(monkeypatch)
+
+
+def _fill(monkeypatch):
     shutil.rmtree(HOME, ignore_errors=True)
     HOME.mkdir(parents=True)
     monkeypatch.setenv("FLOE_HOME", str(HOME))
@@ -73,12 +82,22 @@ def test_events_screen(snap_compare, fixed_home):
 
 
 def test_wizard_first_step(snap_compare, fixed_home):
-    assert snap_compare(app(fixed_home), press=["n"], run_before=engine_checked, terminal_size=(160, 45))
+    async def open_prefilled(pilot):
+        await engine_checked(pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: pilot.app.screen.query_one("#bootstrap").value == "broker:9092", 10,
+                    "the known cluster prefilled")
+        pilot.app.screen.query_one("#bootstrap").cursor_blink = False  # the same picture whenever it is taken
+        await pilot.pause()
+
+    assert snap_compare(app(fixed_home), run_before=open_prefilled, terminal_size=(160, 45))
 
 
 def test_query_screen(snap_compare, fixed_home):
     async def type_sql(pilot):
-        pilot.app.query_one("TextArea").text = "select status, count(*) from ingest.pizza_orders group by 1"
+        editor = pilot.app.query_one("TextArea")
+        editor.cursor_blink = False  # a blinking cursor is in the picture or not by the clock
+        editor.text = "select status, count(*) from ingest.pizza_orders group by 1"
         await engine_checked(pilot)
 
     assert snap_compare(app(fixed_home, "query"), run_before=type_sql, terminal_size=(160, 30))

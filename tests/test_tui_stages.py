@@ -5,6 +5,7 @@ engine runs (tests/test_stage_requests.py: the running engine's answers)."""
 
 from __future__ import annotations
 
+from textual.events import ScreenResume
 from textual.widgets import Input, Select, TextArea
 
 from appliance.config.settings import load_settings
@@ -14,6 +15,7 @@ from appliance.ingest.engine import Engine
 from appliance.query.connection import run_query
 from appliance.tables.catalog import Catalog
 from tui.app import FloeApp
+from tui.screens.confirm import ConfirmScreen
 from tui.screens.stage_editor import EXAMPLE, StageEditorScreen
 
 from conftest import pizza_values
@@ -46,6 +48,8 @@ async def test_stages_section_lists_pauses_resumes_and_deletes(broker, topic, sp
         assert "up_to_date" in cell(table, "big", "state") and cell(table, "big", "lag") == "0"
         assert cell(table, "big", "rows_in") == "200" and cell(table, "big", "rows_out") == str(big)
         assert cell(table, "per_store", "rows_in") == str(big)
+        stores = run_query(settings, "select count(*) n from prep.per_store").to_pylist()[0]["n"]
+        assert cell(table, "per_store", "table_rows") == str(stores) and cell(table, "big", "table_rows") == str(big)
 
         table.focus()
         table.move_cursor(row=table.get_row_index("big"))
@@ -71,8 +75,14 @@ async def test_the_editor_previews_a_query_refuses_a_bad_one_and_saves_a_stage(b
     broker.produce(topic, pizza_values(150))
     create_stream(settings, "orders", bootstrap=broker.bootstrap, topic=topic, table="ingest.orders")
     Engine(settings, spark=spark).run(until_caught_up=True)
+    listed_on_return: list[list[str]] = []  # the stages listed when the main screen shows again
+
+    def returned(message) -> None:
+        if isinstance(message, ScreenResume) and app.screen is app.screen_stack[0]:
+            listed_on_return.append([k.value for k in app.query_one("#stages-table").rows])
+
     app = FloeApp(settings, "stages")
-    async with app.run_test(size=(180, 50)) as pilot:
+    async with app.run_test(size=(180, 50), message_hook=returned) as pilot:
         await until(pilot, lambda: "No stages yet" in shown(app, "#stages-empty"), 30, "the empty pane")
         app.query_one("#stages-table").focus()
         await pilot.press("n")
@@ -96,10 +106,13 @@ async def test_the_editor_previews_a_query_refuses_a_bad_one_and_saves_a_stage(b
         counts = {str(grid.get_row_at(i)[0]): int(str(grid.get_row_at(i)[1])) for i in range(grid.row_count)}
         assert sum(counts.values()) == 150
 
+        listed_on_return.clear()
         await pilot.press("ctrl+s")
         await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 180, "saved and closed")
-        table = app.query_one("#stages-table")
-        await until(pilot, lambda: "by_status" in [k.value for k in table.rows], 30, "the new stage listed")
+        # Listed the moment the list shows again, not once its next read comes back.
+        await until(pilot, lambda: listed_on_return, 5, "the list shown again")
+        assert listed_on_return[0] == ["by_status"]
+        assert not app.query_one("#stages-empty").display
     assert Catalog(settings).exists("prep.by_status")
 
 
@@ -114,8 +127,136 @@ async def test_the_editor_shows_an_example_query_that_is_not_its_text(floe_home)
         assert editor.text == "" and editor.placeholder == EXAMPLE
         await until(pilot, lambda: "orders per hour" in editor.render_line(0).text, 10, "the example shown")
         await pilot.press("f5")
-        await until(pilot, lambda: "The query is empty" in shown(app, "#stage-status"), 10, "the empty query told")
+        await until(pilot, lambda: "a query (a SELECT over source)" in shown(app, "#stage-status"), 10,
+                    "the empty query told")
         editor.focus()
         await pilot.press(*"select 1")
         await until(pilot, lambda: editor.text == "select 1", 10, "typed over the example, not after it")
         assert "orders per hour" not in editor.render_line(0).text
+
+
+def source_table(settings, name: str = "ingest.orders") -> None:
+    from appliance.config.settings import ensure_home
+    from appliance.model.mapping import Column, Mapping
+    from appliance.tables.iceberg_schemas import target_iceberg_schema
+
+    ensure_home(settings)
+    Catalog(settings).ensure_table(name, target_iceberg_schema(Mapping((Column("order_id", "long", ("order_id",)),))))
+
+
+async def open_editor(app, pilot) -> StageEditorScreen:
+    app.query_one("#stages-table").focus()
+    await pilot.press("n")
+    screen = await until(pilot, lambda: isinstance(app.screen, StageEditorScreen) and app.screen, 10, "the editor")
+    source = screen.query_one("#stage-source", Select)
+    await until(pilot, lambda: ("ingest.orders", "ingest.orders") in source._options, 30, "tables listed")
+    return screen
+
+
+async def test_the_editor_says_at_once_what_f5_needs_and_its_placeholder_is_no_value(floe_home):
+    settings = load_settings()
+    source_table(settings)
+    app = FloeApp(settings, "stages", clock=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await open_editor(app, pilot)
+        table = screen.query_one("#stage-table", Input)
+        assert table.value == "" and table.placeholder.startswith("e.g. ")  # an example, not a value
+        screen.query_one("#stage-name", Input).value = "hourly"
+        screen.query_one("#stage-source", Select).value = "ingest.orders"
+        editor = screen.query_one("#stage-sql", TextArea)
+        editor.text = "select order_id from source"
+        editor.focus()
+        await pilot.press("f5")
+        # Said by the key itself, before any worker: no wait for it.
+        assert shown(app, "#stage-status") == "A preview needs the table it writes (NAMESPACE.TABLE)."
+        assert "NAMESPACE.TABLE" in shown(app, "#stage-table-error") and table.has_focus
+        assert not screen.busy and not [w for w in app.workers if w.group == "stage-command"]
+        table.value = "prep"
+        await pilot.press("ctrl+s")
+        assert shown(app, "#stage-status") == "Saving needs the table it writes as NAMESPACE.TABLE."
+        editor.text = ""
+        screen.query_one("#stage-name", Input).value = ""
+        await pilot.press("f5")
+        assert shown(app, "#stage-status") == ("A preview needs a stage name, the table it writes as NAMESPACE.TABLE "
+                                               "and a query (a SELECT over source).")
+        assert screen.query_one("#stage-name").has_focus
+
+
+async def test_esc_asks_before_discarding_an_edited_stage_and_only_then(floe_home):
+    settings = load_settings()
+    source_table(settings)
+    app = FloeApp(settings, "stages", clock=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await open_editor(app, pilot)
+        await pilot.press("escape")  # nothing typed: closed at once
+        await until(pilot, lambda: app.screen is app.screen_stack[0], 5, "closed without a question")
+        screen = await open_editor(app, pilot)
+        screen.query_one("#stage-name", Input).value = "hourly"
+        screen.query_one("#stage-sql", TextArea).focus()
+        await pilot.press("s")
+        await pilot.press("escape")  # from the SQL box
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "asked to discard")
+        assert "Discard this new stage?" in shown(app, "#confirm-question")
+        await pilot.press("n")  # kept, as it was
+        await until(pilot, lambda: app.screen is screen, 5, "back in the editor")
+        assert screen.query_one("#stage-name", Input).value == "hourly"
+        assert screen.query_one("#stage-sql", TextArea).text == "s"
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "asked again")
+        await pilot.press("y")
+        await until(pilot, lambda: app.screen is app.screen_stack[0], 5, "discarded")
+
+
+async def test_the_list_says_rows_out_are_over_all_runs_and_what_the_table_holds(floe_home):
+    """A grouping stage rewrites its whole table each run: 330 runs of 10 groups are 3.3k rows out, and
+    its table holds 10."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from appliance.stages.checks import Checked
+    from appliance.state.store import StateStore
+
+    settings = load_settings()
+    source_table(settings)
+    checked = Checked("group", [("status", "string"), ("n", "bigint")],
+                      Schema(NestedField(1, "status", StringType(), required=False),
+                             NestedField(2, "n", LongType(), required=False)))
+    create_stage(settings, "per_status", source="ingest.orders", table="prep.per_status", checked=checked,
+                 sql="select cast(order_id as string) as status, count(*) as n from source group by 1")
+    with StateStore(settings.state_db) as state:  # as the engine writes it after its runs
+        state.update_stage_status("per_status", rows_in_total=330, rows_out_total=3300, runs=330, table_rows=10)
+    app = FloeApp(settings, "stages", clock=False)
+    async with app.run_test(size=(200, 30)) as pilot:
+        table = app.query_one("#stages-table")
+        await until(pilot, lambda: table.row_count == 1, 10, "the stage listed")
+        labels = {str(c.key.value): str(c.label) for c in table.columns.values()}
+        assert labels["rows_out"] == "Rows out, all runs" and labels["rows_in"] == "Rows in, all runs"
+        assert labels["table_rows"] == "Table rows"
+        assert cell(table, "per_status", "rows_out") == "3.3k" and cell(table, "per_status", "table_rows") == "10"
+
+
+async def test_a_stage_saved_through_the_running_engine_is_listed_the_moment_the_editor_closes(running_engine):
+    """The engine checks the query and the editor closes at once: the list behind it must not wait for its
+    next read (seconds on a loaded machine) to show the stage."""
+    settings = load_settings()
+    source_table(settings)
+    running_engine()
+    listed_on_return: list[list[str]] = []
+
+    def returned(message) -> None:
+        if isinstance(message, ScreenResume) and app.screen is app.screen_stack[0]:
+            listed_on_return.append([k.value for k in app.query_one("#stages-table").rows])
+
+    app = FloeApp(settings, "stages", clock=False)
+    async with app.run_test(size=(180, 40), message_hook=returned) as pilot:
+        await until(pilot, lambda: app.engine_alive, 120, "the engine alive")
+        screen = await open_editor(app, pilot)
+        screen.query_one("#stage-name", Input).value = "ids"
+        screen.query_one("#stage-source", Select).value = "ingest.orders"
+        screen.query_one("#stage-table", Input).value = "prep.ids"
+        screen.query_one("#stage-sql", TextArea).text = "select order_id from source"
+        listed_on_return.clear()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 180, "saved and closed")
+        await until(pilot, lambda: listed_on_return, 5, "the list shown again")
+        assert listed_on_return[0] == ["ids"]

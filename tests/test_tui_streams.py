@@ -1,6 +1,6 @@
 """The Streams pane against a real engine, broker and catalog, driven by Textual's Pilot."""
 
-
+import pytest
 
 from appliance.config.settings import load_settings
 from appliance.control.streams import create_stream
@@ -8,7 +8,7 @@ from appliance.tables.catalog import Catalog
 from tui.app import FloeApp
 
 from conftest import pizza_values
-from tui_helpers import cell, until
+from tui_helpers import cell, screen_text, until
 
 
 async def test_streams_pane_shows_live_state_and_pauses_resumes_deletes(broker, topic, running_engine):
@@ -36,6 +36,35 @@ async def test_streams_pane_shows_live_state_and_pauses_resumes_deletes(broker, 
         await until(pilot, lambda: table.row_count == 0, 30, "stream removed")
         assert "No streams yet" in str(app.query_one("#streams-empty").render())
     assert not Catalog(settings).exists("ingest.orders")
+
+
+@pytest.mark.parametrize("size", [(80, 50), (80, 24)])
+async def test_help_scrolls_to_its_last_keys_by_keyboard_and_wheel(floe_home, size):
+    """The help is taller than the terminal: its last rows (the Alerts keys) are reached by End, by
+    PgDn and by the mouse wheel."""
+    from textual.events import MouseScrollDown
+
+    app = FloeApp(load_settings(), clock=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("question_mark")
+        table = await until(pilot, lambda: app.screen.__class__.__name__ == "HelpScreen"
+                            and app.screen.query_one("#help-table"), 5, "help screen")
+        await until(pilot, lambda: "Send a test" not in screen_text(app) and table.region.height, 5, "laid out")
+        assert app.focused is table
+        await pilot.press("end")
+        await until(pilot, lambda: "Send a test" in screen_text(app), 5, "the last key, after End")
+        await pilot.press("home")
+        await until(pilot, lambda: "Send a test" not in screen_text(app), 5, "back at the top")
+        for _ in range(10):
+            await pilot.press("pagedown")
+        await until(pilot, lambda: "Send a test" in screen_text(app), 5, "the last key, after PgDn")
+        await pilot.press("home")
+        await until(pilot, lambda: "Send a test" not in screen_text(app), 5, "back at the top")
+        x, y = table.region.center
+        under, _ = app.get_widget_at(x, y)  # the wheel goes where the mouse is, as a terminal reports it
+        for _ in range(40):
+            under.post_message(MouseScrollDown(under, x, y, 0, 1, 0, False, False, False, screen_x=x, screen_y=y))
+        await until(pilot, lambda: "Send a test" in screen_text(app), 5, "the last key, by the wheel")
 
 
 async def test_help_lists_bindings_and_theme_toggles(floe_home):

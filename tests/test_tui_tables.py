@@ -103,3 +103,28 @@ async def test_schema_versions_say_what_changed_and_when(broker, topic, spark):
     assert shown[0] == ("2 (current)", "no commit since", "renamed note to remark")
     assert shown[1][0] == "1" and shown[1][2] == "added coupon (string)" and shown[1][1][:2] == "20"
     assert shown[2][0] == "0" and shown[2][2].startswith("created with")
+
+
+async def test_tables_open_on_the_users_tables_with_floes_own_last(floe_home):
+    """The system tables (`floe.audit`, `floe.batches`...) sort before `ingest.*`: the section must not
+    open on them."""
+    from appliance.config.settings import ensure_home
+    from appliance.model.mapping import Column, Mapping
+    from appliance.observe.systables import SystemTableWriter
+    from appliance.state.store import StateStore
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.iceberg_schemas import target_iceberg_schema
+
+    settings = load_settings()
+    ensure_home(settings)
+    catalog = Catalog(settings)
+    catalog.ensure_table("ingest.orders", target_iceberg_schema(Mapping((Column("id", "long", ("id",)),))))
+    with StateStore(settings.state_db) as state:
+        SystemTableWriter(settings, catalog, state).export()  # what the engine does every 15 s
+    app = FloeApp(load_settings(), "tables", clock=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: "ingest.orders\n" in summary(app), 30, "the user's table shown")
+        tree = app.query_one("#tables-tree")
+        assert [str(ns.label) for ns in tree.root.children] == ["ingest", "floe"]
+        assert leaves(app)[0] == "ingest.orders" and "floe.audit" in leaves(app)
+        assert tree.cursor_node.data == "ingest.orders"

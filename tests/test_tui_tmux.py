@@ -134,3 +134,24 @@ def test_demo_opens_the_ui_on_the_demo_stream(floe_home):
         term.wait(r"demo-exited-0", 90)
     finally:
         term.close()
+
+
+def test_help_scrolls_to_its_last_keys_in_a_short_terminal(floe_home):
+    """In a real 80x24 terminal the help is taller than the screen: End and the mouse wheel (as the
+    terminal reports it, an SGR mouse sequence) bring its last keys, the Alerts', into view."""
+    env = {"FLOE_HOME": str(floe_home), "PATH": os.environ["PATH"], "TERM": "xterm-256color"}
+    term = Terminal(f"{sys.executable} -m appliance.cli tui", env, size=(80, 24))
+    try:
+        term.wait(r"engine stopped", 30)
+        term.keys("?")
+        term.wait(r"Floe keys", 10)
+        assert "Send a test" not in term.screen()
+        term.keys("End")
+        term.wait(r"t +Send a test +Alerts", 10)
+        term.keys("Home")
+        wait_for(lambda: "Send a test" not in term.screen(), 10, 0.2, what="back at the top")
+        for _ in range(15):  # wheel down, over the middle of the table
+            term.type("\x1b[<65;40;14M")
+        term.wait(r"t +Send a test +Alerts", 10)
+    finally:
+        term.close()

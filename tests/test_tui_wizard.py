@@ -358,3 +358,35 @@ async def test_an_upsert_stream_through_the_wizard_takes_the_key_the_kafka_keys_
 
     info = stream_info(settings, snake_case(topic))
     assert (info.mode, info.key, info.cdc) == ("upsert", ["order_id"], "")
+
+
+async def test_bootstrap_offers_the_clusters_floe_knows_and_the_typed_value_wins(floe_home):
+    from test_tui_snapshots import MAPPING
+
+    from appliance.kafka.settings import KafkaSettings
+    from appliance.model.stream import StreamDef
+    from appliance.state.store import StateStore
+    from tui.screens.new_stream.messages import BrokersKnown
+
+    with StateStore(load_settings().state_db) as state:
+        for name, bootstrap, created in (("old", "kafka-a:9092", "2026-11-01"), ("new", "kafka-b:9092", "2026-11-20")):
+            state.add_stream(StreamDef(name=name, id=f"id-{name}", topic=name, kafka=KafkaSettings.create(bootstrap),
+                                       format="json", table=f"ingest.{name}", dead_letter_table=f"ingest.{name}_dlq",
+                                       mapping=MAPPING, starting_offsets="earliest", start_positions={0: 0},
+                                       paused=False, created_at=f"{created}T10:00:00.000+00:00"))
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = await open_wizard(app, pilot)
+        box = screen.query_one("#bootstrap")
+        await until(pilot, lambda: box.value == "kafka-b:9092", 10, "the newest stream's cluster prefilled")
+        await pilot.press("x")  # typing replaces it...
+        assert box.value == "x"
+        box.value, box.cursor_position = "kafka-a", 7  # ...the others complete as typed (Pilot's keys are slow)
+        await until(pilot, lambda: box._suggestion == "kafka-a:9092", 5, "the older cluster suggested")
+        await pilot.press("right")
+        assert box.value == "kafka-a:9092"
+        box.value = "me:1"
+        screen.query_one("SourceStep").post_message(BrokersKnown(["kafka-b:9092"]))  # a late answer
+        await pilot.pause(0.2)
+        assert box.value == "me:1"
+

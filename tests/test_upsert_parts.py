@@ -73,6 +73,24 @@ def test_a_batch_keeps_each_keys_newest_message_and_the_keys_deleted():
     assert "has no id" in dead[(1, 5)] and "not JSON" in dead[(1, 6)]
 
 
+NULL_WRAPPED = b'{"schema": null, "payload": null}'  # a tombstone as Kafka Connect's JsonConverter may spell it
+
+
+def test_a_null_wrapped_by_kafka_connect_is_a_tombstone():
+    decoded = decode_batch(batch([
+        (0, 0, b'{"id":1}', row(1, "a")), (0, 1, b'{"id":2}', row(2, "b")),
+        (0, 2, b'{"id":1}', NULL_WRAPPED),
+        (0, 3, b'{"id":2}', b'{"schema":{"type":"struct","optional":true},\n "payload" : null }\n'),
+        (0, 4, b'{"id":3}', b'{"id": 3, "name": "c", "payload": null}'),  # a row that ends alike
+        (0, 5, None, NULL_WRAPPED),  # no key: it names no row
+    ]), MAPPING, 10_000, keyed=Keyed(("id",)))
+    assert decoded.target.select(["id", "name"]).to_pylist() == [{"id": 3, "name": "c"}]
+    assert sorted(decoded.deleted.column("id").to_pylist()) == [1, 2]
+    dead = decoded.dead_letter.select(["_kafka_offset", "error_stage", "error_message"]).to_pylist()
+    assert [(d["_kafka_offset"], d["error_stage"]) for d in dead] == [(5, "key")]
+    assert "without a Kafka key" in dead[0]["error_message"]
+
+
 def test_a_truncate_drops_what_came_before_it_in_its_partition():
     entries = pa.table({"id": [1, 2, None, 3, 4, 2], "_kafka_partition": [0, 1, 0, 0, 1, 1],
                         "_kafka_offset": [0, 0, 1, 2, 1, 2], "_kafka_timestamp": pa.array([0] * 6, pa.int64()),
@@ -98,12 +116,13 @@ def test_debezium_json_events_with_and_without_the_connect_wrapper():
         (0, 3, None, event("d", before={"id": 2, "name": 12345})),  # a bad `name` in before: still deleted
         (0, 4, b'{"id":2}', None),  # Debezium's tombstone after a delete: nothing to do
         (0, 5, None, event("z")), (0, 6, None, b'{"after": {}}'),
+        (0, 7, b'{"id":2}', NULL_WRAPPED),  # the same tombstone as the Debezium tutorial prints it
     ]), mapping, 10_000, fmt=DebeziumFormat(None, ("id",), cdc_columns=True),
         keyed=Keyed(("id",), tombstones_delete=False))
     rows = decoded.target.select(["id", "name", "_cdc_op", "_cdc_position"]).to_pylist()
     assert rows == [{"id": 1, "name": "new", "_cdc_op": "u", "_cdc_position": "77"}]
     assert decoded.target.column("_cdc_ts")[0].as_py().timestamp() == 1_700_000_000
-    assert decoded.deleted.column("id").to_pylist() == [2] and decoded.skipped == 1
+    assert decoded.deleted.column("id").to_pylist() == [2] and decoded.skipped == 2
     assert decoded.dead_letter.column("_kafka_offset").to_pylist() == [5, 6]
 
 

@@ -23,7 +23,7 @@ from appliance.config.settings import ensure_home, load_settings
 from appliance.tables.catalog import Catalog
 from appliance.tables.snapshots import totals
 
-from conftest import FLOE, ROOT, finished, floe, wait_for
+from conftest import FLOE, ROOT, finished, floe, floe_process, run_until_caught_up, run_until_killed, wait_for
 
 PARTITIONS = 4
 
@@ -86,13 +86,8 @@ def expected(changes: Changes) -> dict[int, dict]:
     return {k: {"id": k, "name": v.get("name"), "n": v.get("n")} for k, v in changes.state.items()}
 
 
-def run_once() -> None:
-    ran = floe("run", "--until-caught-up", timeout=600)
-    assert ran.returncode == 0, ran.stderr
-
-
 @pytest.mark.slow
-def test_the_table_holds_each_keys_newest_row_read_alike_by_duckdb_and_pyiceberg(broker, topic, floe_home):
+def test_the_table_holds_each_keys_newest_row_read_alike_by_duckdb_and_pyiceberg(broker, topic, floe_home, spark):
     rng = random.Random(22)
     changes = Changes(broker, topic)
     for i in range(600):
@@ -107,7 +102,7 @@ def test_the_table_holds_each_keys_newest_row_read_alike_by_duckdb_and_pyiceberg
                    "ingest.u", "--mode", "upsert")  # the key: the Kafka key's field, id
     assert created.returncode == 0, created.stderr
     assert "upsert by id" in created.stderr
-    run_once()
+    run_until_caught_up(spark)
     table = Catalog(load_settings()).table("ingest.u")
     first = table.current_snapshot().summary.additional_properties
     assert int(first["added-records"]) == len(changes.state), "one row per key written, its newest"
@@ -120,7 +115,7 @@ def test_the_table_holds_each_keys_newest_row_read_alike_by_duckdb_and_pyiceberg
         changes.delete(key)
     changes.upsert(3, name="back", n=3000)  # a deleted key comes back
     changes.flush()
-    run_once()
+    run_until_caught_up(spark)
     table = Catalog(load_settings()).table("ingest.u")
     summary = table.current_snapshot().summary
     assert summary.operation.value == "overwrite" and int(summary.additional_properties["added-position-deletes"])
@@ -141,7 +136,7 @@ def test_the_table_holds_each_keys_newest_row_read_alike_by_duckdb_and_pyiceberg
         changes.upsert(rng.randrange(200), name=f"third-{i}", n=4000 + i)
     changes.delete(next(iter(changes.state)))
     changes.flush()
-    run_once()
+    run_until_caught_up(spark)
     assert table_state("ingest.u") == expected(changes) == pyiceberg_state("ingest.u")
     audit = floe("audit", "u", "--format", "json")
     assert audit.returncode == 0, audit.stdout
@@ -171,25 +166,8 @@ class Trickle(Changes):
         self.flush()
 
 
-def engine_until_killed(seconds: float, trickle: Trickle, n: int) -> None:
-    stop = threading.Event()
-    feeding = threading.Thread(target=trickle.run, args=(n, stop))
-    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-    feeding.start()
-    try:
-        engine.wait(timeout=seconds)
-        pytest.fail("the engine exited by itself")
-    except subprocess.TimeoutExpired:
-        os.killpg(engine.pid, signal.SIGKILL)  # Spark's JVM and workers too, as a power cut would
-        engine.wait()
-    finally:
-        stop.set()
-        feeding.join()
-
-
 @pytest.mark.slow
-def test_upserts_land_exactly_once_through_kill_9(broker, topic, floe_home):
+def test_upserts_land_exactly_once_through_kill_9(broker, topic, floe_home, spark):
     seed = int(os.environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
     print(f"seed {seed}")
     rng = random.Random(seed)
@@ -202,12 +180,12 @@ def test_upserts_land_exactly_once_through_kill_9(broker, topic, floe_home):
                    "ingest.k", "--mode", "upsert", "--key", "id")
     assert created.returncode == 0, created.stderr
     # A kill between writing a commit's position deletes and committing them, on purpose.
-    crashed = floe("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "upsert_deletes_written"})
+    crashed = floe_process("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "upsert_deletes_written"})
     assert crashed.returncode == -9, crashed.stderr
     for _ in range(4):
-        engine_until_killed(rng.uniform(5, 15), trickle, 1500)
+        run_until_killed(rng.uniform(5, 15), lambda stop: trickle.run(1500, stop))
         trickle.run(rng.randint(50, 300))  # arrives while the engine is down
-    run_once()
+    run_until_caught_up(spark)
     assert table_state("ingest.k") == expected(trickle) == pyiceberg_state("ingest.k")
     audit = floe("audit", "k")
     assert audit.returncode == 0, audit.stdout + audit.stderr
@@ -255,7 +233,7 @@ def test_compaction_under_a_live_upsert_stream_folds_every_delete_and_keeps_the_
 
 @pytest.mark.slow
 def test_the_audit_finds_a_lost_key_a_resurrected_one_and_a_key_twice_and_stages_refuse_the_table(broker, topic,
-                                                                                                   floe_home):
+                                                                                                   floe_home, spark):
     changes = Changes(broker, topic)
     for i in range(40):
         changes.upsert(i, name=f"n{i}", n=i)
@@ -263,7 +241,7 @@ def test_the_audit_finds_a_lost_key_a_resurrected_one_and_a_key_twice_and_stages
     changes.flush()
     assert floe("stream", "create", "a", "--bootstrap", broker.bootstrap, "--topic", topic, "--table", "ingest.a",
                 "--mode", "upsert", "--key", "id").returncode == 0
-    run_once()
+    run_until_caught_up(spark)
     assert floe("audit", "a").returncode == 0
 
     # Damage the table behind Floe's back, as another writer could: a key lost, a deleted key back,

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from typing import Callable
+
+from appliance.core.polling import poll_async
 
 
 async def until(pilot, condition: Callable[[], object], timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-            if value:
-                return value
-        except Exception as exc:  # the widget may not be mounted yet
-            last = exc
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
+    """`conftest.wait_for` between the Pilot's pauses: the app keeps running while it waits."""
+    return await poll_async(condition, timeout, pilot.pause, 0.1, what, error=AssertionError)
 
 
 def cell(table, row: str, column: str) -> str:
@@ -51,3 +43,11 @@ async def open_wizard(app, pilot):
     screen = await until(pilot, lambda: isinstance(app.screen, NewStreamScreen) and app.screen, 10, "the wizard")
     await until(pilot, lambda: screen.query_one("#bootstrap").has_focus, 5, "focus on bootstrap")
     return screen
+
+
+def screen_text(app) -> str:
+    """What the terminal shows, as plain text (from the screenshot Textual would save)."""
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", app.export_screenshot())).replace("\xa0", " ")

@@ -22,6 +22,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from appliance.config.settings import Settings
 from appliance.control.audit import VIA_ENV
 from appliance.control.processes import ENGINE_LOG, EngineLaunch, start_engine
+from appliance.core import hints
 from appliance.views.engine import engine_status
 from tui.commands import FloeCommands
 from tui.format import plural
@@ -141,7 +142,8 @@ class FloeApp(ReportsFailures, App):
             label.update(f"[green]● engine running[/] pid {status.pid}, spark {status.spark_master}"
                          f" — home {self.settings.home}")
         else:
-            label.update(f"[red]● engine stopped[/] — streams are not ingesting; Ctrl+E starts `floe run`"
+            label.update("[red]● engine stopped[/] — streams are not ingesting; "
+                         f"Ctrl+E starts `{hints.START_ENGINE}`"
                          f" — home {self.settings.home}")
 
     @on(AlertsLoaded)

@@ -12,6 +12,8 @@ from typing import Callable
 from textual.app import App
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from appliance.core import hints
+
 SECTIONS = ("streams", "tables", "query", "events", "stages", "alerts")
 
 
@@ -45,7 +47,7 @@ def _table_in_query(app: App) -> None:
         app.notify("No table selected (Tables section)", severity="warning")
         return
     pane = _pane(app, "query")
-    pane.set_sql(f"select * from {name} limit 100")
+    pane.set_sql(hints.TABLE_SAMPLE.format(table=name))
 
 
 def _maintain_table(app: App) -> None:
@@ -72,8 +74,10 @@ def commands(app: App) -> list[tuple[str, str, Callable[[], object]]]:
         ("Run maintenance on the selected table", "Compact it now (the Tables section's maintenance tab)",
          partial(_maintain_table, app)),
         ("Open the selected table in Query", "select * from it, ready to run", partial(_table_in_query, app)),
-        ("Start the engine", "`floe run` in the background (Ctrl+E)", app.action_start_engine),
     ]
+    # Offered when the footer offers Ctrl+E: the app's one rule (FloeApp.check_action), while no engine runs.
+    if app.check_action("start_engine", ()):
+        out.append(("Start the engine", f"`{hints.START_ENGINE}` in the background (Ctrl+E)", app.action_start_engine))
     return out
 
 

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import logging
+import os
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import click
 
 from appliance.config.settings import Settings, ensure_home, load_settings
+from appliance.core.logfiles import CONSOLE_LOG, capture_console, log_to
 
 
 def settings() -> Settings:
     """Settings of this FLOE_HOME, which exists afterwards; Floe's log goes to its logs/."""
     loaded = load_settings()
     ensure_home(loaded)
-    logging.basicConfig(
-        filename=loaded.log_dir / "floe.log",
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("py4j", "pyiceberg", "sqlalchemy"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    log_to(loaded.log_dir / "floe.log", loaded.logs.max_bytes, loaded.logs.keep)
+    console = os.environ.pop(CONSOLE_LOG, "")
+    if console:
+        capture_console(Path(console), loaded.logs.max_bytes, loaded.logs.keep)
     return loaded
 
 

@@ -32,12 +32,20 @@ def dlq_list(stream: str, where: str | None, limit: int, fmt: str) -> None:
 @click.argument("stream")
 @click.option("--where", default=None, help=WHERE_HELP + " Default: every dead letter of the stream.")
 @click.option("--dry-run", is_flag=True, help="Say how many would move and why the others would stay; change nothing.")
-def dlq_replay(stream: str, where: str | None, dry_run: bool) -> None:
-    """Decode dead letters again with the stream's current mapping; those that now decode move to the target."""
-    from appliance.control.dead_letters import preview_replay, replay_dead_letters
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def dlq_replay(stream: str, where: str | None, dry_run: bool, fmt: str) -> None:
+    """Decode dead letters again with the stream's current mapping; those that now decode move to the target.
 
-    s = settings()
-    report = preview_replay(s, stream, where) if dry_run else replay_dead_letters(s, stream, where)
+    A running engine (`floe run`) does it on its Spark session; without one, this command starts its own.
+    """
+    import json
+
+    from appliance.control.dead_letters import replay_now
+
+    report = replay_now(settings(), stream, where, dry_run)
+    if fmt == "json":
+        click.echo(json.dumps(report.as_dict()))
+        return
     for line in report.lines():
         click.echo(line)
 
@@ -48,13 +56,14 @@ def dlq_replay(stream: str, where: str | None, dry_run: bool) -> None:
 @click.option("--yes", is_flag=True, help="Do it: without it, nothing is deleted.")
 def dlq_purge(stream: str, where: str, yes: bool) -> None:
     """Delete the dead letters nobody wants (recorded in the audit trail)."""
-    from appliance.control.dead_letters import purge_dead_letters
-    from appliance.deadletters.selection import check_where
+    from appliance.control.dead_letters import purge_now
 
     if not yes:
+        from appliance.deadletters.selection import check_where  # DuckDB's import: not when the engine purges
+
         check_where(where)
         raise click.UsageError("purge deletes dead letters for good: add --yes")
-    deleted, waiting = purge_dead_letters(settings(), stream, where)
+    deleted, waiting = purge_now(settings(), stream, where)
     click.echo(f"{stream}: purged {deleted:,} dead letters"
                + (f"; {waiting:,} past the stream's committed position were left" if waiting else ""))
     if not deleted:

@@ -10,17 +10,18 @@ from appliance.cli.base import cli
 
 
 def _log_to_home() -> None:
-    """Libraries' log lines into FLOE_HOME's log when there is one, never onto the report."""
+    """Libraries' log lines into FLOE_HOME's log when there is one, never onto the report (its settings
+    may be what is wrong: the log is rolled at its default size)."""
     import logging
 
-    from appliance.config.settings import home_dir
+    from appliance.config.settings import LogSettings, home_dir
+    from appliance.core.logfiles import log_to
 
     log_dir = home_dir() / "logs"
-    handler = logging.FileHandler(log_dir / "floe.log") if log_dir.is_dir() else logging.NullHandler()
-    logging.basicConfig(handlers=[handler], level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyiceberg", "sqlalchemy"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if log_dir.is_dir():
+        log_to(log_dir / "floe.log", LogSettings().max_bytes, LogSettings().keep)
+    else:
+        logging.basicConfig(handlers=[logging.NullHandler()])
 
 
 @cli.command()

@@ -35,42 +35,19 @@ def maintain(tables: tuple[str, ...], compact: bool, expire: bool, orphans: bool
              dry_run: bool) -> None:
     """Run maintenance on TABLES now (default: every table). Without task options, every task runs.
 
+    A running engine (`floe run`) does it on its Spark session; without one, this command starts its own.
     Each run is recorded and shown by `floe table runs` and in the UI's table view.
     Exits 1 if a task failed.
     """
-    from appliance.control.audit import change
-    from appliance.core.errors import FloeError
-    from appliance.maintenance.maintainer import Maintainer, format_run
-    from appliance.spark.session import spark_session
+    from appliance.control.maintenance import maintain as run_maintenance
+    from appliance.maintenance.runs import format_run
 
-    loaded = settings()
     chosen = {MaintenanceTask.COMPACT: compact, MaintenanceTask.EXPIRE: expire, MaintenanceTask.ORPHANS: orphans,
               MaintenanceTask.RETENTION: retention}
     tasks = [t for t in TASK_ORDER if chosen[t]] or list(TASK_ORDER)
-    sessions: list = []
-
-    def start_spark():
-        sessions.append(spark_session(loaded, "floe-maintain"))
-        return sessions[0]
-
-    maintainer = Maintainer(loaded, spark=start_spark)
-    names = [maintainer.catalog.check_exists(t) for t in dict.fromkeys(tables)] or maintainer.catalog.list_tables()
-    if not names:
+    done = run_maintenance(settings(), list(tables), tasks, dry_run, lambda run: click.echo(format_run(run)))
+    if not done.names:
         err("no tables yet: create a stream first")
-        return
-    failed = 0
-    try:
-        with change(loaded, "maintenance run", ", ".join(names), tasks=[str(t) for t in tasks], dry_run=dry_run):
-            for name in names:
-                for task in tasks:
-                    run = maintainer.run(name, task, dry_run=dry_run)
-                    click.echo(format_run(run))
-                    failed += run.failed
-            if failed:  # recorded as failed, then one line and exit 1
-                raise FloeError(f"{failed} maintenance task{'s' if failed > 1 else ''} failed")
-    finally:
-        for session in sessions:
-            session.stop()
 
 
 @cli.group()
@@ -125,7 +102,7 @@ def table_policy(name: str, unset: tuple[str, ...], fmt: str, **values: str | No
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None:
     """The most recent maintenance runs, of one table or of all."""
-    from appliance.maintenance.maintainer import RUN_HEADER, format_run
+    from appliance.maintenance.runs import RUN_HEADER, format_run
     from appliance.state.store import StateStore
     from appliance.tables.catalog import Catalog
 

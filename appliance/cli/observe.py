@@ -10,6 +10,7 @@ import click
 
 from appliance.cli.base import cli, err, install_stop, settings
 from appliance.config.alerts import FOR_HELP
+from appliance.core import hints
 
 
 def _age(seconds: float | None) -> str:
@@ -19,7 +20,9 @@ def _age(seconds: float | None) -> str:
 
 
 def _state(line) -> str:
-    return f"{line.state} (was {line.was})" if line.was else line.state
+    from appliance.views.engine import Shown
+
+    return Shown(line.state, line.was).text
 
 
 @cli.command()
@@ -52,7 +55,8 @@ def status(fmt: str) -> None:
             lag = "-" if st.lag_rows is None else f"{st.lag_rows:,}"
             click.echo(f"{st.name:24} {_state(st):{width}} {lag:>10}  {st.error}")
     if any(x.was for x in lines):
-        click.echo("\nthe engine is down: nothing runs; \"was\" is what it last reported (start it: floe run)")
+        click.echo(f"\nthe engine is down: nothing runs; \"was\" is what it last reported (start it: "
+                   f"`{hints.START_ENGINE}`)")
     if report.incidents:
         click.echo("\nopen incidents:")
         for i in report.incidents:
@@ -93,7 +97,7 @@ def alert_add(name: str, rule: str, stream: str | None, stage: str | None, for_:
              else "every stream")
     err(f"alert {made.name} added: {made.rule} on {scope}"
         + f" ({len(made.notify)} target{'s' if len(made.notify) > 1 else ''}); "
-        f"`floe alert test {made.name}` tries them")
+        f"`{hints.TEST_ALERT.format(alert=made.name)}` tries them")
 
 
 @alert.command("list")
@@ -108,7 +112,7 @@ def alert_list(fmt: str) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        err("no alerts yet: floe alert add NAME --rule RULE --notify URL")
+        err(f"no alerts yet: `{hints.ADD_ALERT}`")
         return
     click.echo(f"{'name':20} {'rule':30} {'subject':22} {'for':>6} {'open':>4}  notify")
     for r in rows:
@@ -128,7 +132,7 @@ def alert_show(name: str, fmt: str) -> None:
     loaded = settings()
     found = [a for a in alerts_overview(loaded)[0] if a.name == name]
     if not found:
-        raise AlertNotFound(f"no alert named {name!r} (floe alert list shows them)")
+        raise AlertNotFound(f"no alert named {name!r} (`{hints.LIST_ALERTS}` shows them)")
     history = alert_history(loaded, name)
     if fmt == "json":
         click.echo(json.dumps({**found[0].summary(), "notify": found[0].notify,

@@ -7,6 +7,7 @@ import json
 import click
 
 from appliance.cli.base import cli, err, settings
+from appliance.core import hints
 
 
 @cli.group()
@@ -74,12 +75,15 @@ def stage_list(fmt: str) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        err("no stages yet: create one with `floe stage create`")
+        err(f"no stages yet: `{hints.CREATE_STAGE_HELP}` says how to create one")
         return
     import pyarrow as pa
 
     from appliance.query.formatting import format_table
+    from appliance.views.engine import Shown
 
+    for row in rows:
+        row["state"] = Shown(row["state"], row.pop("was")).text
     click.echo(format_table(pa.Table.from_pylist(rows)))
 
 
@@ -95,11 +99,12 @@ def stage_show(name: str, fmt: str) -> None:
         click.echo(json.dumps(info.as_dict(), indent=2, default=str))
         return
     v = info.view
-    for key, value in (("name", v.name), ("kind", v.kind), ("state", v.phase), ("lineage", " -> ".join(v.lineage)),
+    for key, value in (("name", v.name), ("kind", v.kind), ("state", v.shown.text), ("lineage", " -> ".join(v.lineage)),
                        ("source", v.source), ("table", v.table), ("position", info.position),
                        ("lag", f"{v.lag_snapshots} snapshots, {v.lag_rows} rows" if v.lag_rows is not None else None),
-                       ("rows in", v.rows_in_total), ("rows out", v.rows_out_total), ("runs", v.runs),
-                       ("last error", info.last_error), ("sql", info.sql)):
+                       ("rows in", f"{v.rows_in_total} (all runs)"), ("rows out", f"{v.rows_out_total} (all runs)"),
+                       ("table rows", v.table_rows), ("runs", v.runs), ("last error", info.last_error),
+                       ("sql", info.sql)):
         click.echo(f"{key:10} {value if value is not None else ''}")
     if info.runs:
         click.echo("recent runs:")

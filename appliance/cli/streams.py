@@ -7,6 +7,7 @@ import json
 import click
 
 from appliance.cli.base import cli, err, settings
+from appliance.core import hints
 
 
 @cli.group()
@@ -59,7 +60,7 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
         starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
         kafka_options=parse_kafka_options(kafka_options), schema_registry=schema_registry,
         registry_options=parse_registry_options(registry_options), subject=subject,
-        schema_evolution=schema_evolution, mode=mode, key=[k.strip() for k in key.split(",")] if key else (),
+        schema_evolution=schema_evolution, mode=mode, key=key,
         cdc=cdc or "", cdc_columns=cdc_columns, partition_by=partition_by,
     )
     s = created.stream
@@ -75,6 +76,7 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def stream_list(fmt: str) -> None:
     """List streams with their state and totals."""
+    from appliance.views.engine import Shown
     from appliance.views.streams import streams_overview
 
     rows = [view.summary() for view in streams_overview(settings())]
@@ -82,9 +84,12 @@ def stream_list(fmt: str) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        err("no streams yet: create one with `floe stream create`")
+        err(f"no streams yet: `{hints.CREATE_STREAM_HELP}` says how to create one")
         return
     from appliance.query.formatting import format_rows
+
+    for row in rows:
+        row["state"] = Shown(row["state"], row.pop("was")).text
 
     click.echo(format_rows(list(rows[0]), rows))
 
@@ -94,12 +99,14 @@ def stream_list(fmt: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def stream_show(name: str, fmt: str) -> None:
     """Show a stream's definition, committed offsets, status and mapping."""
+    from appliance.views.engine import Shown
     from appliance.views.streams import stream_info
 
     info = stream_info(settings(), name).as_dict()
     if fmt == "json":
         click.echo(json.dumps(info, indent=2, default=str))
         return
+    info["state"] = Shown(info["state"], info.pop("was")).text
     mapping = info.pop("mapping")
     batches = info.pop("recent_batches")
     seen = info.pop("schemas_seen")

@@ -1,4 +1,5 @@
-"""Floe's settings: `config/floe.toml` defaults, overridden by `$FLOE_HOME/floe.toml`.
+"""Floe's settings: the defaults (`floe.toml` beside this module, shipped in the package; the repository's
+`config/floe.toml` is a link to it), overridden by `$FLOE_HOME/floe.toml`.
 
 Validation names the file and the key, so a typo is one clear line, not a traceback.
 """
@@ -13,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config.alerts import AlertDef, alerts_from_config
-from appliance.config.catalog import CatalogSettings, catalog_settings, kind_of
+from appliance.config.catalog import SECRET_PROPERTY, CatalogSettings, catalog_settings, kind_of
 from appliance.config.policy import build_policy, check_values
 from appliance.config.units import parse_duration, parse_size
 from appliance.core.errors import ConfigError
+from appliance.core.private import private_dir
 from appliance.core.secrets import resolve_all
 
-DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "config" / "floe.toml"
+DEFAULTS_FILE = Path(__file__).resolve().with_name("floe.toml")
 DEFAULT_HOME = "~/.floe"
 
 
@@ -74,6 +76,12 @@ class AlertingSettings:
 
 
 @dataclass(frozen=True)
+class LogSettings:
+    max_bytes: int = 10 * 1024 * 1024  # each log file is rolled over at this size
+    keep: int = 5  # older files kept: floe.log.1 ... floe.log.5
+
+
+@dataclass(frozen=True)
 class Settings:
     home: Path
     spark_master: str
@@ -90,6 +98,7 @@ class Settings:
     observe: ObserveSettings = field(default_factory=ObserveSettings)
     alerting: AlertingSettings = field(default_factory=AlertingSettings)
     catalog: CatalogSettings = field(default_factory=CatalogSettings)
+    logs: LogSettings = field(default_factory=LogSettings)
 
     @property
     def state_db(self) -> Path:
@@ -102,6 +111,11 @@ class Settings:
     @property
     def log_dir(self) -> Path:
         return self.home / "logs"
+
+    @property
+    def engine_lock(self) -> Path:
+        """Held (flock) by the one engine of this FLOE_HOME, and by what must not run beside one."""
+        return self.home / "engine.lock"
 
     @property
     def on_s3(self) -> bool:
@@ -120,7 +134,7 @@ class Settings:
             "s3.secret-access-key": self.s3.secret_access_key,
         }
         props.update({k: v for k, v in self.catalog.properties if k.startswith("s3.")})
-        return resolve_all({k: v for k, v in props.items() if v}, "s3 setting")
+        return resolve_all({k: v for k, v in props.items() if v}, "s3 setting", _secret_property)
 
     def catalog_properties(self) -> dict[str, str]:
         """The PyIceberg catalog's properties, secret references resolved (at each use, never kept):
@@ -133,7 +147,11 @@ class Settings:
                 props.setdefault("warehouse", self.warehouse)
         if self.on_s3:
             props = {**self.s3_properties(), **props}
-        return resolve_all(props, "catalog property")
+        return resolve_all(props, "catalog property", _secret_property)
+
+
+def _secret_property(key: str) -> bool:
+    return bool(SECRET_PROPERTY.search(key))
 
 
 def home_dir() -> Path:
@@ -226,6 +244,7 @@ def load_settings(home: Path | None = None) -> Settings:
         observe=_observe(raw["observe"], source, check),
         alerting=_alerting(raw["alerting"], source, check, alerts_from_config(alerts, str(source))),
         catalog=catalog_settings(raw.get("catalog", {}), str(source)),
+        logs=_logs(raw["logs"], source, check),
     )
 
 
@@ -295,8 +314,23 @@ def _alerting(raw: dict[str, Any], source: Path, check, alerts: list[AlertDef]) 
         raise ConfigError(f"{source}: {exc}") from None
 
 
+def _logs(raw: dict[str, Any], source: Path, check) -> LogSettings:
+    keep = raw["keep"]
+    check(isinstance(keep, int) and not isinstance(keep, bool) and 1 <= keep <= 100, "logs.keep",
+          "must be a whole number from 1 to 100")
+    try:
+        max_bytes = parse_size(raw["max_size"], "logs.max_size")
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    check(max_bytes >= 1024, "logs.max_size", "must be at least 1KB")
+    return LogSettings(max_bytes=max_bytes, keep=keep)
+
+
 def ensure_home(settings: Settings) -> None:
-    settings.home.mkdir(parents=True, exist_ok=True)
-    settings.log_dir.mkdir(exist_ok=True)
+    """FLOE_HOME, its logs and a local warehouse, made for their owner alone (0700) whatever the umask:
+    they hold the tables' data, the catalog, Kafka credentials. Existing ones keep their mode
+    (`floe doctor` warns when others may read them)."""
+    private_dir(settings.home)
+    private_dir(settings.log_dir)
     if settings.warehouse.startswith("file://"):
-        Path(settings.warehouse[len("file://"):]).mkdir(parents=True, exist_ok=True)
+        private_dir(Path(settings.warehouse[len("file://"):]))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from appliance.config.alerts import AlertDef, check_urls, make_alert, masked_url
 from appliance.config.settings import Settings, ensure_home
 from appliance.control.audit import audited, masked
+from appliance.core import hints
 from appliance.core.errors import AlertExists, AlertNotFound, AlertRuleError
 from appliance.core.vocabulary import EventKind
 from appliance.observe.notify import Message, deliver
@@ -22,7 +23,7 @@ def find_alert(settings: Settings, state: StateStore, name: str) -> AlertDef:
     for alert in all_alerts(settings, state):
         if alert.name == name:
             return alert
-    raise AlertNotFound(f"no alert named {name!r} (floe alert list shows them)")
+    raise AlertNotFound(f"no alert named {name!r} (`{hints.LIST_ALERTS}` shows them)")
 
 
 @audited("alert add", mask=_notify_masked)
@@ -36,9 +37,9 @@ def add_alert(settings: Settings, name: str, rule: str, notify: tuple[str, ...] 
         if any(a.name == name for a in settings.alerting.alerts):
             raise AlertExists(f"alert {name!r} is defined in floe.toml")
         if alert.stream and alert.stream not in {s.name for s in state.streams()}:
-            raise AlertRuleError(f"alert {name}: no stream named {alert.stream!r} (floe stream list shows them)")
+            raise AlertRuleError(f"alert {name}: no stream named {alert.stream!r} (`{hints.LIST_STREAMS}` shows them)")
         if alert.stage and alert.stage not in {s.name for s in state.stages()}:
-            raise AlertRuleError(f"alert {name}: no stage named {alert.stage!r} (floe stage list shows them)")
+            raise AlertRuleError(f"alert {name}: no stage named {alert.stage!r} (`{hints.LIST_STAGES}` shows them)")
         state.add_alert(alert)
         on = f" on stream {alert.stream}" if alert.stream else f" on stage {alert.stage}" if alert.stage else ""
         # A stage's events are filed under its name, as a stream's are (the two never share a name).

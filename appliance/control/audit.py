@@ -3,7 +3,8 @@ it ended, with secrets masked exactly as the CLI masks them. It lands in `floe.a
 
 Operations are wrapped where the CLI and the UI share them (`@audited`), so both are recorded
 the same way; `FLOE_VIA` says which one the process serves (the UI sets it, and the `floe`
-commands it starts inherit it).
+commands it starts inherit it). Work the running engine does for a command or the UI
+(`control/answers.py`) is recorded by the engine, once, in its asker's name (`on_behalf`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import inspect
 import os
 import re
 import socket
+import threading
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -30,6 +33,15 @@ SKIPPED = ("settings", "spark", "checked")  # arguments that are the process's, 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@dataclasses.dataclass(frozen=True)
+class Acting:
+    who: dict[str, str]  # the asker's user, host and via
+    stopping: threading.Event  # the engine's: once set, work that breaks off is left to the asker, unrecorded
+
+
+_acting: ContextVar[Acting | None] = ContextVar("floe_audit_acting", default=None)
+
+
 def via() -> str:
     return os.environ.get(VIA_ENV) or "cli"
 
@@ -39,6 +51,22 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # no name for this uid (a container): its number
         return str(os.getuid())
+
+
+def identity() -> dict[str, str]:
+    """Who this process acts for, as the audit trail names them."""
+    return {"user": _user(), "host": socket.gethostname(), "via": via()}
+
+
+@contextmanager
+def on_behalf(who: dict[str, str], stopping: threading.Event) -> Iterator[None]:
+    """Changes made inside the block are recorded in `who`'s name (the engine working for an asker); one
+    that fails while the engine stops is not recorded: its asker does it again, and records it."""
+    token = _acting.set(Acting(who, stopping))
+    try:
+        yield
+    finally:
+        _acting.reset(token)
 
 
 def masked(value: Any, key: str = "") -> Any:
@@ -81,9 +109,11 @@ def _mask_url(url: str) -> str:
 def record(settings: Settings, action: str, target: str, arguments: dict[str, Any], outcome: str,
            detail: str = "") -> None:
     ensure_home(settings)
+    acting = _acting.get()
+    who = acting.who if acting is not None else identity()
     with StateStore(settings.state_db) as state:
-        state.record_audit(_user(), socket.gethostname(), via(), action, target, masked(arguments), outcome,
-                           masked(" ".join(detail.split())[:500]))
+        state.record_audit(who.get("user", ""), who.get("host", ""), who.get("via", ""), action, target,
+                           masked(arguments), outcome, masked(" ".join(detail.split())[:500]))
 
 
 @contextmanager
@@ -92,7 +122,9 @@ def change(settings: Settings, action: str, target: str, **arguments: Any) -> It
     try:
         yield
     except BaseException as exc:
-        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        acting = _acting.get()
+        left_to_asker = acting is not None and acting.stopping.is_set()
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)) and not left_to_asker:
             record(settings, action, target, arguments, "failed", str(exc) or type(exc).__name__)
         raise
     record(settings, action, target, arguments, "ok")

@@ -1,36 +1,72 @@
 """Dead letters as the CLI and the UI change them: replayed into the target, or purged; both recorded
-in the audit trail (a dry run changes nothing and is not)."""
+in the audit trail (a dry run changes nothing and is not). The running engine does it on its
+SparkSession (`control/requests.py`); with none, the command's own process (the UI: a `floe dlq` process)."""
 
 from __future__ import annotations
 
+import json
+
 from appliance.config.settings import Settings
 from appliance.control.audit import audited
-from appliance.deadletters.listing import purge
-from appliance.deadletters.replay import ReplayReport, replay
+from appliance.control.requests import served
+from appliance.core.vocabulary import EngineAsk
+from appliance.deadletters.report import ReplayReport
 
 
 def preview_replay(settings: Settings, name: str, where: str | None = None, spark=None) -> ReplayReport:
-    """What a replay would do: how many would move, and why the others would stay."""
+    """What a replay would do, in this process: how many would move, and why the others would stay."""
+    from appliance.deadletters.replay import replay
+
     return replay(settings, name, where, dry_run=True, spark=spark)
 
 
 @audited(lambda a: "dlq replay")
 def replay_dead_letters(settings: Settings, name: str, where: str | None = None, spark=None) -> ReplayReport:
+    """A replay in this process (on `spark`, or a session of its own)."""
+    from appliance.deadletters.replay import replay
+
     return replay(settings, name, where, spark=spark)
 
 
 @audited(lambda a: "dlq purge")
 def purge_dead_letters(settings: Settings, name: str, where: str) -> tuple[int, int]:
+    """A purge in this process: (deleted, left for later)."""
+    from appliance.deadletters.listing import purge
+
     return purge(settings, name, where)
 
 
-def replay_in_process(settings: Settings, name: str, dry_run: bool = False, timeout: float = 900.0) -> list[str]:
-    """`floe dlq replay` as a process of its own (the UI never hosts a JVM): the lines it printed, or
-    the one-line error it ended with, raised as a FloeError."""
+def replay_now(settings: Settings, name: str, where: str | None = None, dry_run: bool = False) -> ReplayReport:
+    """`floe dlq replay`: by the running engine, else in this process."""
+    def here() -> ReplayReport:
+        return preview_replay(settings, name, where) if dry_run else replay_dead_letters(settings, name, where)
+
+    return served(settings, EngineAsk.REPLAY, {"stream": name, "where": where, "dry_run": dry_run},
+                  lambda r: ReplayReport.of(r.answer), here)
+
+
+def purge_now(settings: Settings, name: str, where: str) -> tuple[int, int]:
+    """`floe dlq purge`: by the running engine, else in this process."""
+    return served(settings, EngineAsk.PURGE, {"stream": name, "where": where},
+                  lambda r: (r.answer["deleted"], r.answer["waiting"]),
+                  lambda: purge_dead_letters(settings, name, where))
+
+
+def replay_for_ui(settings: Settings, name: str, dry_run: bool = False) -> ReplayReport:
+    """A replay (or its preview) for the UI, which never hosts a JVM: by the running engine, else by `floe dlq
+    replay` in a process of its own."""
+    return served(settings, EngineAsk.REPLAY, {"stream": name, "where": None, "dry_run": dry_run},
+                  lambda r: ReplayReport.of(r.answer), lambda: replay_in_process(settings, name, dry_run))
+
+
+def replay_in_process(settings: Settings, name: str, dry_run: bool = False, timeout: float = 900.0) -> ReplayReport:
+    """`floe dlq replay` as a process of its own: its report, or the one-line error it ended with, raised
+    as a FloeError."""
     from appliance.control.processes import run_floe, said_last
     from appliance.core.errors import FloeError
 
-    done = run_floe(settings, ["dlq", "replay", name, *(["--dry-run"] if dry_run else [])], timeout=timeout)
+    done = run_floe(settings, ["dlq", "replay", name, "--format", "json", *(["--dry-run"] if dry_run else [])],
+                    timeout=timeout)
     if done.returncode != 0:
         raise FloeError(said_last(done) or f"floe dlq replay exited with {done.returncode}")
-    return done.stdout.splitlines()
+    return ReplayReport.of(json.loads(done.stdout))

@@ -18,6 +18,7 @@ from typing import Callable
 
 from appliance.config.settings import Settings
 from appliance.control.audit import change
+from appliance.core.logfiles import CONSOLE_LOG
 from appliance.views.engine import engine_status
 
 ENGINE_LOG = "engine.out"
@@ -29,11 +30,14 @@ def floe_command(*args: str) -> list[str]:
 
 
 def spawn(settings: Settings, args: list[str], log: Path) -> subprocess.Popen:
-    """`floe ARGS` in the background on this FLOE_HOME (whatever the environment says), output to `log`."""
+    """`floe ARGS` in the background on this FLOE_HOME (whatever the environment says), output to `log`:
+    at first straight (a failure to start is there), then through the command's own console sink, which
+    rolls the file at `[logs] max_size` (`cli/base.settings`)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
+    with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
+        env = {**os.environ, "FLOE_HOME": str(settings.home), CONSOLE_LOG: str(log)}
         return subprocess.Popen(floe_command(*args), stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, "FLOE_HOME": str(settings.home)})
+                                start_new_session=True, env=env)
 
 
 def run_floe(settings: Settings, args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:

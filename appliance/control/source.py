@@ -12,6 +12,7 @@ from pathlib import Path
 from appliance.control.fields import Field, Problems
 from appliance.control.keys import change_rows, kafka_key_fields, proposed_key, row_columns
 from appliance.core.errors import KafkaConfigError, MappingError, RegistryConfigError
+from appliance.decode.keys import is_tombstone
 from appliance.kafka.client import KafkaClient, SampledMessage
 from appliance.kafka.settings import KafkaSettings, RegistrySettings, security_options
 from appliance.model.inference import infer_mapping, sample_objects
@@ -141,4 +142,6 @@ def infer_from_sample(topic: str, sampled: list[SampledMessage]) -> Inferred:
     if not sampled:
         raise MappingError(f"topic {topic!r} is empty: nothing to infer the columns from; "
                            "produce some messages first, or supply a mapping")
-    return Inferred(infer_mapping(sample_objects(m.value for m in sampled)), len(sampled))
+    # A tombstone (a null, or JsonConverter's wrapped null) is no row: its envelope's fields are no columns.
+    return Inferred(infer_mapping(sample_objects(m.value for m in sampled if not is_tombstone(m.value))),
+                    len(sampled))

@@ -3,8 +3,8 @@
 A stage's SQL is checked twice before anything is written: what can be kept incrementally
 (`stages.sql`, without Spark), then what Spark makes of it over empty rows (its columns, or a
 one-line error: an unknown column, a type that does not fit). Only then is its table created.
-Spark is the command's own session, or, for the UI, the running engine's (`control/stage_requests.py`);
-with no engine to ask, the UI runs the `floe stage` command in a process of its own.
+Spark is the running engine's session (`control/requests.py`), or, with no engine to ask, the
+command's own; the UI, which never hosts a JVM, then runs the `floe stage` command in a process of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from appliance.config.settings import Settings, ensure_home
 from appliance.control.audit import audited
 from appliance.core.clock import now
 from appliance.core.errors import FloeError, InvalidName, StageExists, StageQueryRefused, TableConflict
-from appliance.core.vocabulary import EventKind, StageAsk
+from appliance.core.vocabulary import EngineAsk, EventKind
 from appliance.model.names import check_stream_name, check_table_name
 from appliance.model.partitioning import Partitioning
 from appliance.model.stage import DOES, GROUP, StageDef
@@ -38,21 +38,27 @@ def _spark(settings: Settings, spark) -> Iterator[object]:
     if spark is not None:
         yield spark
         return
-    from appliance.spark.session import spark_session
+    from appliance.spark.session import command_session
 
-    own = spark_session(settings, app_name="floe-stage", quiet=True)
-    try:
+    with command_session(settings, app_name="floe-stage") as own:
         yield own
-    finally:
-        own.stop()
 
 
 def _checked(settings: Settings, catalog: Catalog, query, source: str, spark, checked: Checked | None) -> Checked:
-    """What Spark makes of the query: `checked` when the running engine said it already, else on `spark`."""
+    """What Spark makes of the query: `checked` when the running engine said it already; else on `spark`;
+    else by the running engine; else on a session of this command's own."""
+    from appliance.stages.checks import Checked, check
+
     if checked is not None:
         return checked
-    from appliance.stages.checks import check
+    if spark is None:
+        from appliance.control.requests import ask_engine, error_of
 
+        answer = ask_engine(settings, EngineAsk.CHECK, {"source": source, "sql": query.sql}).answer
+        if answer is not None:
+            if answer.error:
+                raise error_of(answer)
+            return Checked.of_answer(answer.answer)
     with _spark(settings, spark) as session:
         return check(session, catalog, query, catalog.table(source))
 
@@ -198,15 +204,34 @@ def _widen(settings: Settings, catalog: Catalog, name: str, schema) -> None:
 
 def preview(settings: Settings, source: str, sql: str, rows: int = 20, spark=None) -> tuple[str, pa.Table]:
     """(the query's kind, its result over a sample of `source`: its files as planned, until about
-    PREVIEW_SAMPLE rows), without creating anything."""
+    PREVIEW_SAMPLE rows), without creating anything: on `spark`, else by the running engine, else on a
+    session of this command's own."""
     from appliance.stages.checks import preview_rows
     from appliance.stages.sql import analyse
 
     query = analyse(sql)
+    if spark is None:
+        from appliance.control.requests import ask_engine, error_of
+
+        answer = ask_engine(settings, EngineAsk.PREVIEW, {"source": source, "sql": sql, "rows": rows}).answer
+        if answer is not None:
+            if answer.error:
+                raise error_of(answer)
+            return answer.answer["query_kind"], answer.table()
     catalog = Catalog(settings)
     catalog.check_exists(source)
     with warehouse_io(settings, f"preview a stage over {source}"), _spark(settings, spark) as session:
         return query.kind, preview_rows(session, catalog, query, catalog.table(source), rows)
+
+
+def check_query(settings: Settings, source: str, sql: str, spark) -> Checked:
+    """What Spark on `spark` makes of a stage's query over `source`: its kind and its table's columns."""
+    from appliance.stages.sql import analyse
+
+    catalog = Catalog(settings)
+    catalog.check_exists(source)
+    with warehouse_io(settings, f"check a stage over {source}"):
+        return _checked(settings, catalog, analyse(sql), source, spark, None)
 
 
 @audited(lambda a: "stage pause" if a["paused"] else "stage resume")
@@ -269,12 +294,12 @@ def _problem(exc: Exception) -> Outcome:
 def preview_for_ui(settings: Settings, source: str, sql: str, rows: int = 50) -> Outcome:
     """The query's result over a sample of `source`, previewed by the running engine on its session; by
     `floe stage preview` in a process of its own (a JVM's start) when no engine answers."""
-    from appliance.control.stage_requests import ask_engine
+    from appliance.control.requests import ask_engine
     from appliance.stages.sql import analyse
 
     try:
         analyse(sql)  # a query refused (empty, ORDER BY...) is told at once, without Spark
-        answer = ask_engine(settings, StageAsk.PREVIEW, source, sql, rows).answer
+        answer = ask_engine(settings, EngineAsk.PREVIEW, {"source": source, "sql": sql, "rows": rows}).answer
         if answer is None:
             return preview_apart(settings, source, sql, rows)
         if answer.error:
@@ -282,14 +307,15 @@ def preview_for_ui(settings: Settings, source: str, sql: str, rows: int = 50) ->
         table = answer.table()
     except Exception as exc:  # noqa: BLE001 - said in one line, as a command would say it
         return _problem(exc)
-    return Outcome(True, preview_line(answer.query_kind), table.to_pylist(), table.column_names, by_engine=True)
+    return Outcome(True, preview_line(answer.answer["query_kind"]), table.to_pylist(), table.column_names,
+                   by_engine=True)
 
 
 def save_for_ui(settings: Settings, name: str, source: str, sql: str, table: str, new: bool) -> Outcome:
     """Create (new) or update a stage: its query checked by the running engine, then the stage saved
     here (nothing more needs Spark); by `floe stage create` or `update` in a process of its own when no
     engine answers."""
-    from appliance.control.stage_requests import ask_engine
+    from appliance.control.requests import ask_engine
     from appliance.stages.checks import Checked
     from appliance.stages.sql import analyse
 
@@ -298,12 +324,12 @@ def save_for_ui(settings: Settings, name: str, source: str, sql: str, table: str
         if not new:
             with StateStore(settings.state_db) as state:
                 source = state.stage(name).source
-        answer = ask_engine(settings, StageAsk.CHECK, source, sql).answer
+        answer = ask_engine(settings, EngineAsk.CHECK, {"source": source, "sql": sql}).answer
         if answer is None:
             return save_apart(settings, name, source, sql, table, new)
         if answer.error:
             return Outcome(False, answer.error, by_engine=True)
-        checked = Checked.of_json(answer.query_kind, answer.columns, answer.table_schema)
+        checked = Checked.of_answer(answer.answer)
         if new:
             stage = create_stage(settings, name, source=source, sql=sql, table=table, checked=checked).stage
             return Outcome(True, created_line(stage), by_engine=True)

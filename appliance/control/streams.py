@@ -30,7 +30,7 @@ from appliance.core.vocabulary import EventKind
 from appliance.kafka.client import KafkaClient
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.inference import infer_mapping
-from appliance.model.keys import check_key
+from appliance.model.keys import check_key, key_columns
 from appliance.model.mapping import Mapping
 from appliance.model.names import (
     check_stream_name,
@@ -139,14 +139,14 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
                   dead_letter_table: str | None = None, kafka_options: dict[str, str] | None = None,
                   schema_registry: str | None = None, registry_options: dict[str, str] | None = None,
                   subject: str | None = None, schema_evolution: str = "auto", mode: str | None = None,
-                  key: tuple[str, ...] | list[str] = (), cdc: str = "", cdc_columns: bool = False,
+                  key: str | tuple[str, ...] | list[str] = (), cdc: str = "", cdc_columns: bool = False,
                   partition_by: str = DEFAULT_PARTITIONING) -> CreatedStream:
     """Create stream `name`. `mapping` is "auto" (inferred from a sample of the topic, or for Avro and
     Protobuf read from the registry's schema), the path of a TOML mapping file, or a `Mapping`
     already built (the UI's edited one). `mode` "upsert" (implied by `cdc`) keeps each `key`'s newest
-    row; no key: the Kafka key's fields."""
+    row (`key`: "id", "id, tenant" or a list of column names); no key: the Kafka key's fields."""
     mode = mode or ("upsert" if cdc else "append")
-    key = tuple(key)
+    key = key_columns(key)
     dead_letter_table = dead_letter_table or f"{table}{settings.dead_letter_suffix}"
     kafka, registry, problems = None, None, {}
     try:

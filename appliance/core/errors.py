@@ -96,6 +96,10 @@ class StreamExists(FloeError):
     """A stream with that name exists already."""
 
 
+class DemoNotResumed(FloeError):
+    """`floe demo` could not bring its new broker's topic to where its stream stands."""
+
+
 class MappingError(FloeError):
     """A mapping file or an inferred mapping cannot be used."""
 
@@ -223,6 +227,21 @@ class MaintenanceBusy(FloeError):
     """Another process is running maintenance on that table."""
 
     retryable = True
+
+
+class RequestAbandoned(FloeError):
+    """The engine stopped before it finished what a command asked of it: the command does it itself."""
+
+    retryable = True
+
+
+class BackupError(FloeError):
+    """A backup cannot be made there, or that directory holds no backup to restore (the message says why)."""
+
+
+class RecoveryRefused(FloeError):
+    """`floe recover` cannot rebuild this catalog: it is not a SQL catalog Floe keeps (a REST catalog's
+    service keeps its own state), or an engine runs on this FLOE_HOME."""
 
 
 # ---- stages ------------------------------------------------------------------------

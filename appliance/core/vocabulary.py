@@ -86,12 +86,22 @@ class RunTrigger(StrEnum):
     REQUEST = "request"
 
 
-class StageAsk(StrEnum):
-    """What the UI asks the running engine about a stage's query (`stage_requests`)."""
+class EngineAsk(StrEnum):
+    """Work a `floe` command or the UI asks the running engine to do on its warm SparkSession
+    (`engine_requests`), where it would otherwise start a JVM of its own."""
 
-    PREVIEW = "preview"  # its result over a sample of the source
-    CHECK = "check"  # its table's columns, as saving it checks them
-    WARM = "warm"  # the editor opened: get a preview's path through Spark ready, answered without waiting
+    PREVIEW = "preview"  # a stage query's result over a sample of its source
+    CHECK = "check"  # a stage query's table columns, as saving the stage checks them
+    WARM = "warm"  # the stage editor opened: get a preview's path through Spark ready, answered without waiting
+    MAINTAIN = "maintain"  # `floe maintain`
+    REPLAY = "replay"  # `floe dlq replay`, and its dry run
+    PURGE = "purge"  # `floe dlq purge`
+
+    @property
+    def changes(self) -> bool:
+        """It changes tables: once taken it is waited for as long as the engine lives (never done twice), and
+        whoever does it records it in the audit trail, for the asker."""
+        return self in (EngineAsk.MAINTAIN, EngineAsk.REPLAY, EngineAsk.PURGE)
 
 
 class RequestState(StrEnum):

@@ -15,13 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 
 from appliance.config.settings import Settings
 from appliance.core.errors import FloeError, ReplayConflict, SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind
 from appliance.deadletters.moves import Move, check_together, commit_move
+from appliance.deadletters.report import ReplayReport
 from appliance.deadletters.selection import Selection, check_where, select
 from appliance.deadletters.tasks import PartResult, ReplaySpec, run_replay, split
 from appliance.decode.formats import format_of
@@ -41,32 +41,6 @@ log = logging.getLogger(__name__)
 ATTEMPTS = 3  # a replay whose dead letters were taken or rewritten meanwhile reads them again
 MAX_EVOLUTIONS = 3
 TOP_REASONS = 5
-
-
-@dataclass
-class ReplayReport:
-    stream: str
-    dry_run: bool
-    selected: int = 0
-    moved: int = 0
-    stayed: int = 0
-    superseded: int = 0  # upsert streams: a newer row of the key won; the dead letter stays as it was
-    waiting: int = 0  # past the target's committed position: left for a later replay
-    reasons: list[tuple[str, int]] = field(default_factory=list)  # of those that stay, most frequent first
-    seconds: float = 0.0
-
-    def lines(self) -> list[str]:
-        verb = ("would move", "would stay") if self.dry_run else ("moved", "stay")
-        out = [f"{self.stream}: {self.selected:,} dead letters selected; {verb[0]} {self.moved:,} to the target, "
-               f"{self.stayed:,} {verb[1]} in the dead-letter table"
-               + (f", {self.superseded:,} left as they were (a newer row of their key is in the table)"
-                  if self.superseded else "")
-               + ("" if self.dry_run else f" ({self.seconds:.1f} s)")]
-        if self.waiting:
-            out.append(f"{self.waiting:,} dead letters are past the stream's committed position: replay them once "
-                       "it has moved on")
-        out += [f"  {n:,} x {reason}" for reason, n in self.reasons]
-        return out
 
 
 def replay(settings: Settings, name: str, where: str | None = None, dry_run: bool = False,
@@ -103,9 +77,9 @@ def _replay(settings: Settings, state: StateStore, catalog: Catalog, stream: Str
     if not len(chosen):
         return report
     if spark is None:
-        from appliance.spark.session import spark_session
+        from appliance.spark.session import running_session, spark_session
 
-        spark = spark_session(settings)
+        spark = running_session() or spark_session(settings)
     target, results = _decode(settings, spark, schema, stream, target, dead_letter, chosen, dry_run)
     reasons: Counter = Counter()
     for r in results:
@@ -143,14 +117,17 @@ def _keyed(results: list[PartResult]) -> KeyedRows:
 def _decode(settings: Settings, spark, schema: StreamSchema, stream: StreamDef, target, dead_letter,
             chosen: Selection, dry_run: bool) -> tuple[object, list[PartResult]]:
     """Every selected dead letter decoded (and, unless a dry run, written); a schema change that
-    schema evolution asks for is committed first, as a batch commits it."""
+    schema evolution asks for is committed first, as a batch commits it. A dry run decodes those
+    again against the table as that change would make it, committed nowhere, so that it counts what
+    a replay would move."""
     if stream.upserts:  # a key's messages in one task, as a batch reads all of a partition in one
         tasks = list(chosen.by_partition().values())
     else:
         tasks = split(chosen.positions, parallelism(spark))
     results: list[PartResult] = []
+    mapping = schema.mapping(target)
     for _ in range(MAX_EVOLUTIONS + 1):
-        spec = ReplaySpec(stream.name, schema.mapping(target), TableTarget.of(target), TableTarget.of(dead_letter),
+        spec = ReplaySpec(stream.name, mapping, TableTarget.of(target), TableTarget.of(dead_letter),
                           settings.engine.max_message_bytes, format_of(stream), stream.evolves,
                           Keyed(stream.key, tombstones_delete=not stream.cdc) if stream.upserts else None,
                           write=not dry_run)
@@ -168,11 +145,11 @@ def _decode(settings: Settings, spark, schema: StreamSchema, stream: StreamDef, 
                 raise SchemaError(f"stream {stream.name}: a selected dead letter is a truncate event, which replay "
                                   "does not apply; leave it out with --where (or purge it)")
             return target, results
-        if dry_run:  # nothing may change: those messages count as moving, once the table would have changed
-            results += [PartResult(r.parts, moved=sum(len(p) for p in r.parts.values()),
-                                   reasons=Counter()) for r in again]
-            return target, results
-        target = schema.evolve(target, _merged(again))
+        if dry_run:
+            target, mapping = schema.staged(target, _merged(again))
+        else:
+            target = schema.evolve(target, _merged(again))
+            mapping = schema.mapping(target)
         tasks = [r.parts for r in again]
     raise SchemaError(f"stream {stream.name}: the dead letters still ask for schema changes after "
                       f"{MAX_EVOLUTIONS} of them")

@@ -13,6 +13,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import sqlglot
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
@@ -66,16 +67,18 @@ def dead_letter_rows(settings: Settings, table: Table, since: str, where: str | 
     where = check_where(where)
     entries = live_entries(table)
     files = [e.data_file.file_path for e in entries if e.data_file.content == DataFileContent.DATA]
-    empty = pa.table({FILE: pa.array([], pa.string()), POSITION: pa.array([], pa.int64()),
-                      KAFKA_PARTITION.name: pa.array([], pa.int32()), KAFKA_OFFSET.name: pa.array([], pa.int64())})
     con = open_connection(settings)
     try:
-        if not files:
-            con.execute(f"select * from (select 1) where {where or 'true'}")  # the filter is still checked
-            return empty
-        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        sql = (f"select filename as {FILE}, file_row_number as {POSITION}, {columns} from read_parquet([{listed}], "
-               f"filename=true, file_row_number=true) where {INGESTED_AT.name} >= ?::timestamptz"
+        if files:
+            listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+            source = f"read_parquet([{listed}], filename=true, file_row_number=true)"
+        else:
+            # No file yet: the same query over no rows of the table's columns, so that what it selects and
+            # the filter are checked as they would be, and the result has the columns asked for.
+            con.register("no_rows", schema_to_pyarrow(table.schema(), include_field_ids=False).empty_table())
+            source = "(select ''::varchar as filename, 0::bigint as file_row_number, * from no_rows)"
+        sql = (f"select filename as {FILE}, file_row_number as {POSITION}, {columns} from {source} "
+               f"where {INGESTED_AT.name} >= ?::timestamptz"
                + (f" and ({where})" if where else "") + f" order by {FILE}, {POSITION}")
         try:
             rows = con.execute(sql, [since]).to_arrow_table()
@@ -83,7 +86,7 @@ def dead_letter_rows(settings: Settings, table: Table, since: str, where: str | 
             raise DeadLetterFilterInvalid(f"--where: {one_line(exc)}") from None
     finally:
         con.close()
-    return _live(rows, table, files, entries)
+    return _live(rows, table, files, entries) if files else rows
 
 
 def _live(rows: pa.Table, table: Table, files: list[str], entries) -> pa.Table:

@@ -40,6 +40,43 @@ class Keyed:
         return [by_name[name] for name in self.columns if name in by_name]
 
 
+# Kafka Connect's JsonConverter with schemas.enable=true wraps every value as {"schema": ..., "payload": ...};
+# a tombstone comes out as {"schema": null, "payload": null} (as Debezium's tutorial prints it). Only a value
+# with "payload" in its last bytes is parsed, and those are found for the whole batch at once, in Arrow.
+_PAYLOAD = '"payload"'
+_TAIL = 32  # bytes at a value's end where an envelope's "payload" key sits
+_NULL_PAYLOAD_MAX = 64 * 1024  # a schema wrapped around a null is a few KB at most
+
+
+def tombstones(values: list[bytes | None], fmt: MessageFormat | None) -> list[int]:
+    """Positions of the tombstones among `values`: a null value, or, in a JSON stream (Debezium's
+    too), a null wrapped by Kafka Connect's JsonConverter. One rule for ingestion, replay and audit."""
+    inner = getattr(fmt, "inner", None) if fmt is not None and fmt.name == "debezium" else fmt
+    if inner is not None and inner.name != "json":
+        return [i for i, v in enumerate(values) if v is None]
+    array = pa.array(values, pa.binary())
+    nulls = np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))
+    near_end = pc.match_substring(pc.binary_slice(array, -_TAIL), _PAYLOAD)
+    wrapped = [i for i in np.flatnonzero(pc.fill_null(near_end, False).to_numpy(zero_copy_only=False)).tolist()
+               if _null_payload(values[i])]
+    return sorted(nulls.tolist() + wrapped)
+
+
+def is_tombstone(value: bytes | None) -> bool:
+    """A null value, or JsonConverter's envelope of a null."""
+    return value is None or (value.find(_PAYLOAD.encode(), -_TAIL) >= 0 and _null_payload(value))
+
+
+def _null_payload(value: bytes) -> bool:
+    if len(value) > _NULL_PAYLOAD_MAX:
+        return False
+    try:
+        event = orjson.loads(value[5:] if value[:1] == b"\0" and len(value) >= 5 else value)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(event, dict) and event.keys() == {"schema", "payload"} and event["payload"] is None
+
+
 def missing_key(table: pa.Table, columns: tuple[str, ...]) -> list[tuple[int, str]]:
     """Rows whose key is incomplete (a key column null), with the reason."""
     out: list[tuple[int, str]] = []

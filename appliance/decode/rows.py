@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from appliance.core.errors import FloeError
 from appliance.decode.convert import Problem, convert_values
 from appliance.decode.json_format import JsonFormat
-from appliance.decode.keys import CODES, OP, Keyed, missing_key, newest_per_key, tombstone_keys
+from appliance.decode.keys import CODES, OP, Keyed, missing_key, newest_per_key, tombstone_keys, tombstones
 from appliance.decode.parsed import Conflict, MessageFormat, Op
 from appliance.kafka.records import RawBatch
 from appliance.model.changes import Evolution, SchemaChange
@@ -173,9 +173,10 @@ def _decode(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at
 def _keyed(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime,
            fmt: MessageFormat | None, evolve: bool, keyed: Keyed) -> Decoded:
     """An upsert stream's batch: each key's newest row, the keys deleted, the messages without a key
-    as dead letters. Tombstones (null values) name their key in the Kafka key."""
-    stones = [i for i, v in enumerate(raw.values) if v is None]
-    rest = [i for i, v in enumerate(raw.values) if v is not None]
+    as dead letters. Tombstones (null values, or JSON's wrapped nulls) name their key in the Kafka key."""
+    stones = tombstones(raw.values, fmt)
+    gone = set(stones)
+    rest = [i for i in range(len(raw.values)) if i not in gone]
     part = raw.take(rest) if stones else raw
     decoded = _decode(part, mapping, max_message_bytes, ingested_at, fmt, evolve)
     if decoded.evolution:

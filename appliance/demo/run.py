@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
 from typing import Callable
 
 from appliance.config.settings import Settings
+from appliance.control.answers import Answers
 from appliance.control.processes import start_engine, stop
-from appliance.control.streams import create_stream, delete_stream
+from appliance.control.streams import create_stream
+from appliance.core import hints
 from appliance.core.clock import age, utcnow
-from appliance.core.errors import EngineBusy, FloeError, StreamNotFound
+from appliance.core.errors import EngineBusy, StreamNotFound
+from appliance.core.polling import poll
 from appliance.core.vocabulary import StreamPhase
 from appliance.demo.pizza import publish
+from appliance.demo.resume import move_to, positions, restore_topic
 from appliance.ingest.engine import Engine
 from appliance.kafka.client import KafkaClient
 from appliance.kafka.settings import KafkaSettings
@@ -42,45 +45,63 @@ def status_line(settings: Settings) -> str:
 
 def _wait_for_sample(broker: EmbeddedBroker, stop_event: threading.Event) -> None:
     with KafkaClient(KafkaSettings.create(broker.bootstrap)) as client:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not stop_event.is_set():
-            try:
-                if sum(w.high for w in client.watermarks(DEMO_STREAM).values()) >= SAMPLE_BEFORE_CREATE:
-                    return
-            except FloeError:  # the topic appears with the first message
-                pass
-            stop_event.wait(0.2)
+        def enough() -> bool:  # raises until the topic appears, with the first message
+            return sum(w.high for w in client.watermarks(DEMO_STREAM).values()) >= SAMPLE_BEFORE_CREATE
+
+        try:
+            poll(enough, 30, 0.2, "the demo's first messages", sleep=stop_event.wait)
+        except TimeoutError:  # a stream made from fewer messages still works
+            pass
 
 
 def run_demo(settings: Settings, rate: float, stop_event: threading.Event, out: Callable[[str], None],
-             ui: Callable | None = None) -> None:
+             ui: Callable | None = None, spark: object | None = None) -> None:
     """Broker, publisher and stream in this process; then `ui(settings, section)` until the user
-    quits it or, without a UI, a status line every 2 seconds until `stop_event`."""
+    quits it or, without a UI, a status line every 2 seconds until `stop_event` (the engine on
+    `spark`, if given, else a session of its own). A demo stream left by an earlier demo resumes."""
     broker = EmbeddedBroker()
     out(f"embedded broker on {broker.bootstrap}; publishing {rate:g} pizza orders/s to topic {DEMO_STREAM}")
     publisher = threading.Thread(target=publish, args=(broker.producer(), DEMO_STREAM, rate, stop_event),
                                  daemon=True, name="demo-publisher")
-    publisher.start()
-    _wait_for_sample(broker, stop_event)
-    notices: list[str] = []  # what the UI says once it shows: printed lines are hidden behind it
     try:
-        delete_stream(settings, DEMO_STREAM, drop_tables=True)  # the last demo's broker is gone with its offsets
-        notices.append(f"Replaced the previous demo stream {DEMO_STREAM} (and its tables): its broker is gone")
-        out(f"replaced the previous demo stream {DEMO_STREAM}")
-    except StreamNotFound:
-        pass
-    created = create_stream(settings, DEMO_STREAM, bootstrap=broker.bootstrap, topic=DEMO_STREAM, table=DEMO_TABLE)
-    out(f"stream {DEMO_STREAM}: topic {DEMO_STREAM} -> {DEMO_TABLE}, mapping inferred from {created.sampled} messages:")
-    out(created.stream.mapping_toml().rstrip())
-    try:
+        notices = _resume(settings, broker, out)
+        publisher.start()
+        if not notices:
+            _create(settings, broker, stop_event, out)
         if ui is not None:
             _with_ui(settings, ui, stop_event, tuple(notices))
         else:
-            _with_status_lines(settings, stop_event, out)
+            _with_status_lines(settings, stop_event, out, spark)
     finally:
         stop_event.set()
-        publisher.join(timeout=15)
+        if publisher.is_alive():
+            publisher.join(timeout=15)
         broker.close()
+
+
+def _resume(settings: Settings, broker: EmbeddedBroker, out: Callable[[str], None]) -> list[str]:
+    """The last demo's stream on this broker, its topic brought to where the stream stands (see
+    `resume.py`); what to tell the user, or nothing when there is no demo stream to resume."""
+    try:
+        with StateStore(settings.state_db) as state:
+            stream = state.stream(DEMO_STREAM)
+    except StreamNotFound:
+        return []
+    upto = positions(settings, stream)
+    out(f"resuming the demo stream {DEMO_STREAM} after the {sum(upto.values()):,} messages its tables hold: "
+        "they and what was built on them are kept")
+    restore_topic(broker.producer(), broker.bootstrap, stream.topic, upto)
+    move_to(settings, DEMO_STREAM, broker.bootstrap)
+    return [f"Resumed the demo stream {DEMO_STREAM}: its tables and what you built on them are kept, "
+            f"and orders flow again"]
+
+
+def _create(settings: Settings, broker: EmbeddedBroker, stop_event: threading.Event,
+            out: Callable[[str], None]) -> None:
+    _wait_for_sample(broker, stop_event)
+    created = create_stream(settings, DEMO_STREAM, bootstrap=broker.bootstrap, topic=DEMO_STREAM, table=DEMO_TABLE)
+    out(f"stream {DEMO_STREAM}: topic {DEMO_STREAM} -> {DEMO_TABLE}, mapping inferred from {created.sampled} messages:")
+    out(created.stream.mapping_toml().rstrip())
 
 
 def _with_ui(settings: Settings, ui: Callable, stop_event: threading.Event, notices: tuple[str, ...]) -> None:
@@ -94,8 +115,9 @@ def _with_ui(settings: Settings, ui: Callable, stop_event: threading.Event, noti
         stop(launch.process)
 
 
-def _with_status_lines(settings: Settings, stop_event: threading.Event, out: Callable[[str], None]) -> None:
-    engine = Engine(settings)
+def _with_status_lines(settings: Settings, stop_event: threading.Event, out: Callable[[str], None],
+                       spark: object | None) -> None:
+    engine = Engine(settings, spark=spark, answers=Answers)
     failure: list[BaseException] = []
 
     def run_engine() -> None:
@@ -108,7 +130,7 @@ def _with_status_lines(settings: Settings, stop_event: threading.Event, out: Cal
 
     engine_thread = threading.Thread(target=run_engine, daemon=True, name="demo-engine")
     engine_thread.start()
-    out("ingesting; Ctrl-C to stop. Query it with:  floe query \"select status, count(*) from ingest.pizza_orders group by 1\"")
+    out(f"ingesting; Ctrl-C to stop. Query it with:  {hints.DEMO_QUERY}")
     while not stop_event.wait(2.0):
         out(status_line(settings) if not failure else f"engine failed: {failure[0]}")
     engine.stop()

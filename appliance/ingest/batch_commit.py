@@ -24,6 +24,7 @@ from appliance.mergeonread.index import KeyIndex
 from appliance.model.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.stream import StreamDef
 from appliance.tables.commits import commit_files, commit_lock
+from appliance.tables.reading import read_table
 
 
 @dataclass
@@ -83,8 +84,9 @@ def landed_dead_letters(table: Table, ranges: dict[int, tuple[int, int]], since:
             LessThan(KAFKA_OFFSET.name, hi))
         for p, (lo, hi) in ranges.items()]
     where = clauses[0] if len(clauses) == 1 else Or(*clauses)
-    rows = table.scan(row_filter=And(where, GreaterThanOrEqual(INGESTED_AT.name, since)),
-                      selected_fields=(KAFKA_PARTITION.name, KAFKA_OFFSET.name)).to_arrow()
+    row_filter = And(where, GreaterThanOrEqual(INGESTED_AT.name, since))
+    rows = read_table(table.metadata, table.io, table.schema().select(KAFKA_PARTITION.name, KAFKA_OFFSET.name),
+                      table.scan(row_filter=row_filter).plan_files(), row_filter)
     landed: dict[int, set[int]] = {}
     for p, o in zip(rows.column(0).to_pylist(), rows.column(1).to_pylist()):
         landed.setdefault(p, set()).add(o)

@@ -1,5 +1,6 @@
 """The engine: one worker thread per active stream, each running batches on a shared SparkSession,
-and beside them the maintenance scheduler, the stage thread and the answers to the UI's stage editor.
+and beside them the maintenance scheduler, the stage thread, the observers and, given by whoever runs
+it (`floe run`: `control/answers.py`), the thread answering what commands and the UI ask of it.
 
 It reconciles with the state database every half second: a new active stream gets a
 worker; a paused, deleted or redefined stream's worker stops after its current batch.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from appliance.config.settings import Settings, ensure_home
 from appliance.core.clock import now
@@ -27,7 +28,6 @@ from appliance.observe.alerts import AlertThread
 from appliance.observe.metrics import MetricsServer
 from appliance.observe.systables import SystemTablesThread
 from appliance.spark.session import spark_session
-from appliance.stages.requests import StageRequests
 from appliance.stages.scheduler import StageScheduler
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
@@ -35,19 +35,33 @@ from appliance.tables.catalog import Catalog
 TICK = 0.5  # seconds between looks at the state database
 
 
+class AnswerThread(Protocol):
+    """What commands and the UI ask of a long-running engine, answered on its session (`control/answers.py`,
+    above this package: the engine only starts, advertises and stops it)."""
+
+    asks: frozenset
+
+    def start(self) -> None: ...
+    def cancel(self) -> None: ...
+    def is_alive(self) -> bool: ...
+    def join(self, timeout: float | None = None) -> None: ...
+
+
 class EngineLock(FileLock):
     """One engine per FLOE_HOME."""
 
     def __init__(self, settings: Settings) -> None:
-        path = settings.home / "engine.lock"
-        super().__init__(path, EngineBusy(f"another floe engine is already running on {settings.home}"), str(os.getpid()))
+        super().__init__(settings.engine_lock, EngineBusy(f"another floe engine is already running on {settings.home}"),
+                         str(os.getpid()))
 
 
 class Engine:
     def __init__(self, settings: Settings, spark=None, on_tick: Callable[[Engine], None] | None = None,
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None,
+                 answers: Callable[[Settings, Any, threading.Event], AnswerThread] | None = None) -> None:
         """`spark`: a session to run on (tests share one); by default the engine starts and stops its own.
-        `metrics_port`: serve Prometheus metrics there (0: a free port), over `[observe] metrics_port`."""
+        `metrics_port`: serve Prometheus metrics there (0: a free port), over `[observe] metrics_port`.
+        `answers`: makes the thread answering requests (not in a one-off run); without it, none are taken."""
         self.settings = settings
         ensure_home(settings)
         self.state = StateStore(settings.state_db)
@@ -61,7 +75,8 @@ class Engine:
         self.started_at = now()
         self.maintenance: MaintenanceScheduler | None = None
         self.stages: StageScheduler | None = None
-        self.stage_requests: StageRequests | None = None  # previews and checks the UI asks for
+        self._answers = answers
+        self.answers: AnswerThread | None = None  # what commands and the UI ask of the engine
         self.committed = threading.Event()  # a stream committed: the stages look at their sources
         self.jobs: BatchJobs | None = None
         # None: no endpoint. `[observe] metrics_port` 0 means off; a port given here, 0 means any free one.
@@ -72,7 +87,10 @@ class Engine:
         self._observers_stop = threading.Event()  # set after the engine's last event, so it is exported
 
     def _heartbeat(self, state: EngineState) -> None:
-        self.state.engine_heartbeat(os.getpid(), self.settings.spark_master, state, self.started_at)
+        taking = self.answers is not None and self.answers.is_alive() and state is EngineState.RUNNING \
+            and not self.stopping.is_set()
+        self.state.engine_heartbeat(os.getpid(), self.settings.spark_master, state, self.started_at,
+                                    self.answers.asks if taking else ())
 
     def start_spark(self) -> None:
         if self.spark is None:
@@ -115,8 +133,9 @@ class Engine:
             self.maintenance.start()
             self.stages = StageScheduler(self.settings, self.spark, self.catalog, self.stopping, self.committed)
             self.stages.start()
-            self.stage_requests = StageRequests(self.settings, self.spark, self.stopping)
-            self.stage_requests.start()
+            if self._answers is not None:
+                self.answers = self._answers(self.settings, self.spark, self.stopping)
+                self.answers.start()
             self._start_observers()
         failed: list[str] = []
         try:
@@ -146,12 +165,13 @@ class Engine:
 
     def _shut_down(self) -> None:
         self.stopping.set()
+        self._heartbeat(EngineState.RUNNING)  # takes no more requests: an asker does the work itself at once
         if self.maintenance is not None:
             # Cancel until it ends: a rewrite may submit its Spark job just after a cancel.
             while self.maintenance.is_alive():
                 self.maintenance.cancel()
                 self.maintenance.join(1.0)
-        for thread in (self.stages, self.stage_requests):
+        for thread in (self.stages, self.answers):
             while thread is not None and thread.is_alive():  # a run in flight commits nothing once cancelled
                 thread.cancel()
                 thread.join(1.0)
@@ -171,10 +191,10 @@ class Engine:
             self.spark = None
 
     def _start_observers(self) -> None:
-        """System tables and alerts: threads of their own, on their own state connections."""
-        if self.settings.observe.system_tables:
-            self.system_tables = SystemTablesThread(self.settings, Catalog(self.settings), self._observers_stop)
-            self.system_tables.start()
+        """System tables (with the state database's upkeep) and alerts: threads of their own, on their own
+        state connections."""
+        self.system_tables = SystemTablesThread(self.settings, Catalog(self.settings), self._observers_stop)
+        self.system_tables.start()
         self.alerts = AlertThread(self.settings, self._observers_stop)
         self.alerts.start()
 

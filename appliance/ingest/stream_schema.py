@@ -15,13 +15,14 @@ import logging
 from pyiceberg.table import Table
 
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.errors import FloeError
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.model.changes import ChangeKind, Evolution, SchemaChange
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
-from appliance.tables.evolution import SOURCES_KEY, ensure_bindings, evolve, mapping_of
+from appliance.tables.evolution import SOURCES_KEY, ensure_bindings, evolve, evolved, mapping_of
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +62,18 @@ class StreamSchema:
                                  self.stream.name)
         return table
 
+    def staged(self, table: Table, evolution: Evolution) -> tuple[Table, Mapping]:
+        """The table as `evolve` would make it, committed nowhere, and its mapping (a dry run's: nothing
+        changes, not even the mapping the state database shows)."""
+        table = evolved(table, evolution, self.stream.mapping)[0]
+        return table, mapping_of(table, self.stream.mapping)
+
     def report(self, changes: set[SchemaChange], schemas: dict[str, int]) -> None:
         """Each schema change once per stream (not once per message), and the writer schemas met."""
         for change in sorted(changes):
             if self.state.note_change(self.stream.name, change.key):
-                self.state.add_event(EventKind.SCHEMA_CHANGED, _describe(self.stream, change), self.stream.name,
-                                     EventLevel.WARNING)
+                self.state.add_event(EventKind.SCHEMA_CHANGED, _describe(self.stream, change, self._mapping),
+                                     self.stream.name, EventLevel.WARNING)
         if schemas:
             self.state.saw_schemas(self.stream.name, schemas, self._versions_of(set(schemas) - self._versions))
             self._versions |= set(schemas)
@@ -90,12 +97,16 @@ class StreamSchema:
         return out
 
 
-def _describe(stream: StreamDef, change: SchemaChange) -> str:
+def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None) -> str:
     if change.kind is ChangeKind.IGNORED:
         return (f"new field {change.seen} is not ingested: schema evolution is off for this stream (column "
-                f"{change.column} {change.column_type} would hold it); `floe stream update {stream.name} "
-                "--schema-evolution auto` adds it")
+                f"{change.column} {change.column_type} would hold it); "
+                f"`{hints.EVOLVE_STREAM.format(stream=stream.name)}` adds it")
+    # Iceberg widens only int to long, float to double and a decimal's precision: a column that must hold
+    # another kind of value is dropped (older rows then read NULL in it) and added again, as text.
+    source = next((".".join(c.source) for c in (mapping or stream.mapping).columns if c.name == change.column), None)
     return (f"column {change.column} is {change.column_type} but messages now carry {change.seen} there: those "
-            f"messages go to {stream.dead_letter_table} with error_stage 'schema'. Fix the producer, or change the column with "
-            f"`floe table alter {stream.table} ...` (Iceberg can only widen int to long, float to double and a "
-            "decimal's precision)")
+            f"messages go to {stream.dead_letter_table} with error_stage 'schema'. Fix the producer, or make the "
+            f"column text: `{hints.DROP_COLUMN.format(table=stream.table, column=change.column)}` (its older values "
+            f"are then gone), `{hints.add_column(stream.table, change.column, source)}`, then bring those messages "
+            f"home with `{hints.REPLAY.format(stream=stream.name)}`")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from appliance.config.settings import Settings
 from appliance.core.clock import now
 from appliance.core.errors import FloeError, KafkaUnavailable, RegistryUnavailable, UnforeseenError
+from appliance.core.secrets import scrub
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
 from appliance.ingest.jobs import BatchJobs, next_wake
 from appliance.ingest.runner import BatchOutcome, StreamRunner
@@ -51,7 +52,8 @@ class Failing:
 
 
 def describe(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, FloeError) else f"{type(exc).__name__}: {exc}"
+    """What a stream's failure says in its status and events: a driver's message may carry a secret."""
+    return scrub(str(exc) if isinstance(exc, FloeError) else f"{type(exc).__name__}: {exc}")
 
 
 class StreamWorker(threading.Thread):

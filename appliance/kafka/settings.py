@@ -129,7 +129,7 @@ class KafkaSettings:
 
     def resolved_options(self) -> dict[str, str]:
         """The options with their references resolved now; SecretUnresolved names the first that is not."""
-        return resolve_all(self.option_dict, "kafka option")
+        return resolve_all(self.option_dict, "kafka option", is_secret)
 
     def masked_options(self) -> dict[str, str]:
         return {k: shown(k, v) for k, v in self.options}
@@ -232,7 +232,7 @@ class RegistrySettings:
         """SchemaRegistryClient's configuration, references resolved now (numbers as numbers: the
         client checks their types); SecretUnresolved names a reference that does not resolve."""
         conf: dict[str, Any] = {"url": resolve(self.url, "schema registry URL")}
-        for key, value in resolve_all(dict(self.options), "schema registry option").items():
+        for key, value in resolve_all(dict(self.options), "schema registry option", is_secret).items():
             if key in REGISTRY_NUMBERS:
                 if not _NUMBER.fullmatch(value.strip()):  # only a reference's value can be wrong here
                     raise RegistryConfigError(f"schema registry option {key} must be a number")

@@ -148,12 +148,3 @@ class Maintainer:
         finished = dt.datetime.fromisoformat(last.finished_at).timestamp()
         return clock() - finished >= seconds
 
-
-# The header of `format_run`'s columns, aligned with them.
-RUN_HEADER = f"{'table':28} {'task':10} {'outcome':14} {'took':>7}  detail"
-
-
-def format_run(run: RunRecord) -> str:
-    """One run as `floe maintain` and `floe table runs` print it."""
-    return (f"{run.table_name:28} {run.task:10} {run.outcome:14} {run.duration_ms / 1000:6.1f}s  "
-            f"{run.detail}")

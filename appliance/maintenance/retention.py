@@ -147,13 +147,13 @@ def _old_rows(table: Table, files: list, keep: KeepFilter) -> int:
     if not files:
         return 0
     from pyiceberg.expressions import Not
-    from pyiceberg.io.pyarrow import ArrowScan
-    from pyiceberg.table import FileScanTask
+
+    from appliance.tables.reading import file_tasks, read_batches
 
     schema = table.schema()
     old = Not(keep.expression(schema.find_field(keep.column).field_type))
-    scan = ArrowScan(table.metadata, table.io, schema.select(keep.column), old)
-    return scan.to_table([FileScanTask(f) for f in files]).num_rows
+    return sum(b.num_rows for b in read_batches(table.metadata, table.io, schema.select(keep.column),
+                                                file_tasks(files), old))
 
 
 def perform(job: Job) -> None:

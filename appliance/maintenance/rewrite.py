@@ -1,8 +1,9 @@
 """Rewriting data files into files of about a target size, in Spark tasks.
 
 Compaction rewrites every row of its groups; retention rewrites only the rows at or
-after a cutoff. A group's files (one partition) are read with PyIceberg's Arrow
-reader, which maps old files onto the current schema by field id, and written by a
+after a cutoff. A group's files (one partition) are read by `tables/reading.py` (PyIceberg's
+Arrow reader, which maps old files onto the current schema by field id, in the table's
+Arrow types whichever writer wrote them), and written by a
 rolling Parquet writer that closes each file once it reaches the target size on
 disk. One Spark task per group, so more Spark cores rewrite more groups at once.
 """
@@ -23,6 +24,7 @@ from appliance.core.failpoints import failpoint
 from appliance.mergeonread.folding import Kept
 from appliance.spark.tasks import run_in_tasks
 from appliance.tables.datafiles import TableTarget, table_metadata
+from appliance.tables.reading import file_tasks, read_batches
 from appliance.tables.storage import storage_errors
 
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # a Parquet row group holds at most about this much, on disk
@@ -203,10 +205,8 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int,
     """Rewrite one group; the new files are written but not committed. Each file is read whole, in
     its own order, less the rows its delete files remove and those `keep` does not keep; which of
     its positions were kept is returned (`RewriteResult.kept`), for deletes committed meanwhile."""
-    from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io import load_file_io
-    from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
-    from pyiceberg.table import FileScanTask
+    from pyiceberg.io.pyarrow import expression_to_pyarrow
 
     failpoint("rewrite_group")
     started = time.perf_counter()
@@ -219,14 +219,13 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int,
 
         kept_rows = expression_to_pyarrow(bind(schema, keep.expression(schema.find_field(keep.column).field_type),
                                                case_sensitive=True))
-    scan = ArrowScan(meta, io, schema, AlwaysTrue())
     bytes_per_row = group.bytes / max(1, group.rows)
     writer: RollingWriter | Repartitioner = RollingWriter(target, group, target_bytes, bytes_per_row)
     if repartitions(meta, group):
         writer = Repartitioner(target, meta, target_bytes, bytes_per_row)
     try:
         with storage_errors(target.where(), "rewrite data files"):
-            kept = [_copy(scan.to_record_batches([FileScanTask(f)]), group.deleted_of(i), kept_rows, writer)
+            kept = [_copy(read_batches(meta, io, schema, file_tasks([f])), group.deleted_of(i), kept_rows, writer)
                     for i, f in enumerate(group.files)]
             files = writer.close()
     except BaseException:

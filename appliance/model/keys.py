@@ -6,6 +6,7 @@ when there are several key columns): the same from a decoded batch and from a da
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +23,15 @@ def key_values(table: pa.Table, columns: tuple[str, ...]) -> list[Any]:
     if len(columns) == 1:
         return table.column(columns[0]).to_pylist()
     return list(zip(*(table.column(c).to_pylist() for c in columns)))
+
+
+def key_columns(key: str | Iterable[str] | None) -> tuple[str, ...]:
+    """A key's columns as a user gives them: "id", "id, tenant" (comma-separated, as `--key` takes them)
+    or a list of names; blanks left out. A string is never taken for its characters."""
+    if key is None:
+        return ()
+    parts = key.split(",") if isinstance(key, str) else key
+    return tuple(part.strip() for part in parts if part.strip())
 
 
 def check_key(mapping: Mapping, key: tuple[str, ...]) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from appliance.config.alerts import WINDOWED, AlertDef, Measure
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.clock import utcnow
 from appliance.core.errors import StreamNotFound
 from appliance.core.vocabulary import EventKind, EventLevel, RunOutcome, StagePhase, StreamPhase
@@ -31,23 +32,23 @@ log = logging.getLogger(__name__)
 ENGINE = "engine"  # the subject of engine-level incidents
 STAGE = "stage "  # a stage's incidents are about `stage NAME` (a stage's name holds no space)
 
+_STREAM = f"`{hints.SHOW_STREAM.format(stream='{s}')}`"
 HINTS = {
-    Measure.LAG_MESSAGES: "Look at the stream's rate and errors (floe stream show {s}) and the topic's producers.",
-    Measure.LAG_SECONDS: "Look at the stream's rate and errors (floe stream show {s}).",
-    Measure.FRESHNESS_SECONDS: "Look at the stream's batches and lag (floe stream show {s}).",
-    Measure.DEAD_LETTER_RATIO: "Look at the dead letters: floe query \"select error_stage, error, count(*) "
-                               "from {dlq} group by all\".",
-    Measure.FAILED: "Look at the stream's last error: floe stream show {s}.",
-    Measure.STALLED: "Is the broker up and reachable? floe stream show {s}.",
+    Measure.LAG_MESSAGES: f"Look at the stream's rate and errors ({_STREAM}) and the topic's producers.",
+    Measure.LAG_SECONDS: f"Look at the stream's rate and errors ({_STREAM}).",
+    Measure.FRESHNESS_SECONDS: f"Look at the stream's batches and lag ({_STREAM}).",
+    Measure.DEAD_LETTER_RATIO: f"Look at the dead letters: `{hints.DEAD_LETTER_REASONS.format(dead_letters='{dlq}')}`.",
+    Measure.FAILED: f"Look at the stream's last error: {_STREAM}.",
+    Measure.STALLED: f"Is the broker up and reachable? {_STREAM}.",
     Measure.THROTTLED: "The broker's quotas slow Floe's reads: look at the client quotas for its principal.",
-    Measure.AUTH_FAILED: "The cluster refuses the stream's credentials or topic: check them (floe stream show {s}).",
-    Measure.MAINTENANCE_FAILED: "Look at the table's maintenance runs: floe table runs {s}.",
-    Measure.ENGINE_DOWN: "Start it again (floe run), and look at its log in FLOE_HOME/logs/floe.log.",
+    Measure.AUTH_FAILED: f"The cluster refuses the stream's credentials or topic: check them ({_STREAM}).",
+    Measure.MAINTENANCE_FAILED: f"Look at the table's maintenance runs: `{hints.TABLE_RUNS.format(table='{s}')}`.",
+    Measure.ENGINE_DOWN: f"Start it again (`{hints.START_ENGINE}`), and look at its log in FLOE_HOME/logs/floe.log.",
 }
 STAGE_HINTS = {
-    Measure.FAILED: "Look at the stage's last error: floe stage show {s}.",
+    Measure.FAILED: f"Look at the stage's last error: `{hints.SHOW_STAGE.format(stage='{s}')}`.",
     Measure.STALLED: "Its source has rows it has not processed: is the engine running, is its source table "
-                     "readable? floe stage show {s}.",
+                     f"readable? `{hints.SHOW_STAGE.format(stage='{s}')}`.",
 }
 
 
@@ -89,7 +90,8 @@ def message(alert: AlertDef, subject: str, reading: Reading | None, resolved: bo
     else:
         found = f"measured {value}" if alert.rule.threshold is not None or measure is Measure.STALLED else value
         hint = (STAGE_HINTS[measure].format(s=subject.removeprefix(STAGE)) if subject.startswith(STAGE)
-                else HINTS[measure].format(s=subject, dlq=dlq or "the dead-letter table"))
+                else HINTS[measure].format(s=subject, dlq=dlq) if dlq or measure is not Measure.DEAD_LETTER_RATIO
+                else "Look at the stream's dead letters.")  # the stream is gone: no table to name
         body = f"{alert.rule}{window} for {what}: {found or 'yes'}. {hint}"
     return Message(tuple(alert.notify), _title(alert.name, alert.rule, what, resolved), body, failure=not resolved,
                    subject=event_subject(subject) or "")

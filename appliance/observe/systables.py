@@ -139,7 +139,7 @@ class SystemTableWriter:
             return 0  # nothing new: not even a look at the catalog
         table = self._table(system)
         position = committed_offsets(table, self.export_id)
-        after = position[0] - 1 if position else 0
+        after = position[0] - 1 if position else self.state.export_floor(system.source)
         rows = self.state.rows_after(system.source, after)
         if rows:
             last = rows[-1]["id"]
@@ -153,8 +153,28 @@ class SystemTableWriter:
         return len(rows)
 
 
+def exported_positions(catalog: Catalog, database_id: str) -> dict[str, int]:
+    """Each state table's last row id the system tables hold from the state database `database_id`."""
+    exported = {}
+    for system in SYSTEM_TABLES:
+        if catalog.exists(system.full_name):
+            position = committed_offsets(catalog.table(system.full_name), f"{EXPORT_ID}.{database_id}")
+            if position:
+                exported[system.source] = position[0] - 1
+    return exported
+
+
+def upkeep(settings: Settings, state: StateStore) -> None:
+    """Runtime rows done with pruned (with the system tables off, the history too: nothing exports it),
+    and the space pruning freed handed back to the file system when it is much."""
+    cutoff = dt.datetime.now(UTC) - dt.timedelta(seconds=settings.observe.keep_in_state)
+    state.prune_runtime(cutoff.isoformat(timespec="milliseconds"), exported_too=not settings.observe.system_tables)
+    state.reclaim_space()
+
+
 class SystemTablesThread(threading.Thread):
-    """The engine's writer of system tables: a round every `system_tables_interval`, and one at stop."""
+    """The engine's keeper of its history: every `system_tables_interval` (and once at stop) the state
+    database's new rows exported to the system tables, when they are on, then its upkeep."""
 
     def __init__(self, settings: Settings, catalog: Catalog, stopping: threading.Event) -> None:
         super().__init__(name="floe-system-tables", daemon=True)
@@ -164,19 +184,20 @@ class SystemTablesThread(threading.Thread):
 
     def run(self) -> None:
         state = StateStore(self.settings.state_db, durable=False)
-        writer = SystemTableWriter(self.settings, self.catalog, state)
+        writer = SystemTableWriter(self.settings, self.catalog, state) if self.settings.observe.system_tables else None
         try:
             while not self.stopping.wait(self.settings.observe.system_tables_interval):
-                self._round(writer)
-            self._round(writer)  # what the engine did last, before it stops
+                self._round(writer, state)
+            self._round(writer, state)  # what the engine did last, before it stops
         finally:
             state.close()
 
-    @staticmethod
-    def _round(writer: SystemTableWriter) -> None:
+    def _round(self, writer: SystemTableWriter | None, state: StateStore) -> None:
         started = time.monotonic()
         try:
-            writer.export()
+            if writer is not None:
+                writer.export()
+            upkeep(self.settings, state)
         except Exception:  # never end the thread: the next round tries again
             log.exception("system tables round failed")
         log.debug("system tables written in %.2fs", time.monotonic() - started)

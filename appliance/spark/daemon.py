@@ -17,6 +17,9 @@ preview is done, or the session stops) fails to flush with BrokenPipeError, and 
 traceback to stderr, which is FLOE_HOME/logs/spark-console.log, on every such stop. The worker still
 exits as PySpark would make it; only that expected traceback is left out. Any other failure is printed.
 
+The daemon and the workers forked from it make files for their owner alone (umask 077, see
+`core/private.py`), whatever umask the JVM that started them had: tasks write the tables' data files.
+
 Used through `spark.python.daemon.module` (see `session.py`).
 """
 
@@ -26,6 +29,8 @@ import gc
 import importlib.machinery
 import sys
 import time
+
+from appliance.core.private import keep_private
 
 FULL_COLLECTION_EVERY = 300.0  # seconds
 
@@ -79,6 +84,7 @@ def quiet_on_closed_socket(worker):
 
 if __name__ == "__main__":
     clean_path()
+    keep_private()
     from pyspark import daemon  # imported after the clean-up, so from site-packages
 
     daemon.gc = _AfterTask()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -10,11 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from appliance.config.settings import DEFAULTS_FILE, Settings
+from appliance.config.settings import Settings
 from appliance.core.errors import ConfigError
+from appliance.core.logfiles import ConsoleSink
 from appliance.spark.archive import java_options
 
-LOG4J = DEFAULTS_FILE.parent / "log4j2.properties"
+LOG4J = Path(__file__).resolve().with_name("log4j2.properties")  # shipped in the package
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
@@ -28,31 +30,45 @@ def check_java() -> None:
 
 
 @contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """File descriptor 2 into `path` meanwhile: a process started now (the JVM) keeps writing there."""
+def _stderr_to(settings: Settings, path: Path) -> Iterator[None]:
+    """File descriptor 2 into `path` meanwhile, rolled at `[logs] max_size`: a process started now (the
+    JVM, and its Python workers) keeps writing there, through a pipe this process drains."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     saved = os.dup(2)
-    with open(path, "ab") as log:
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+    sink = ConsoleSink(path, settings.logs.max_bytes, settings.logs.keep)
+    os.dup2(sink.fd, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        sink.release()  # the JVM holds its own end: the sink drains it until the JVM, or this process, ends
+        atexit.register(sink.finish)
 
 
-def spark_session(settings: Settings, app_name: str = "floe", extra_java_options: str | None = None,
-                  quiet: bool = False):
-    """The session; `extra_java_options` replace the class-data archive's (see `archive.py`).
-    `quiet`: the JVM's own stderr goes to FLOE_HOME's logs, not to the terminal (for a command
-    whose stderr is one line of its own)."""
-    if quiet:
-        check_java()
-        with _stderr_to(settings.log_dir / "spark-console.log"):
-            return spark_session(settings, app_name, extra_java_options)
+def _logging_options(settings: Settings) -> str:
+    """The JVM's log4j settings: FLOE_HOME/logs/spark.log, rolled at `[logs] max_size` (log4j2.properties)."""
+    return (f"-Dlog4j.configurationFile={LOG4J.as_uri()} -Dfloe.log.dir={settings.log_dir} "
+            f"-Dfloe.log.max={settings.logs.max_bytes} -Dfloe.log.keep={settings.logs.keep}")
+
+
+def spark_session(settings: Settings, app_name: str = "floe", extra_java_options: str | None = None):
+    """The session; `extra_java_options` replace the class-data archive's (see `archive.py`). The JVM's
+    own stderr (its start-up chatter, "Using incubator modules", and whatever it and Spark's Python
+    workers print later) goes to FLOE_HOME/logs/spark-console.log, never to the terminal of the command
+    that started it: Floe says what went wrong itself, in one line."""
     check_java()
+    with _stderr_to(settings, console_log(settings)):
+        return _session(settings, app_name, extra_java_options)
+
+
+def console_log(settings: Settings) -> Path:
+    return settings.log_dir / "spark-console.log"
+
+
+def _session(settings: Settings, app_name: str, extra_java_options: str | None):
     # Spark's Python workers must be this interpreter: it is the one with Floe and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -62,11 +78,10 @@ def spark_session(settings: Settings, app_name: str = "floe", extra_java_options
     # starts it sooner, and spares the seconds of C2 compiling that otherwise cost a
     # trickle more CPU than its data; the serial collector suits its small heap.
     archive = java_options() if extra_java_options is None else extra_java_options
-    java_opts = (f"-Dlog4j.configurationFile={LOG4J.as_uri()} -Dfloe.log.dir={settings.log_dir} "
-                 f"{JVM_OPTIONS} {archive}").strip()
     # Only the driver's JVM logs to FLOE_HOME. In local[N] the executor lives in that JVM;
     # a cluster's executors log where the cluster keeps them (a standalone worker: its
     # work dir, app-*/N/stderr), not to a path on the driver's machine they may not have.
+    java_opts = f"{_logging_options(settings)} {JVM_OPTIONS} {archive}".strip()
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f'--driver-java-options "{java_opts}" pyspark-shell')
 
     from pyspark.sql import SparkSession
@@ -103,6 +118,35 @@ def spark_session(settings: Settings, app_name: str = "floe", extra_java_options
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         logging.getLogger(name).disabled = True
     return session
+
+
+def running_session():
+    """The SparkSession this process already runs (a notebook's, the pytest plugin's), or None. Importing
+    nothing: a process without PySpark loaded has none."""
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql import SparkSession
+
+    try:
+        return SparkSession.active()
+    except PySparkRuntimeError:
+        return None
+
+
+@contextmanager
+def command_session(settings: Settings, app_name: str = "floe") -> Iterator:
+    """A SparkSession for one command, stopped when it is done; in a process that already runs one, that
+    one, left running for its owner (a command run in-process must not stop a notebook's session)."""
+    running = running_session()
+    if running is not None:
+        yield running
+        return
+    own = spark_session(settings, app_name)
+    try:
+        yield own
+    finally:
+        own.stop()
 
 
 def _local_cores(master: str) -> int | None:

@@ -1,8 +1,8 @@
 """What Spark makes of a stage's query without running the stage: its result over a sample of the
 source (a preview), and the columns its table gets (the check before it is created or updated).
 
-The same code answers a `floe stage` command, on a session of its own, and the UI, on the running
-engine's session (`stages/requests.py`).
+The same code answers a `floe stage` command and the UI: on the running engine's session
+(`control/answers.py`), or on a session of the command's own.
 """
 
 from __future__ import annotations
@@ -33,15 +33,15 @@ class Checked:
     columns: list[tuple[str, str]]
     schema: Schema
 
-    def columns_json(self) -> str:
-        return json.dumps(self.columns)
-
-    def schema_json(self) -> str:
-        return self.schema.model_dump_json()
+    def as_answer(self) -> dict[str, str]:
+        """As the running engine answers a check (`control/requests.py`)."""
+        return {"query_kind": self.kind, "columns": json.dumps(self.columns),
+                "table_schema": self.schema.model_dump_json()}
 
     @classmethod
-    def of_json(cls, kind: str, columns: str, schema: str) -> Checked:
-        return cls(kind, [(n, t) for n, t in json.loads(columns)], Schema.model_validate_json(schema))
+    def of_answer(cls, answer: dict[str, str]) -> Checked:
+        return cls(answer["query_kind"], [(n, t) for n, t in json.loads(answer["columns"])],
+                   Schema.model_validate_json(answer["table_schema"]))
 
 
 def table_schema(spark, columns: list[tuple[str, str]]) -> Schema:

@@ -1,8 +1,8 @@
 """Iceberg tables as Spark DataFrames read by Spark tasks, and DataFrames written back as data files.
 
 The driver plans which files to read (PyIceberg: a snapshot's files, or those appended between
-two snapshots) and hands each task its share; the tasks read them with PyIceberg's Arrow reader
-(older files projected onto the table's current schema) and pass Arrow batches to Spark
+two snapshots) and hands each task its share; the tasks read them (`tables/reading.py`: older files
+projected onto the table's current schema, any writer's in the table's types) and pass Arrow batches to Spark
 (`mapInArrow`). Writing goes the other way: each task writes its rows as Parquet data files
 under the table's location and hands back only their descriptions, for the driver to commit.
 """
@@ -21,6 +21,7 @@ from pyiceberg.table import Table
 
 from appliance.spark.session import parallelism
 from appliance.tables.datafiles import TableTarget, table_metadata, write_data_files
+from appliance.tables.reading import read_batches
 
 TASKS_PER_CORE = 2  # read tasks a core gets, files balanced by size
 
@@ -78,14 +79,12 @@ class TableSource:
 
 
 def _read(source: TableSource, tasks: list) -> Iterator[pa.RecordBatch]:
-    from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io import load_file_io
-    from pyiceberg.io.pyarrow import ArrowScan
 
     meta = table_metadata(source.target)
     io = load_file_io(source.target.io_properties, meta.location)
     projected = Schema.model_validate_json(source.schema_json)
-    for batch in ArrowScan(meta, io, projected, AlwaysTrue()).to_record_batches(tasks):
+    for batch in read_batches(meta, io, projected, tasks):
         yield _for_spark(batch, source.arrow)
 
 

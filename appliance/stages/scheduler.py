@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.clock import now
 from appliance.core.errors import FloeError, UnforeseenError
 from appliance.core.vocabulary import EventKind, EventLevel, StagePhase
@@ -22,7 +23,7 @@ from appliance.stages.runner import JOB_GROUP, RunResult, StageRunner, describe
 from appliance.state.records import StageRunRecord
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
-from appliance.tables.snapshots import appended_since, stage_position
+from appliance.tables.snapshots import appended_since, stage_position, totals
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,8 @@ class StageScheduler(threading.Thread):
         return result is not None, None
 
     def _lag(self, state: StateStore, stage: StageDef) -> None:
-        source = self.catalog.table(stage.source)
-        position = stage_position(self.catalog.table(stage.table), stage.id)
+        source, target = self.catalog.table(stage.source), self.catalog.table(stage.table)
+        position = stage_position(target, stage.id)
         head = source.current_snapshot()
         if head is None or position == head.snapshot_id:
             snapshots, rows = 0, 0
@@ -153,7 +154,8 @@ class StageScheduler(threading.Thread):
         else:
             snapshots, rows = appended_since(source.metadata, position)
         phase = StagePhase.RUNNING if snapshots else StagePhase.UP_TO_DATE
-        self._status(state, stage.name, phase=phase, position=position, lag_snapshots=snapshots, lag_rows=rows)
+        self._status(state, stage.name, phase=phase, position=position, lag_snapshots=snapshots, lag_rows=rows,
+                     table_rows=totals(target).rows)
 
     def _status(self, state: StateStore, name: str, **fields) -> None:
         if self._shown.get(name) != fields:  # a look that changes nothing writes nothing
@@ -185,7 +187,8 @@ class StageScheduler(threading.Thread):
             if isinstance(exc, UnforeseenError):  # raised in a Spark task: its traceback came with it
                 log.error("stage %s failed: %s\n%s", stage.name, message, exc.detail)
             state.add_event(EventKind.STAGE_FAILED, f"{message}; nothing was committed: the stage goes on from its "
-                            "last committed point once fixed (`floe stage update`)", stage.name, EventLevel.ERROR)
+                            f"last committed point once fixed (`{hints.UPDATE_STAGE.format(stage=stage.name)}`)",
+                            stage.name, EventLevel.ERROR)
         backoff = FIRST_BACKOFF if failing is None else min(failing.backoff * 2, MAX_BACKOFF)
         retryable = isinstance(exc, FloeError) and exc.retryable
         self._failing[stage.name] = _Failing(message, time.monotonic() + (0.0 if retryable else backoff), backoff)

@@ -10,6 +10,7 @@ from typing import Any
 
 from appliance.config.alerts import AlertDef, make_alert
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.clock import now
 from appliance.core.errors import AlertExists, AlertNotFound
 
@@ -62,7 +63,7 @@ class AlertRecords:
 
     def remove_alert(self, name: str) -> None:
         if not list(self._rows("alerts", "name = ?", [name])):
-            raise AlertNotFound(f"no alert named {name!r} (floe alert list shows them)")
+            raise AlertNotFound(f"no alert named {name!r} (`{hints.LIST_ALERTS}` shows them)")
         self.db["alerts"].delete(name)
 
     def stored_alerts(self) -> list[AlertDef]:

@@ -69,6 +69,24 @@ class HistoryRecords:
                              [uuid.uuid4().hex[:12]])
         return self.db.execute("select value from meta where key = 'database-id'").fetchone()[0]
 
+    def export_floor(self, table: str) -> int:
+        """The id up to which `table`'s rows were exported before this database's id was made: 0, but for a
+        database restored from a backup, whose rows up to there the system tables already hold."""
+        row = self.db.execute("select value from meta where key = ?", [f"export-floor.{table}"]).fetchone()
+        return int(row[0]) if row else 0
+
+    def restored(self, exported: dict[str, int]) -> None:
+        """This database was restored from a backup: it takes a new id, its new rows' ids going on from the
+        backup's, below what the live database exported under the old one. `exported`: each table's last id
+        the system tables hold under the old id; rows up to there (or the backup's last) are not exported again."""
+        with self.db.conn:
+            self.db.conn.execute("delete from meta where key = 'database-id' or key like 'export-floor.%'")
+            self.db.conn.execute("insert into meta (key, value) values ('database-id', ?)", [uuid.uuid4().hex[:12]])
+            for table in EXPORTED:
+                floor = min(exported.get(table, 0), self.last_id(table))
+                self.db.conn.execute("insert into meta (key, value) values (?, ?)",
+                                     [f"export-floor.{table}", str(floor)])
+
     def last_id(self, table: str) -> int:
         return self.db.execute(f"select coalesce(max(id), 0) from {table}").fetchone()[0]
 

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from appliance.core.vocabulary import (
+    EngineAsk,
     EngineState,
     EventKind,
     EventLevel,
     MaintenanceTask,
     RunOutcome,
     RunTrigger,
-    StageAsk,
     StagePhase,
     StreamPhase,
 )
@@ -148,10 +149,12 @@ class EngineRecord:
     heartbeat_at: str | None
     spark_master: str | None
     state: EngineState | None
+    answers: frozenset[EngineAsk] = frozenset()  # the requests it takes
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> EngineRecord:
-        return from_row(cls, row, state=known(EngineState, row.get("state")))
+        return from_row(cls, row, state=known(EngineState, row.get("state")),
+                        answers=frozenset(known(EngineAsk, a) for a in (row.get("answers") or "").split(",") if a))
 
 
 @dataclass
@@ -228,6 +231,7 @@ class StageStatus:
     lag_snapshots: int | None = None
     lag_rows: int | None = None
     updated_at: str | None = None
+    table_rows: int | None = None  # what its table holds, as the engine last looked
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> StageStatus:
@@ -258,25 +262,24 @@ class StageRunRecord:
 
 
 @dataclass(frozen=True)
-class StageRequestRecord:
-    """A stage query's preview or check asked of the running engine, and its answer once there is one:
-    `result` (a preview's rows, Arrow IPC), `columns` and `table_schema` (a check's, JSON), or `error`."""
+class EngineRequestRecord:
+    """Work asked of the running engine (`engine_requests`), and how it went: `answer` (JSON; a long piece
+    of work's progress until `answered_at`), `result` (a preview's rows, Arrow IPC), or `error`."""
 
     id: int
-    ask: StageAsk
-    source: str
-    sql: str
-    rows: int
+    ask: EngineAsk
+    args: dict[str, Any]
+    who: dict[str, str]  # user, host, via: whom the audit trail names
     requested_at: str
     withdrawn_at: str | None = None
     taken_at: str | None = None
     taken_by: int | None = None  # the engine's pid
     answered_at: str | None = None
-    query_kind: str = ""
-    columns: str = ""
-    table_schema: str = ""
+    abandoned_at: str | None = None
+    answer: Any = None
     result: bytes | None = None
     error: str = ""
+    error_kind: str = ""  # the error's class, one of appliance.core.errors'
 
     @property
     def answered(self) -> bool:
@@ -299,7 +302,8 @@ class StageRequestRecord:
         return sink.getvalue().to_pybytes()
 
     @classmethod
-    def of(cls, row: dict[str, Any]) -> StageRequestRecord:
-        return from_row(cls, row, ask=known(StageAsk, row.get("ask")), rows=row.get("rows") or 0,
-                        query_kind=row.get("query_kind") or "", columns=row.get("columns") or "",
-                        table_schema=row.get("table_schema") or "", error=row.get("error") or "")
+    def of(cls, row: dict[str, Any]) -> EngineRequestRecord:
+        answer = row.get("answer")
+        return from_row(cls, row, ask=known(EngineAsk, row.get("ask")), args=json.loads(row.get("args") or "{}"),
+                        who=json.loads(row.get("who") or "{}"), answer=json.loads(answer) if answer else None,
+                        error=row.get("error") or "", error_kind=row.get("error_kind") or "")

@@ -49,7 +49,9 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     "events": ({"id": int, "at": str, "stream": str, "level": str, "kind": str, "message": str, "table_name": str},
                "id", [["stream", "id"]]),
     "engine": (
-        {"id": int, "pid": int, "started_at": str, "heartbeat_at": str, "spark_master": str, "state": str},
+        # `answers`: the requests it takes (comma-separated asks); none while starting, nor in a one-off run.
+        {"id": int, "pid": int, "started_at": str, "heartbeat_at": str, "spark_master": str, "state": str,
+         "answers": str},
         "id", [],
     ),
     "policies": ({"scope": str, "name": str, "settings": str, "updated_at": str}, ("scope", "name"), []),
@@ -83,7 +85,10 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     "stage_status": (
         {"name": str, "phase": str, "position": int, "last_run_at": str, "last_error": str, "last_error_at": str,
          "rows_in_total": int, "rows_out_total": int, "runs": int, "lag_snapshots": int, "lag_rows": int,
-         "updated_at": str},
+         "updated_at": str,
+         # The rows its table holds as the engine last looked (rows_out_total counts every run's: a
+         # grouping stage writes its whole table each run).
+         "table_rows": int},
         "name", [],
     ),
     "stage_runs": (
@@ -115,16 +120,27 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     "maintenance_requests": (
         {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],
     ),
-    # A stage query's preview or check asked of the running engine by the UI: taken by the engine
-    # (its pid), answered with the result (Arrow IPC) or the columns and table schema, or one line
-    # of error; withdrawn by an asker that stopped waiting. Kept a day, for the record.
-    "stage_requests": (
-        {"id": int, "ask": str, "source": str, "sql": str, "rows": int, "requested_at": str,
-         "withdrawn_at": str, "taken_at": str, "taken_by": int, "answered_at": str, "query_kind": str,
-         "columns": str, "table_schema": str, "result": bytes, "error": str},
+    # Work a command or the UI asks of the running engine (`control/requests.py`): what (`ask`, its `args`
+    # as JSON) and for whom (`who`: user, host, via, for the audit trail); taken by one engine (its pid);
+    # answered with `answer` (JSON: long work writes its progress there before it is answered), `result`
+    # (a preview's rows, Arrow IPC), or one line of error and the error's kind; withdrawn by an asker that
+    # stopped waiting before any engine took it; abandoned by an engine that stopped before it was done
+    # (the asker then does it itself). Kept a day, for the record.
+    "engine_requests": (
+        {"id": int, "ask": str, "args": str, "who": str, "requested_at": str, "withdrawn_at": str,
+         "taken_at": str, "taken_by": int, "answered_at": str, "abandoned_at": str, "answer": str,
+         "result": bytes, "error": str, "error_kind": str},
         "id", [["taken_at", "withdrawn_at"]],
     ),
 }
+
+
+def prepare(conn: sqlite3.Connection) -> None:
+    """A new database hands the space of pruned rows back to the file system when asked (incremental
+    auto-vacuum: set before its first table, a no-op on an older one, which `reclaim_space` rewrites
+    once); the write-ahead log is cut back to 16 MiB after each checkpoint rather than kept at its peak."""
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    conn.execute(f"PRAGMA journal_size_limit = {16 * 1024 * 1024}")
 
 
 def use_wal(conn: sqlite3.Connection, timeout: float = 30.0) -> None:

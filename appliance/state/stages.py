@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sqlite3
 from dataclasses import asdict
 from typing import Any
 
-from appliance.core.clock import now, utcnow
+from appliance.core import hints
+from appliance.core.clock import now
 from appliance.core.errors import StageExists, StageNotFound
-from appliance.core.vocabulary import StageAsk
 from appliance.model.stage import StageDef
-from appliance.state.records import StageRequestRecord, StageRunRecord, StageStatus
-
-REQUESTS_KEPT = dt.timedelta(days=1)  # how long a preview or check asked of the engine stays on record
+from appliance.state.records import StageRunRecord, StageStatus
 
 
 def _row(stage: StageDef) -> dict[str, Any]:
@@ -29,8 +26,7 @@ def _stage(row: dict[str, Any]) -> StageDef:
 
 
 class StageRecords:
-    """`StateStore`'s stage part: it uses the store's `db` and `_rows`. Besides definitions, status and
-    runs: the previews and checks the UI asks of the running engine (`stage_requests`)."""
+    """`StateStore`'s stage part: definitions, status and runs; it uses the store's `db` and `_rows`."""
 
     db: Any
 
@@ -46,7 +42,7 @@ class StageRecords:
     def stage(self, name: str) -> StageDef:
         rows = list(self._rows("stages", "name = ?", [name]))
         if not rows:
-            raise StageNotFound(f"no stage named {name!r} (see `floe stage list`)")
+            raise StageNotFound(f"no stage named {name!r} (see `{hints.LIST_STAGES}`)")
         return _stage(rows[0])
 
     def stages(self) -> list[StageDef]:
@@ -88,44 +84,3 @@ class StageRecords:
     def stage_runs(self, stage: str, limit: int = 20) -> list[StageRunRecord]:
         return [StageRunRecord.of(r) for r in self._rows("stage_runs", "stage = ?", [stage], order_by="id desc",
                                                            limit=limit)]
-
-    # ---- previews and checks asked of the running engine ----
-
-    def ask_stage(self, ask: StageAsk, source: str, sql: str, rows: int = 0) -> int:
-        """Ask the engine (a request row); requests older than REQUESTS_KEPT go."""
-        old = (utcnow() - REQUESTS_KEPT).isoformat(timespec="milliseconds")
-        self.db.conn.execute("delete from stage_requests where requested_at < ?", [old])
-        cursor = self.db.conn.execute(
-            "insert into stage_requests (ask, source, sql, rows, requested_at) values (?, ?, ?, ?, ?)",
-            [str(ask), source, sql, rows, now()])
-        return int(cursor.lastrowid)
-
-    def stage_request(self, request_id: int) -> StageRequestRecord | None:
-        rows = list(self._rows("stage_requests", "id = ?", [request_id]))
-        return StageRequestRecord.of(rows[0]) if rows else None
-
-    def take_stage_requests(self, pid: int, within: float = 120.0) -> list[StageRequestRecord]:
-        """Requests of the last `within` seconds nobody took or withdrew (older ones: their asker is gone),
-        oldest first, each marked taken by `pid` (exactly one taker)."""
-        taken = []
-        since = (utcnow() - dt.timedelta(seconds=within)).isoformat(timespec="milliseconds")
-        for row in self._rows("stage_requests", "taken_at is null and withdrawn_at is null and requested_at >= ?",
-                              [since], order_by="id"):
-            at = now()
-            cursor = self.db.execute("update stage_requests set taken_at = ?, taken_by = ? where id = ? and "
-                                     "taken_at is null and withdrawn_at is null", [at, pid, row["id"]])
-            if cursor.rowcount == 1:
-                taken.append(StageRequestRecord.of({**row, "taken_at": at, "taken_by": pid}))
-        return taken
-
-    def withdraw_stage_request(self, request_id: int) -> bool:
-        """Stop waiting for a request no engine has taken; False when one took it meanwhile."""
-        cursor = self.db.execute("update stage_requests set withdrawn_at = ? where id = ? and taken_at is null",
-                                 [now(), request_id])
-        return cursor.rowcount == 1
-
-    def answer_stage_request(self, request_id: int, *, query_kind: str = "", columns: str = "",
-                             table_schema: str = "", result: bytes | None = None, error: str = "") -> None:
-        self.db.execute("update stage_requests set answered_at = ?, query_kind = ?, columns = ?, table_schema = ?, "
-                        "result = ?, error = ? where id = ?",
-                        [now(), query_kind, columns, table_schema, result, error, request_id])

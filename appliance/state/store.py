@@ -14,8 +14,9 @@ import sqlite3
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
+from appliance.core import hints
 from appliance.core.clock import now
 from appliance.core.errors import StreamExists, StreamNotFound
 from appliance.core.vocabulary import (
@@ -38,12 +39,14 @@ from appliance.state.records import (
     RunRecord,
     StreamStatus,
 )
-from appliance.state.schema import migrate, use_wal
+from appliance.state.requests import EngineRequests
+from appliance.state.schema import migrate, prepare, use_wal
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
+from appliance.state.upkeep import UpkeepRecords
 
 
-class StateStore(StageRecords, AlertRecords, HistoryRecords):
+class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and
@@ -55,6 +58,7 @@ class StateStore(StageRecords, AlertRecords, HistoryRecords):
             os.chmod(path, 0o600)  # it holds Kafka credentials
         self.db = Database(conn)
         self.db.execute("PRAGMA busy_timeout=30000")
+        prepare(conn)
         use_wal(conn)
         if not durable:
             self.db.execute("PRAGMA synchronous=NORMAL")
@@ -92,7 +96,7 @@ class StateStore(StageRecords, AlertRecords, HistoryRecords):
     def stream(self, name: str) -> StreamDef:
         rows = list(self._rows("streams", "name = ?", [name]))
         if not rows:
-            raise StreamNotFound(f"no stream named {name!r} (see `floe stream list`)")
+            raise StreamNotFound(f"no stream named {name!r} (see `{hints.LIST_STREAMS}`)")
         return _stream(rows[0])
 
     def streams(self) -> list[StreamDef]:
@@ -219,10 +223,12 @@ class StateStore(StageRecords, AlertRecords, HistoryRecords):
         """Every stream that has events, deleted ones included."""
         return {r[0] for r in self.db.execute("select distinct stream from events where stream is not null")}
 
-    def engine_heartbeat(self, pid: int, spark_master: str, state: EngineState, started_at: str) -> None:
+    def engine_heartbeat(self, pid: int, spark_master: str, state: EngineState, started_at: str,
+                         answers: Iterable[str] = ()) -> None:
+        """`answers`: the requests the engine takes now (`engine_requests`)."""
         self.db["engine"].upsert(
             {"id": 1, "pid": pid, "started_at": started_at, "heartbeat_at": now(), "spark_master": spark_master,
-             "state": state},
+             "state": state, "answers": ",".join(sorted(str(a) for a in answers))},
             pk="id",
         )
 

@@ -20,10 +20,11 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from appliance.config.catalog import SECRET_PROPERTY, URI_PASSWORD
+from appliance.config.catalog import SECRET_PROPERTY
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.errors import CatalogAccessDenied, CatalogUnavailable, FloeError, TableConflict, TableNotFound
-from appliance.core.secrets import has_reference, resolve
+from appliance.core.secrets import URI_PASSWORD, has_reference, scrub
 from appliance.model.names import check_table_name
 from appliance.model.partitioning import Partitioning
 from appliance.tables.commits import commit_lock
@@ -52,10 +53,11 @@ def open_catalog(settings: Settings) -> IcebergCatalog:
     """The catalog, its secret references resolved now: Floe's fast SQL catalog for SQLite and
     PostgreSQL, PyIceberg's own for the rest (a REST catalog commits through its service)."""
     props = settings.catalog_properties()
+    name = settings.catalog.name
     try:
         if settings.catalog.kind == "sql":
-            return FloeSqlCatalog("floe", **props)
-        return load_catalog("floe", **props)
+            return FloeSqlCatalog(name, **props)
+        return load_catalog(name, **props)
     except FloeError:
         raise
     except (UnauthorizedError, ForbiddenError, OAuthError) as exc:
@@ -67,25 +69,15 @@ def open_catalog(settings: Settings) -> IcebergCatalog:
 
 
 def _quiet(settings: Settings, exc: BaseException) -> str:
-    """An exception's first line with every secret of the catalog's properties taken out: secret-named
-    values, values given by reference, and passwords inside URIs."""
+    """An exception's first line with every secret of the catalog's settings masked (see `secrets.scrub`):
+    the values its references resolved to, secret-named values and passwords written inside URIs, in
+    any form and any piece a driver's message may show of them."""
     text = " ".join(str(exc).split("\n")[0].split()) or type(exc).__name__
-    try:
-        s3 = settings.s3_properties()
-    except FloeError:
-        s3 = {}
-    for key, value in (*settings.catalog.properties, *s3.items()):
-        try:
-            value = resolve(value)
-        except FloeError:
-            continue
-        secrets = [value] if SECRET_PROPERTY.search(key) or has_reference(dict(settings.catalog.properties).get(key, "")) \
-            else []
-        secrets += URI_PASSWORD.findall(value)
-        for secret in secrets:
-            if len(secret) >= 3:
-                text = text.replace(secret, "***")
-    return text[:300]
+    clear = [*settings.catalog.properties, ("s3.access-key-id", settings.s3.access_key_id),
+             ("s3.secret-access-key", settings.s3.secret_access_key)]
+    secrets = [v for k, v in clear if SECRET_PROPERTY.search(k) and not has_reference(v)]
+    secrets += [m.group(2) for _, v in clear for m in URI_PASSWORD.finditer(v) if not has_reference(m.group(2))]
+    return scrub(text, secrets)[:300]
 
 
 @contextmanager
@@ -128,7 +120,7 @@ class Catalog:
         """`name`, if the catalog has that table; a one-line TableNotFound otherwise."""
         check_table_name(name)
         if not self.exists(name):
-            raise TableNotFound(f"no table named {name} in the catalog (see `floe query \"show tables\"`)")
+            raise TableNotFound(f"no table named {name} in the catalog (see `{hints.LIST_TABLES}`)")
         return name
 
     def namespaces(self) -> list[str]:

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import Table
+from pyiceberg.table import StagedTable, Table
 
 from appliance.config.settings import Settings
 from appliance.core.errors import CommitConflict, MappingError
@@ -119,6 +119,22 @@ def ensure_bindings(settings: Settings, table: Table, mapping: Mapping) -> Table
 def evolve(settings: Settings, table: Table, evolution: Evolution, fallback: Mapping) -> tuple[Table, list[str]]:
     """Add the new columns (with their sources) and widen the columns `evolution` asks for, in one
     schema update; what was done, one line each. Already done (by a rerun, or a race): nothing."""
+    return _commit(settings, table, _evolution(evolution, fallback))
+
+
+def evolved(table: Table, evolution: Evolution, fallback: Mapping) -> tuple[Table, list[str]]:
+    """The table as `evolve` would make it, committed nowhere (a dry run decodes against it): a staged
+    copy of `table`, and what would change, one line each."""
+    tx = transaction(table)
+    done = _evolution(evolution, fallback)(tx, table)
+    if not done:
+        return table, []
+    return StagedTable(identifier=table.name(), metadata=tx.table_metadata, metadata_location=table.metadata_location,
+                       io=table.io, catalog=table.catalog), done
+
+
+def _evolution(evolution: Evolution, fallback: Mapping):
+    """The schema update `evolution` asks for, as a change `_commit` applies: (transaction, table) -> lines."""
 
     def change(tx, current: Table) -> list[str]:
         mapping = mapping_of(current, fallback)
@@ -152,7 +168,7 @@ def evolve(settings: Settings, table: Table, evolution: Evolution, fallback: Map
         tx.set_properties({SOURCES_KEY: _dump(binds)})
         return done
 
-    return _commit(settings, table, change)
+    return change
 
 
 # ---- by hand: `floe table alter` ------------------------------------------------------------------

@@ -30,8 +30,9 @@ def _metadata_path(settings: Settings, table: str) -> Path | None:
         return None
     namespace, _, name = table.rpartition(".")
     with closing(sqlite3.connect(f"file:{settings.catalog_db}?mode=ro", uri=True, timeout=5)) as con:
-        row = con.execute("SELECT metadata_location FROM iceberg_tables WHERE catalog_name = 'floe'"
-                          " AND table_namespace = ? AND table_name = ?", (namespace, name)).fetchone()
+        row = con.execute("SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ?"
+                          " AND table_namespace = ? AND table_name = ?",
+                          (settings.catalog.name, namespace, name)).fetchone()
     location = row[0] if row else None
     if not location or not location.endswith(".metadata.json"):
         return None

@@ -107,9 +107,19 @@ class FloeClient:
 
     def create_stream(self, name: str, *, topic: str, table: str, mapping: str | Path | dict = "auto",
                       format: str = "json", **options: Any):
-        """`floe stream create`: `mapping` is "auto" (inferred from the topic's messages, or the
-        registry's schema for avro and protobuf), a mapping TOML file, or a dict: TOML-shaped
-        ({"columns": [...]}) or column name -> type (each column from the field of its name)."""
+        """`floe stream create` of this test's `topic` into `table`.
+
+        `mapping` is "auto" (inferred from the topic's messages, or the registry's schema for avro and
+        protobuf), a mapping TOML file, or a dict: TOML-shaped ({"columns": [...]}) or column name ->
+        type (each column from the field of its name). `format`: "json", "avro" or "protobuf" (the
+        session's schema registry is used unless `schema_registry=` names another).
+
+        `options` are `floe stream create`'s other options, by their Python names:
+        `mode="append"|"upsert"`, `key="id"` (or "id, tenant", or a list of column names; default:
+        the Kafka key's fields), `cdc="debezium"`, `cdc_columns=True`, `starting_offsets="earliest"|
+        "latest"`, `dead_letter_table="ns.table"`, `schema_evolution="auto"|"off"`,
+        `partition_by="day(ts)"` (or "none"), `kafka_options={...}`, `schema_registry=URL`,
+        `registry_options={...}`, `subject="..."`. Returns what was created (`.stream`, `.mapping_file`)."""
         from appliance.control.streams import create_stream
 
         given = _mapping(mapping)

@@ -59,9 +59,13 @@ def floe_spark(tmp_path_factory):
 
 @pytest.fixture
 def floe(tmp_path, floe_broker, floe_spark, request, monkeypatch) -> Iterator[FloeClient]:
-    """A Floe of this test's own: FLOE_HOME in `tmp_path`, topics no other test sees. `produce`,
-    `produce_json/avro/protobuf`, `create_stream`, `create_stage`, `run_until_caught_up`, `query`,
-    `dead_letters`, `audit`."""
+    """A Floe of this test's own: FLOE_HOME in `tmp_path`, topics no other test sees.
+
+    `produce(topic, values, keys=None, partition=None, headers=None)`, `produce_json/avro/protobuf`,
+    `create_stream(name, topic=, table=, mapping="auto", format="json", **options)` (options as `floe
+    stream create` has them: `mode="upsert"`, `key="id"` or a list, `cdc="debezium"`, `partition_by=`...;
+    see `FloeClient.create_stream`), `create_stage(name, source=, table=, sql=)`, `run_until_caught_up()`,
+    `query(sql)`, `dead_letters(stream)`, `audit(stream)`, `topic(name)`, `home`, `settings`."""
     from appliance.testing.client import FloeClient
 
     home = tmp_path / "floe-home"

@@ -6,8 +6,9 @@ import os
 from dataclasses import dataclass
 
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.clock import age, utcnow
-from appliance.core.vocabulary import EngineState
+from appliance.core.vocabulary import EngineAsk, EngineState, StagePhase, StreamPhase
 from appliance.state.store import StateStore
 
 HEARTBEAT_STALE = 5.0  # seconds without a heartbeat before the engine counts as stopped
@@ -20,6 +21,7 @@ class EngineStatus:
     spark_master: str | None = None
     heartbeat_age: float | None = None
     started_at: str | None = None
+    answers: frozenset[EngineAsk] = frozenset()  # the requests it takes (none in a one-off run)
 
 
 def engine_status(settings: Settings, state: StateStore | None = None) -> EngineStatus:
@@ -35,7 +37,8 @@ def engine_status(settings: Settings, state: StateStore | None = None) -> Engine
     heartbeat = age(record.heartbeat_at, utcnow())
     alive = record.state in (EngineState.RUNNING, EngineState.STARTING) and heartbeat is not None \
         and heartbeat < HEARTBEAT_STALE
-    return EngineStatus(alive, record.pid, record.spark_master, heartbeat, record.started_at)
+    return EngineStatus(alive, record.pid, record.spark_master, heartbeat, record.started_at,
+                        record.answers if alive else frozenset())
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ def engine_health(settings: Settings, state: StateStore) -> EngineHealth:
     than `[alerting] heartbeat_timeout` (a hung engine)."""
     record = state.engine()
     if record is None:
-        return EngineHealth(False, "no engine has run on this FLOE_HOME (start one: floe run)")
+        return EngineHealth(False, f"no engine has run on this FLOE_HOME (start one: `{hints.START_ENGINE}`)")
     heartbeat = age(record.heartbeat_at, utcnow())
     shown = f"{heartbeat:.0f}s ago" if heartbeat is not None else "never"
     if record.state is EngineState.STOPPED:
@@ -80,3 +83,28 @@ def engine_health(settings: Settings, state: StateStore) -> EngineHealth:
                             heartbeat, record.started_at)
     return EngineHealth(True, f"running (pid {record.pid}, spark {record.spark_master})", record.pid, heartbeat,
                         record.started_at)
+
+
+# What a stream or stage is only while an engine runs it: with the engine down, it is stopped.
+LIVE = frozenset({StreamPhase.STARTING, StreamPhase.RUNNING, StreamPhase.CATCHING_UP, StagePhase.RUNNING,
+                  StagePhase.UP_TO_DATE})
+STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A stream's or stage's state as every view shows it (`floe status`, `floe stream list/show`,
+    `floe stage list/show`): what the engine last wrote while it runs; with the engine down, `stopped`,
+    and `was` what it last wrote."""
+
+    state: str
+    was: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.state} (was {self.was})" if self.was else self.state
+
+
+def shown(phase: StreamPhase | StagePhase, engine_up: bool) -> Shown:
+    """The one rule: `phase` (with pausing applied) as shown, given whether the engine is up."""
+    return Shown(STOPPED, str(phase)) if not engine_up and phase in LIVE else Shown(str(phase))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.config.settings import Settings
@@ -11,6 +11,7 @@ from appliance.model.stage import StageDef
 from appliance.model.stream import StreamDef
 from appliance.state.records import StageRunRecord, StageStatus
 from appliance.state.store import StateStore
+from appliance.views.engine import Shown, engine_health, shown
 
 
 def lineage(stage: StageDef, streams: list[StreamDef], stages: list[StageDef]) -> list[str]:
@@ -43,29 +44,35 @@ class StageView:
     lag_snapshots: int | None
     lag_rows: int | None
     last_run_at: str | None
-    rows_in_total: int
-    rows_out_total: int
+    rows_in_total: int  # over every run
+    rows_out_total: int  # over every run: a grouping stage writes its whole table each time
     runs: int
     last_error: str
+    table_rows: int | None = None  # what its table holds, as the engine last looked
+    shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
 
     def summary(self) -> dict[str, Any]:
         """The row `floe stage list` shows."""
-        return {"name": self.name, "kind": self.kind, "state": str(self.phase), "lineage": " -> ".join(self.lineage),
+        return {"name": self.name, "kind": self.kind, "state": self.shown.state, "was": self.shown.was,
+                "lineage": " -> ".join(self.lineage),
                 "lag_rows": self.lag_rows, "last_run": (self.last_run_at or "")[:19], "rows_in": self.rows_in_total,
-                "rows_out": self.rows_out_total, "error": self.last_error}
+                "rows_out": self.rows_out_total, "table_rows": self.table_rows, "error": self.last_error}
 
 
-def _view(stage: StageDef, status: StageStatus, streams: list[StreamDef], stages: list[StageDef]) -> StageView:
+def _view(stage: StageDef, status: StageStatus, streams: list[StreamDef], stages: list[StageDef],
+          engine_up: bool) -> StageView:
     phase = StagePhase.PAUSED if stage.paused else status.phase
     return StageView(stage.name, stage.kind, phase, stage.source, stage.table, lineage(stage, streams, stages),
                      status.lag_snapshots, status.lag_rows, status.last_run_at, status.rows_in_total,
-                     status.rows_out_total, status.runs, status.last_error if phase == StagePhase.FAILED else "")
+                     status.rows_out_total, status.runs, status.last_error if phase == StagePhase.FAILED else "",
+                     status.table_rows, shown(phase, engine_up))
 
 
 def stages_overview(settings: Settings) -> list[StageView]:
     with StateStore(settings.state_db) as state:
         stages, streams, statuses = state.stages(), state.streams(), state.stage_statuses()
-    return [_view(s, statuses.get(s.name, StageStatus(s.name)), streams, stages) for s in stages]
+        up = engine_health(settings, state).up
+    return [_view(s, statuses.get(s.name, StageStatus(s.name)), streams, stages, up) for s in stages]
 
 
 @dataclass(frozen=True)
@@ -90,5 +97,6 @@ def stage_info(settings: Settings, name: str, runs: int = 10) -> StageInfo:
         stage, streams, stages = state.stage(name), state.streams(), state.stages()
         status = state.stage_status(name)
         recent = state.stage_runs(name, runs)
-    return StageInfo(_view(stage, status, streams, stages), stage.sql, stage.id, stage.created_at, stage.updated_at,
+        up = engine_health(settings, state).up
+    return StageInfo(_view(stage, status, streams, stages, up), stage.sql, stage.id, stage.created_at, stage.updated_at,
                      status.position, status.last_error, recent)

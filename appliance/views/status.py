@@ -11,7 +11,7 @@ from appliance.config.settings import Settings, ensure_home
 from appliance.core.vocabulary import StagePhase, StreamPhase
 from appliance.state.records import StageStatus, StreamStatus
 from appliance.state.store import StateStore
-from appliance.views.engine import EngineHealth, engine_health
+from appliance.views.engine import EngineHealth, engine_health, shown
 
 OK, DEGRADED, DOWN = 0, 1, 2
 
@@ -36,11 +36,6 @@ class StageLine:
     last_run_at: str | None
     error: str
     was: str = ""  # as StreamLine.was
-
-# What a stream or stage is only while an engine runs it: with the engine down, it is stopped.
-LIVE = {StreamPhase.STARTING, StreamPhase.RUNNING, StreamPhase.CATCHING_UP, StagePhase.RUNNING,
-        StagePhase.UP_TO_DATE}
-STOPPED = "stopped"
 
 
 @dataclass(frozen=True)
@@ -81,23 +76,18 @@ class StatusReport:
                 "incidents": [asdict(i) for i in self.incidents]}
 
 
-def _shown(state: StreamPhase | StagePhase, engine_up: bool) -> tuple[str, str]:
-    """The state to show and, when the engine is down, the live state it last wrote (else "")."""
-    return (STOPPED, str(state)) if not engine_up and state in LIVE else (str(state), "")
-
-
 def _stream(name: str, paused: bool, status: StreamStatus, now_ms: float, engine_up: bool) -> StreamLine:
     state = StreamPhase.PAUSED if paused else status.phase
-    shown, was = _shown(state, engine_up)
-    return StreamLine(name, shown, status.lag, status.lag_seconds(now_ms), status.freshness_seconds(now_ms),
-                      status.last_commit_at, status.last_error if state is StreamPhase.FAILED else "", was)
+    seen = shown(state, engine_up)
+    return StreamLine(name, seen.state, status.lag, status.lag_seconds(now_ms), status.freshness_seconds(now_ms),
+                      status.last_commit_at, status.last_error if state is StreamPhase.FAILED else "", seen.was)
 
 
 def _stage(name: str, paused: bool, status: StageStatus, engine_up: bool) -> StageLine:
     state = StagePhase.PAUSED if paused else status.phase
-    shown, was = _shown(state, engine_up)
-    return StageLine(name, shown, status.lag_rows, status.last_run_at,
-                     status.last_error if state is StagePhase.FAILED else "", was)
+    seen = shown(state, engine_up)
+    return StageLine(name, seen.state, status.lag_rows, status.last_run_at,
+                     status.last_error if state is StagePhase.FAILED else "", seen.was)
 
 
 def status_report(settings: Settings) -> StatusReport:

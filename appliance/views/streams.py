@@ -16,6 +16,7 @@ from appliance.core.vocabulary import StreamPhase
 from appliance.model.stream import StreamDef
 from appliance.state.records import BatchRecord, StreamStatus
 from appliance.state.store import StateStore
+from appliance.views.engine import Shown, engine_health, shown
 
 RECENT = dt.timedelta(minutes=2)  # batches read for the last-minute figures and the throughput line
 
@@ -37,11 +38,13 @@ class StreamView:
     last_commit_age: float | None
     last_error: str  # while the stream is failing; "" otherwise
     throughput: list[float] = field(default_factory=list)  # messages/s, one value per 5 s, oldest first
+    shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
 
     def summary(self) -> dict[str, Any]:
         """The row `floe stream list` prints."""
         return {
-            "name": self.name, "state": self.phase.value, "topic": self.topic, "table": self.table,
+            "name": self.name, "state": self.shown.state, "was": self.shown.was, "topic": self.topic,
+            "table": self.table,
             "rows": self.rows_total, "dead_letters": self.dead_letters_total, "lag": self.lag,
             "last_commit": self.last_commit_at or "", "last_error": self.last_error,
         }
@@ -65,7 +68,7 @@ def throughput_series(batches: list[BatchRecord], now: dt.datetime, buckets: int
     return series
 
 
-def _stream_view(state: StateStore, s: StreamDef, st: StreamStatus, now: dt.datetime) -> StreamView:
+def _stream_view(state: StateStore, s: StreamDef, st: StreamStatus, now: dt.datetime, engine_up: bool) -> StreamView:
     recent = state.batches_since(s.name, (now - RECENT).isoformat(timespec="milliseconds"))
     minute = [b for b in recent if (age(b.committed_at, now) or 1e9) <= 60]
     phase = phase_of(s, st)
@@ -85,6 +88,7 @@ def _stream_view(state: StateStore, s: StreamDef, st: StreamStatus, now: dt.date
         last_commit_age=age(st.last_commit_at, now),
         last_error=st.last_error if phase == StreamPhase.FAILED else "",
         throughput=throughput_series(recent, now),
+        shown=shown(phase, engine_up),
     )
 
 
@@ -92,7 +96,17 @@ def streams_overview(settings: Settings) -> list[StreamView]:
     with StateStore(settings.state_db) as state:
         now = utcnow()
         statuses = state.statuses()
-        return [_stream_view(state, s, statuses.get(s.name) or StreamStatus(s.name), now) for s in state.streams()]
+        up = engine_health(settings, state).up
+        return [_stream_view(state, s, statuses.get(s.name) or StreamStatus(s.name), now, up)
+                for s in state.streams()]
+
+
+def known_brokers(settings: Settings) -> list[str]:
+    """The bootstrap servers the streams read, the newest stream's first, each once: what a new stream
+    most likely reads too."""
+    with StateStore(settings.state_db) as state:
+        streams = sorted(state.streams(), key=lambda s: s.created_at or "", reverse=True)
+    return list(dict.fromkeys(s.kafka.bootstrap for s in streams))
 
 
 def history_series(batches: list[BatchRecord], now: dt.datetime, buckets: int = 60, width: float = 5.0,
@@ -178,7 +192,7 @@ def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int
     with StateStore(settings.state_db) as state:
         now = utcnow()
         s = state.stream(name)
-        view = _stream_view(state, s, state.status(name), now)
+        view = _stream_view(state, s, state.status(name), now, engine_health(settings, state).up)
         # Enough batches to cover the window (one a second at most per stream by default) and the table.
         history = state.recent_batches(name, limit=max(batches, int(buckets * width * 2)))
         source = source_view(state, s)
@@ -226,11 +240,14 @@ class StreamInfo:
     last_error: str
     recent_batches: list[BatchRecord]
     mapping: str  # TOML, as saved in mappings/NAME.toml
+    shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
 
     def as_dict(self) -> dict[str, Any]:
+        """As `floe stream show --format json` prints it: `state` (and `was`) as `floe status` has them."""
         out = asdict(self)
-        out["state"] = out.pop("phase").value
-        return out
+        out.pop("phase")
+        seen = out.pop("shown")
+        return {"name": out.pop("name"), "id": out.pop("id"), "state": seen["state"], "was": seen["was"], **out}
 
 
 def stream_info(settings: Settings, name: str) -> StreamInfo:
@@ -243,6 +260,7 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         status = state.status(name)
         batches = state.recent_batches(name, 5)
         source = source_view(state, s)
+        up = engine_health(settings, state).up
     try:
         offsets: dict[int, int] | str | None = committed_offsets_of(settings, s.table, s.id)
         if offsets is NOT_HERE:
@@ -260,5 +278,5 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         dead_letter_table=s.dead_letter_table, starting_offsets=s.starting_offsets, committed_offsets=offsets,
         rows_total=status.rows_total, dead_letter_total=status.dead_letter_total, lag=status.lag,
         last_commit_at=status.last_commit_at, last_error=status.last_error, recent_batches=batches,
-        mapping=s.mapping_toml(),
+        mapping=s.mapping_toml(), shown=shown(phase_of(s, status), up),
     )

@@ -14,6 +14,7 @@ from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import live_entries
 from appliance.tables.snapshots import SnapshotInfo, snapshot_infos, totals
+from appliance.tables.system import NAMESPACE as SYSTEM_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,19 @@ class Writer:
 
 @dataclass
 class Catalogue:
-    names: list[str]  # `namespace.table`, sorted
+    names: list[str]  # `namespace.table`, the user's first (`table_names`)
     writers: dict[str, Writer]  # table -> the stream that writes it (or wrote it: a dead-letter table)
 
 
+def users_first(names: list[str]) -> list[str]:
+    """Sorted, with Floe's own system tables (the `floe` namespace) after the user's: a list opens on
+    what the user made, not on `floe.audit`."""
+    return sorted(names, key=lambda n: (n.partition(".")[0] == SYSTEM_NAMESPACE, n))
+
+
 def table_names(settings: Settings) -> list[str]:
-    return Catalog(settings).list_tables()
+    """Every table of the catalog, the user's first."""
+    return users_first(Catalog(settings).list_tables())
 
 
 def catalogue(settings: Settings) -> Catalogue:

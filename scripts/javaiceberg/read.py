@@ -17,6 +17,14 @@ Examples:
   read.py s3://bucket/wh/db/t/metadata/00001-....metadata.json \
       --s3-endpoint http://127.0.0.1:9000 --s3-access-key K --s3-secret-key S
 
+  read.py ingest.orders --jdbc-catalog jdbc:sqlite:/home/me/.floe/catalog.db --catalog-name floe
+
+With --jdbc-catalog the argument is a table (NAMESPACE.TABLE) of Iceberg's JdbcCatalog at that
+JDBC URI (SQLite or PostgreSQL, as PyIceberg's SQL catalog writes them), opened as the Spark
+catalog --catalog-name (default floe): Iceberg scopes a JDBC catalog's tables by that name, as
+Trino's iceberg.jdbc-catalog.catalog-name does. The JDBC driver comes from jars/catalog/ or the
+Debian packages libxerial-sqlite-jdbc-java and libpostgresql-jdbc-java.
+
 Local paths are loaded by path (Iceberg's HadoopTables, HadoopFileIO).
 s3:// (s3a://, s3n://) paths go through a catalog instead: a throw-away
 Iceberg JdbcCatalog (temporary SQLite file) with ResolvingFileIO (S3FileIO for
@@ -73,6 +81,18 @@ logger.submit.level = error
 logger.gw.name = org.apache.spark.api.python.PythonGatewayServer
 logger.gw.level = error
 """
+
+
+JDBC_DRIVERS = ("sqlite-jdbc", "postgresql")
+
+
+def jdbc_jars():
+    """JDBC drivers: jars/catalog/ first, else the Debian packages' jars in /usr/share/java."""
+    found = []
+    for driver in JDBC_DRIVERS:
+        here = sorted(glob.glob(os.path.join(JARS_DIR, "catalog", f"*{driver}*.jar")))
+        found += here[:1] or sorted(glob.glob(f"/usr/share/java/*{driver}-[0-9]*.jar"))[:1]
+    return found
 
 
 def _jars(with_s3=False):
@@ -132,7 +152,7 @@ def _rowval(v):
     return v
 
 
-def build_spark(extra_conf, catalog_conf):
+def build_spark(extra_conf, catalog_conf, extra_jars=()):
     # Deterministic time zone for both the JVM and Python's datetime conversion.
     os.environ["TZ"] = "UTC"
     time.tzset()
@@ -152,11 +172,14 @@ def build_spark(extra_conf, catalog_conf):
             with os.fdopen(fd, "w") as f:
                 f.write(LOG4J2)
     java_opts = f"-Dlog4j2.configurationFile=file://{log_conf} -Duser.timezone=UTC"
+    if os.path.isdir("/usr/lib/x86_64-linux-gnu/jni"):  # Debian's sqlite-jdbc loads its native library from here
+        java_opts += " -Djava.library.path=/usr/lib/x86_64-linux-gnu/jni:/usr/lib/jni"
 
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.master("local[1]").appName("javaiceberg-read")
-         .config("spark.jars", ",".join(_jars(with_s3=catalog_conf is not None)))
+         .config("spark.jars", ",".join(_jars(with_s3=catalog_conf is not None and not extra_jars)
+                                         + list(extra_jars)))
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.driver.extraJavaOptions", java_opts)
@@ -228,6 +251,10 @@ def main(argv=None):
     ap.add_argument("--schema", action="store_true", help="print the Spark schema to stderr")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="extra Spark config (repeatable)")
+    ap.add_argument("--jdbc-catalog", metavar="JDBC_URI",
+                    help="read the table named by the argument from Iceberg's JdbcCatalog at this JDBC URI")
+    ap.add_argument("--catalog-name", default="floe",
+                    help="the JDBC catalog's name (Spark's catalog name; Iceberg files tables under it)")
     ap.add_argument("--via-catalog", action="store_true",
                     help="load through the JdbcCatalog + register_table route even for local paths")
     ap.add_argument("--s3-endpoint", help="S3 endpoint URL, e.g. http://127.0.0.1:9000 "
@@ -240,6 +267,8 @@ def main(argv=None):
     ap.add_argument("--s3-virtual-host", dest="s3_path_style", action="store_false",
                     help="virtual-host-style S3 addressing")
     args = ap.parse_args(argv)
+    if args.jdbc_catalog:
+        return read_jdbc(args)
 
     loc = normalize_location(args.metadata_json)
     if loc.startswith("file:") and not os.path.exists(re.sub(r"^file:(//)?", "", loc)):
@@ -305,6 +334,46 @@ def main(argv=None):
         if cat_dir:
             import shutil
             shutil.rmtree(cat_dir, ignore_errors=True)
+
+
+def read_jdbc(args):
+    """The table `args.metadata_json` (NAMESPACE.TABLE) of JdbcCatalog `args.catalog_name` at `args.jdbc_catalog`."""
+    name = args.catalog_name
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        print(f"read.py: --catalog-name {name!r} must be a plain SQL name", file=sys.stderr)
+        return 1
+    pre = f"spark.sql.catalog.{name}"
+    conf = {pre: "org.apache.iceberg.spark.SparkCatalog",
+            pre + ".catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+            pre + ".uri": args.jdbc_catalog,
+            pre + ".warehouse": "file:///tmp/javaiceberg-unused-warehouse",  # required, unused by reads
+            pre + ".cache-enabled": "false"}
+    t0 = time.time()
+    spark = build_spark(args.conf, conf, extra_jars=jdbc_jars())
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+    try:
+        tables = [".".join(r[:2]) for r in spark.sql(f"SHOW TABLES IN {name}.{args.metadata_json.split('.')[0]}")
+                  .collect()] if "." in args.metadata_json else []
+        print(f"read.py: tables in that namespace of catalog {name}: {tables}", file=sys.stderr)
+        df = spark.table(f"{name}.{args.metadata_json}")
+        df.createOrReplaceTempView("t")
+        if args.sql:
+            df = spark.sql(args.sql)
+        rows = df.collect()
+        if args.json:
+            for row in rows:
+                sys.stdout.write(json.dumps(row_to_dict(row), ensure_ascii=False) + "\n")
+        else:
+            print_table(df.columns, rows)
+        print(f"read.py: {len(rows)} row(s) in {time.time() - t0:.1f}s", file=sys.stderr)
+        return 0
+    except (Py4JJavaError, PySparkException) as e:
+        msg = str(e.java_exception) if isinstance(e, Py4JJavaError) else str(e)
+        print(f"read.py: error: {msg.strip()}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
 
 
 def print_table(cols, rows):

@@ -23,6 +23,7 @@ from textual.worker import get_current_worker
 
 from appliance.config.policy import PolicySetting
 from appliance.control.maintenance import MaintainLaunch, request_run
+from appliance.core import hints
 from appliance.core.vocabulary import (
     MaintenanceTask,
     RequestState,
@@ -156,7 +157,7 @@ class MaintenancePanel(ReportsFailures, Vertical):
                 # Retention deletes rows: it looks different, and asks first.
                 yield Button(f"{label} ({key})", id=f"run-{task}", compact=True,
                              variant="warning" if task == MaintenanceTask.RETENTION else "default")
-        yield Label("Policy in effect  [dim](floe table policy TABLE changes it)[/]", classes="maintenance-heading")
+        yield Label(f"Policy in effect  [dim]({hints.TABLE_POLICY} changes it)[/]", classes="maintenance-heading")
         yield Static("", id="maintenance-policy")
         yield Label("Recent runs (newest first)", classes="maintenance-heading")
         runs = DataTable(id="maintenance-runs", cursor_type="row", zebra_stripes=True)

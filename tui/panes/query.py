@@ -22,6 +22,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Button, DataTable, Input, Static, TextArea
 
+from appliance.core import hints
 from appliance.core.errors import QueryCancelled
 from appliance.query.formatting import cell_text
 from appliance.query.history import HISTORY_LIMIT, append_history, load_history
@@ -106,7 +107,7 @@ class QueryPane(ReportsFailures, Vertical):
 
     def compose(self) -> ComposeResult:
         editor = TextArea.code_editor("", language="sql", id="query-editor",
-                                      placeholder="select * from NAMESPACE.TABLE limit 100")
+                                      placeholder=hints.TABLE_SAMPLE_SYNTAX)
         yield editor
         with Horizontal(id="query-bar"):
             yield Button("▶ Run", id="query-run", variant="primary", compact=True)
@@ -340,7 +341,7 @@ class QueryPane(ReportsFailures, Vertical):
         names = table_names(self.app.settings)
         ours = [n for n in names if not n.startswith("floe.")] or names
         if ours:
-            self.app.call_from_thread(self._set_placeholder, f"select * from {ours[0]} limit 100")
+            self.app.call_from_thread(self._set_placeholder, hints.TABLE_SAMPLE.format(table=ours[0]))
 
     def _set_placeholder(self, text: str) -> None:
         self.query_one("#query-editor", TextArea).placeholder = text

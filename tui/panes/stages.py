@@ -18,12 +18,15 @@ from tui.format import count
 from tui.messages import ActionDone
 from tui.screens.confirm import ConfirmScreen
 from tui.styles import phase_text
-from tui.widgets.rows import put_rows, selected_key
+from tui.widgets.rows import put_row, put_rows, selected_key
 from tui.workers import ReportsFailures
 
 COLUMNS = [
     ("stage", "Stage"), ("kind", "Kind"), ("state", "State"), ("lag", "Lag rows"), ("snapshots", "Lag snaps"),
-    ("last_run", "Last run (UTC)"), ("rows_in", "Rows in"), ("rows_out", "Rows out"), ("error", "Error"),
+    # Rows in and out are totals over every run (a grouping stage writes its whole table each run): the
+    # rows its table holds now are a column of their own.
+    ("last_run", "Last run (UTC)"), ("rows_in", "Rows in, all runs"), ("rows_out", "Rows out, all runs"),
+    ("table_rows", "Table rows"), ("error", "Error"),
     ("lineage", "Lineage"),  # last: it may be long
 ]
 KIND = {"append": "append", "group": "grouping"}
@@ -44,6 +47,7 @@ def stage_cells(s: StageView) -> dict[str, str]:
         "last_run": (s.last_run_at or "never")[:19].replace("T", " "),
         "rows_in": count(s.rows_in_total),
         "rows_out": count(s.rows_out_total),
+        "table_rows": count(s.table_rows),
         "error": escape(s.last_error[:100]),
         "lineage": escape(" → ".join(s.lineage)),
     }
@@ -87,7 +91,7 @@ class StagesPane(ReportsFailures, Vertical):
     def action_new(self) -> None:
         from tui.screens.stage_editor import StageEditorScreen
 
-        self.app.push_screen(StageEditorScreen(), self._saved)
+        self.app.push_screen(StageEditorScreen(on_saved=self.show_saved), self._saved)
 
     def action_edit(self) -> None:
         if name := self.selected():
@@ -105,7 +109,14 @@ class StagesPane(ReportsFailures, Vertical):
     def _push_editor(self, info) -> None:
         from tui.screens.stage_editor import StageEditorScreen
 
-        self.app.push_screen(StageEditorScreen(info), self._saved)
+        self.app.push_screen(StageEditorScreen(info, on_saved=self.show_saved), self._saved)
+
+    def show_saved(self, stage: StageView) -> None:
+        """The stage just saved, in the list before the editor closes, and under the cursor."""
+        table = self.query_one(DataTable)
+        self.query_one("#stages-empty", Static).display = False
+        put_row(table, stage.name, stage_cells(stage))
+        table.move_cursor(row=table.get_row_index(stage.name))
 
     def _saved(self, said: str | None) -> None:
         if said:

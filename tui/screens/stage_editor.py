@@ -9,6 +9,7 @@ one line saying what is wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from rich.text import Text
 from textual import on, work
@@ -19,19 +20,23 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Select, Static, TextArea
 
-from appliance.control.stage_requests import warm_engine
+from appliance.control.requests import warm_engine
 from appliance.control.stages import Outcome, preview_for_ui, save_for_ui
+from appliance.core import hints
 from appliance.query.formatting import cell_text
-from appliance.views.stages import StageInfo
+from appliance.views.stages import StageInfo, StageView, stage_info
 from appliance.views.tables import table_names
+from tui.screens.confirm import ConfirmScreen
 from tui.widgets.form import field, show_error
 from tui.workers import ReportsFailures
 
 HINT = ("[b]source[/b] is the source table's rows that are new since the stage last ran; other tables are "
         "NAMESPACE.TABLE. F5 previews over a sample · Ctrl+S saves · Esc goes back")
 # Shown in the empty editor, never part of its text.
-EXAMPLE = ("-- for example, orders per hour:\nselect date_trunc('hour', ordered_at) as hour, count(*) as orders\n"
-           "from source\ngroup by 1")
+EXAMPLE = hints.STAGE_EXAMPLE
+# What each field holds, named when F5 or Ctrl+S finds it missing.
+WHAT = {"stage-name": "a stage name", "stage-source": "the source table",
+        "stage-table": "the table it writes (NAMESPACE.TABLE)", "stage-sql": "a query (a SELECT over source)"}
 
 
 @dataclass
@@ -43,6 +48,7 @@ class TablesListed(Message):
 class CommandDone(Message):
     action: str  # preview or save
     outcome: Outcome
+    saved: StageView | None = None  # the stage as saved, read back by the same worker
 
 
 class StageEditorScreen(ReportsFailures, Screen[str | None]):
@@ -52,10 +58,14 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self, stage: StageInfo | None = None) -> None:
+    def __init__(self, stage: StageInfo | None = None, on_saved: Callable[[StageView], None] | None = None) -> None:
+        """`on_saved`: called with the stage as saved before the editor closes, so the list behind it
+        shows the stage the moment it is seen again."""
         super().__init__()
         self.stage = stage
+        self.on_saved = on_saved
         self.busy = False
+        self._opened: tuple | None = None  # what the form held when it opened: Esc asks only after a change
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -67,7 +77,7 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
             yield field("Source table", Select([], prompt="Loading tables…", id="stage-source",
                                                disabled=self.stage is not None), "stage-source")
             yield field("Table it writes", Input(value=self.stage.view.table if self.stage else "",
-                                                 placeholder="prep.hourly", id="stage-table",
+                                                 placeholder="e.g. prep.hourly", id="stage-table",
                                                  disabled=self.stage is not None), "stage-table")
         yield Static(HINT, id="stage-hint")
         yield TextArea.code_editor(self.stage.sql if self.stage else "", language="sql", id="stage-sql",
@@ -84,6 +94,13 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
         self.list_tables()
         self.warm_up_engine()
         self.query_one("#stage-sql" if self.stage else "#stage-name").focus()
+        self._opened = self._values()
+
+    def _values(self) -> tuple:
+        """What the user can change: an edited stage's source is set by the editor, not typed."""
+        source = self.query_one("#stage-source", Select).value if self.stage is None else None
+        return (self.query_one("#stage-name", Input).value, source, self.query_one("#stage-table", Input).value,
+                self.query_one("#stage-sql", TextArea).text)
 
     @work(thread=True, exclusive=True, group="stage-warm", exit_on_error=False)
     def warm_up_engine(self) -> None:
@@ -102,28 +119,35 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
             source.value = self.stage.view.source
         source.prompt = "Choose a table" if message.names else "No tables yet: create a stream first"
 
-    def _form(self) -> tuple[str, str, str, str] | None:
-        """(name, source, table, sql), or None with each problem shown under its field."""
+    def _form(self, doing: str) -> tuple[str, str, str, str] | None:
+        """(name, source, table, sql); or None, at once and before any worker runs: each problem under its
+        field, the status line naming what `doing` still needs, the focus on the first of them."""
         name = self.query_one("#stage-name", Input).value.strip()
         source = self.query_one("#stage-source", Select).value
         table = self.query_one("#stage-table", Input).value.strip()
         sql = self.query_one("#stage-sql", TextArea).text.strip()
         problems = {"stage-name": "a name is required" if not name else "",
                     "stage-source": "choose the table it reads" if source is Select.BLANK else "",
-                    "stage-table": "NAMESPACE.TABLE, e.g. prep.hourly" if table.count(".") != 1 else ""}
+                    "stage-table": "NAMESPACE.TABLE, e.g. prep.hourly" if table.count(".") != 1 else "",
+                    "stage-sql": "" if sql else "write a SELECT over source (the example shows one)"}
         for widget, text in problems.items():
-            show_error(self, widget, text)
-        if not sql:
-            self._status("The query is empty: write a SELECT over source (the example shows one).", error=True)
-        if any(problems.values()) or not sql:
-            return None
-        return name, str(source), table, sql
+            if widget != "stage-sql":  # the editor has no line under it: the status line says it
+                show_error(self, widget, text)
+        missing = [widget for widget, text in problems.items() if text]
+        if not missing:
+            return name, str(source), table, sql
+        names = [WHAT[w] if w != "stage-table" or not table else "the table it writes as NAMESPACE.TABLE"
+                 for w in missing]
+        needs = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        self._status(f"{doing} needs {needs}.", error=True)
+        self.query_one(f"#{missing[0]}").focus()
+        return None
 
     def _status(self, text: str, error: bool = False) -> None:
         self.query_one("#stage-status", Static).update(Text(text, style="bold red" if error else ""))
 
     def action_preview(self) -> None:
-        form = self._form()
+        form = self._form("A preview")
         if form is None or self.busy:
             return
         self.busy = True
@@ -135,7 +159,7 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
         self.post_message(CommandDone("preview", preview_for_ui(self.app.settings, source, sql)))
 
     def action_save(self) -> None:
-        form = self._form()
+        form = self._form("Saving")
         if form is None or self.busy:
             return
         self.busy = True
@@ -144,8 +168,14 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
 
     @work(thread=True, exclusive=True, group="stage-command", exit_on_error=False)
     def run_save(self, name: str, source: str, table: str, sql: str) -> None:
-        self.post_message(CommandDone("save", save_for_ui(self.app.settings, name, source, sql, table,
-                                                          new=self.stage is None)))
+        outcome = save_for_ui(self.app.settings, name, source, sql, table, new=self.stage is None)
+        saved = None
+        if outcome.ok:
+            try:
+                saved = stage_info(self.app.settings, name, runs=1).view
+            except Exception:  # noqa: BLE001 - saved all the same: the list's next read shows it
+                pass
+        self.post_message(CommandDone("save", outcome, saved))
 
     @on(CommandDone)
     def command_done(self, message: CommandDone) -> None:
@@ -155,6 +185,8 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
             self._status(outcome.said, error=True)
             return
         if message.action == "save":
+            if message.saved is not None and self.on_saved is not None:
+                self.on_saved(message.saved)
             self.dismiss(outcome.said)
             return
         by = "the running engine" if outcome.by_engine else "a process of its own"
@@ -180,4 +212,14 @@ class StageEditorScreen(ReportsFailures, Screen[str | None]):
         self.action_back()
 
     def action_back(self) -> None:
-        self.dismiss(None)
+        """Closed at once when nothing changed; otherwise only once the user says to discard."""
+        if self._values() == self._opened:
+            self.dismiss(None)
+            return
+
+        def answered(discard: bool | None) -> None:
+            if discard:
+                self.dismiss(None)
+
+        what = f"your changes to stage {self.stage.view.name}" if self.stage else "this new stage"
+        self.app.push_screen(ConfirmScreen(f"Discard {what}? It is not saved.", yes="Discard"), answered)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from textual import on, work
@@ -20,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Sparkline, Static
 from textual.worker import get_current_worker
 
-from appliance.control.dead_letters import replay_in_process
+from appliance.control.dead_letters import replay_for_ui
 from appliance.control.streams import set_paused
 from appliance.core.vocabulary import StreamPhase
 from appliance.state.records import BatchRecord
@@ -34,6 +35,9 @@ from tui.styles import phase_text
 from tui.widgets.rows import put_row, trim_rows
 from tui.widgets.texts import Texts
 from tui.workers import ReportsFailures
+
+if TYPE_CHECKING:
+    from appliance.deadletters.report import ReplayReport
 
 BATCH_COLUMNS = [
     ("time", "Committed"), ("messages", "Messages"), ("rows", "Rows"), ("dead", "Dead letters"),
@@ -316,15 +320,16 @@ class StreamDetailScreen(ReportsFailures, Screen):
     @work(thread=True, exclusive=True, group="detail-replay", exit_on_error=False)
     def preview_replay(self) -> None:
         try:
-            lines = replay_in_process(self.app.settings, self.stream_name, dry_run=True)
+            report = replay_for_ui(self.app.settings, self.stream_name, dry_run=True)
         except Exception as exc:
             self.post_message(ActionDone(f"Replay preview: {exc}", error=True))
             return
-        self.app.call_from_thread(self._confirm_replay, lines)
+        self.app.call_from_thread(self._confirm_replay, report)
 
-    def _confirm_replay(self, lines: list[str]) -> None:
-        if not lines or " 0 dead letters selected" in lines[0]:
-            self.notify(lines[0] if lines else "No dead letters to replay", timeout=6)
+    def _confirm_replay(self, report: ReplayReport) -> None:
+        lines = report.lines()
+        if not report.moved:  # none selected, or none would decode now: nothing to offer
+            self.notify("\n".join(lines[:3]), timeout=8)
             return
 
         def answered(yes: bool | None) -> None:
@@ -337,8 +342,8 @@ class StreamDetailScreen(ReportsFailures, Screen):
     @work(thread=True, exclusive=True, group="detail-replay", exit_on_error=False)
     def run_replay(self) -> None:
         try:
-            lines = replay_in_process(self.app.settings, self.stream_name)
-            self.post_message(ActionDone(lines[0] if lines else "Replayed"))
+            report = replay_for_ui(self.app.settings, self.stream_name)
+            self.post_message(ActionDone(report.lines()[0]))
         except Exception as exc:
             self.post_message(ActionDone(f"Replay: {exc}", error=True))
 

@@ -20,6 +20,7 @@ from appliance.control.doctor.configuration import (
     check_state,
     stream_secrets,
 )
+from appliance.control.doctor.privacy import check_privacy
 from appliance.control.doctor.servers import (
     JAVA_TODO,
     SPARK_TODO,
@@ -63,6 +64,7 @@ def diagnose(home: Path | None = None, timeout: float = 5.0) -> list[Check]:
         later += [Running("java", JAVA_TODO, lambda: check_java(timeout), timeout),
                   Running("spark", SPARK_TODO, lambda: check_spark(settings.spark_master, timeout), timeout)]
         checks += storage_checks(settings, timeout) + [state] + [r.result() for r in later]
+        checks.append(check_privacy(settings))
     finally:
         KAFKA_LOG.removeHandler(lines)
     for stream in streams:

@@ -4,16 +4,15 @@ the masking of secrets in what it says."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from appliance.core.errors import FloeError
-from appliance.kafka.settings import MASK
+from appliance.core.secrets import scrub
 
-OK, FAIL, SKIP = "ok", "fail", "skip"
+OK, FAIL, SKIP, WARN = "ok", "fail", "skip", "warn"
 GRACE = 2.0  # seconds a check may run past its own timeout (its own error says more) before it is called hung
 SECRET_TODO = "set that environment variable (or make that file readable) where floe runs, or fix the reference"
 
@@ -23,7 +22,7 @@ class Check:
     """One line of `floe doctor`: what was checked, how it went, and what to do when it failed."""
 
     name: str
-    status: str  # ok, fail, or skip (not tried: a check it needs failed)
+    status: str  # ok, fail, skip (not tried: a check it needs failed), or warn (works, but worth a look)
     detail: str
     todo: str = ""
 
@@ -91,15 +90,10 @@ def run(name: str, todo: str, fn: Callable[[], Any], timeout: float) -> tuple[Ch
     return running.result(), running.value
 
 
-_USERINFO = re.compile(r"(//[^/@:\s]+):[^@/\s]+@")
-
-
 def mask(text: str, secrets: set[str]) -> str:
-    """`text` with each secret value, and the password of any `scheme://user:password@` URL, replaced."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= 4:  # a shorter value would mask pieces of ordinary words
-            text = text.replace(secret, MASK)
-    return _USERINFO.sub(rf"\1:{MASK}@", text)
+    """`text` with each secret value, every value a reference resolved to, and the password of any
+    `scheme://user:password@` URL masked, in any form or piece (see `secrets.scrub`)."""
+    return scrub(text, secrets)
 
 
 def masked(check: Check, secrets: set[str]) -> Check:
@@ -108,6 +102,6 @@ def masked(check: Check, secrets: set[str]) -> Check:
 
 def format_check(check: Check, width: int = 0) -> str:
     """`ok    catalog         ...` or `FAIL  broker[orders]  ... -> what to do`."""
-    status = {OK: "ok", FAIL: "FAIL", SKIP: "skip"}[check.status]
-    todo = f" -> {check.todo}" if check.status == FAIL and check.todo else ""
+    status = {OK: "ok", FAIL: "FAIL", SKIP: "skip", WARN: "warn"}[check.status]
+    todo = f" -> {check.todo}" if check.status in (FAIL, WARN) and check.todo else ""
     return f"{status:5} {check.name:{width}}  {check.detail}{todo}"

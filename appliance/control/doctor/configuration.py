@@ -7,17 +7,16 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from appliance.config.settings import Settings, load_settings
+from appliance.config.settings import DEFAULTS_FILE, Settings, load_settings
 from appliance.control.doctor.checks import SECRET_TODO, Check, counted, failed, one_line, passed
 from appliance.core.errors import FloeError, SecretUnresolved
-from appliance.core.secrets import has_reference, resolve
+from appliance.core.secrets import URI_PASSWORD, has_reference, reference_values, resolve
 from appliance.kafka.settings import is_secret
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
 
-CONFIG_TODO = "fix the setting it names in floe.toml (config/floe.toml lists every setting with its default)"
+CONFIG_TODO = f"fix the setting it names in floe.toml ({DEFAULTS_FILE} lists every setting with its default)"
 _CATALOG_SECRET = re.compile(r"(credential|key-id|access_key_id)", re.IGNORECASE)
-_URI_PASSWORD = re.compile(r"//[^/@:\s]+:([^@/\s]+)@")
 STATE_TODO = "check that FLOE_HOME's state.db is a readable SQLite file and that no process keeps it locked"
 
 
@@ -64,15 +63,17 @@ def secret_key(key: str) -> bool:
 
 def check_secrets(settings: Settings, secrets: set[str]) -> Check:
     """Every `${env:...}`/`${file:...}` reference in the settings resolves. `secrets` receives every
-    value a secret setting or a reference holds, for them to be masked in every line."""
+    value a secret setting holds in clear, for them to be masked in every line (what references resolve
+    to is masked anyway, see `secrets.scrub`)."""
     found = list(setting_strings(settings))
     secrets.update(text for where, text in found if secret_key(where) and not has_reference(text))
-    secrets.update(p for _, text in found for p in _URI_PASSWORD.findall(text) if not has_reference(p))
+    secrets.update(m.group(2) for _, text in found for m in URI_PASSWORD.finditer(text)
+                   if not has_reference(m.group(2)))
     references = [(where, text) for where, text in found if has_reference(text)]
     problems = []
     for where, text in references:
         try:
-            secrets.add(resolve(text, where))
+            resolve(text, where, secret_key(where))
         except SecretUnresolved as exc:
             problems.append(str(exc))
     if problems:
@@ -86,12 +87,10 @@ def stream_secrets(stream: StreamDef) -> set[str]:
     found: set[str] = set()
     for source in [stream.kafka] + ([stream.registry] if stream.registry else []):
         for key, value in source.options:
-            try:
-                resolved = resolve(value)
-            except SecretUnresolved:
-                continue
-            if secret_key(key) or resolved != value:
-                found.add(resolved)
+            if has_reference(value):
+                found.update(reference_values(value))
+            elif secret_key(key):
+                found.add(value)
     return found
 
 

@@ -11,6 +11,7 @@ import socket
 import subprocess
 
 from appliance.control.doctor.checks import SECRET_TODO, Check, counted, failed, one_line, passed
+from appliance.core import hints
 from appliance.core.errors import BrokerUnreachable, SecretUnresolved, TopicNotFound
 from appliance.kafka.client import KafkaClient
 from appliance.kafka.registry import Registry
@@ -23,11 +24,11 @@ SPARK_TODO = "start the Spark master, or set [spark] master in floe.toml (or FLO
 
 
 def broker_todo(stream: str) -> str:
-    return f"check the bootstrap servers and kafka options with floe stream show {stream}"
+    return f"check the bootstrap servers and kafka options with `{hints.SHOW_STREAM.format(stream=stream)}`"
 
 
 def registry_todo(stream: str) -> str:
-    return f"check the schema registry URL and options with floe stream show {stream}"
+    return f"check the schema registry URL and options with `{hints.SHOW_STREAM.format(stream=stream)}`"
 
 
 class KafkaLines(logging.Handler):
@@ -65,7 +66,7 @@ def check_broker(stream: StreamDef, timeout: float, lines: KafkaLines) -> Check:
         return failed(name, f"{kafka.bootstrap} unreachable: {why}" if why else str(exc), broker_todo(stream.name))
     except TopicNotFound as exc:
         return failed(name, str(exc), f"create topic {stream.topic} on {kafka.bootstrap}, or check the stream "
-                                      f"with floe stream show {stream.name}")
+                                      f"with `{hints.SHOW_STREAM.format(stream=stream.name)}`")
     paused = " (stream paused)" if stream.paused else ""
     return passed(name, f"{kafka.bootstrap}: topic {stream.topic}, {counted(len(partitions), 'partition')}{paused}")
 

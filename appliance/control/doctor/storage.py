@@ -12,8 +12,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from appliance.config.catalog import DEFAULT_NAME
 from appliance.config.settings import Settings
 from appliance.control.doctor.checks import SKIP, Check, counted, failed, one_line, passed, run, skipped
+from appliance.core.secrets import mask_uri_password
 from appliance.tables.catalog import Catalog
 from appliance.tables.storage import describe
 
@@ -28,10 +30,12 @@ TABLE_DATA_TODO = ("check that the catalog hands out credentials that may write 
 
 
 def describe_catalog(iceberg: Any) -> str:
-    """`sql catalog at sqlite:///...`, `rest catalog at https://...`: its kind and where it is."""
+    """`sql catalog at sqlite:///...`, `rest catalog floe at https://...`: its kind and where it is, a
+    password in its URI masked; its name when not Floe's default (other engines must use the same)."""
     kind = type(iceberg).__name__.lower().replace("floe", "").replace("catalog", "") or "iceberg"
-    uri = iceberg.properties.get("uri", "")
-    return f"{kind} catalog at {uri}" if uri else f"{kind} catalog {iceberg.name}"
+    uri = mask_uri_password(iceberg.properties.get("uri", ""))
+    name = f" {iceberg.name}" if iceberg.name != DEFAULT_NAME or not uri else ""
+    return f"{kind} catalog{name} at {uri}" if uri else f"{kind} catalog{name}"
 
 
 def check_catalog(settings: Settings) -> tuple[Check, Any]:

@@ -29,6 +29,8 @@ _CURRENT = ("SELECT metadata_location FROM iceberg_tables"
 _SWAP = ("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old"
          " WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name"
          " AND metadata_location = :old")
+_REPOINT = ("UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = :new"
+            " WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name")
 
 
 class FloeSqlCatalog(SqlCatalog):
@@ -145,6 +147,12 @@ class FloeSqlCatalog(SqlCatalog):
             raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
         self._remember(staged.metadata_location, staged.metadata)
         return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+
+    def repoint(self, identifier: tuple[str, ...], location: str) -> None:
+        """Point the table at the metadata file `location`, wherever it points now: a recovery's, never a
+        commit's (`floe recover`, with no engine running)."""
+        self._sql(_REPOINT, {"new": location, "catalog": self.name, "namespace": ".".join(identifier[:-1]),
+                             "name": identifier[-1]})
 
     def location(self, identifier: tuple[str, ...]) -> str | None:
         """Where the table's current metadata is: one indexed query, to tell whether a cached

@@ -14,13 +14,13 @@ from textual.containers import Horizontal
 from textual.widgets import Checkbox, Input, Label
 
 from appliance.core.errors import MappingError
-from appliance.model.keys import check_key
+from appliance.model.keys import check_key, key_columns
 from appliance.model.mapping import Mapping
 from tui.widgets.form import FormStep, field, show_error
 
 
 def parse_key(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+    return key_columns(text)
 
 
 class KeyStep(FormStep):

@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class BrokersKnown(Message):
+    bootstraps: list[str]  # the streams' bootstrap servers, the newest stream's first
+
+
+@dataclass
 class TopicsListed(Message):
     kafka: KafkaSettings
     topics: list[str]

@@ -13,6 +13,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.message import Message
+from textual.suggester import SuggestFromList
 from textual.widgets import Button, DataTable, Input, Label, Select
 from textual.worker import get_current_worker
 
@@ -20,7 +21,8 @@ from appliance.control.fields import SOURCE_FIELDS, Field, Problems, failure
 from appliance.control.source import SourceForm, check_source, list_topics, preview
 from appliance.kafka.settings import PROTOCOLS, SASL_MECHANISMS, KafkaSettings
 from appliance.model.stream import FORMATS, REGISTRY_FORMATS
-from tui.screens.new_stream.messages import SampleRead, TopicChosen, TopicsListed
+from appliance.views.streams import known_brokers
+from tui.screens.new_stream.messages import BrokersKnown, SampleRead, TopicChosen, TopicsListed
 from tui.widgets.form import FormStep, field, show_error
 from tui.workers import ReportsFailures
 
@@ -78,6 +80,27 @@ class SourceStep(ReportsFailures, FormStep):
     def on_mount(self) -> None:
         self.sync_security()
         self.sync_format()
+        self.read_known_brokers()
+
+    # ---- the clusters Floe knows ----
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="wizard-brokers", description="wizard: brokers")
+    def read_known_brokers(self) -> None:
+        self.post_message(BrokersKnown(known_brokers(self.app.settings)))
+
+    @on(BrokersKnown)
+    def brokers_known(self, message: BrokersKnown) -> None:
+        """The newest stream's cluster, selected (typing replaces it), unless something was typed first;
+        the others complete as they are typed (→ takes the completion)."""
+        if not message.bootstraps:
+            return
+        box = self.query_one("#bootstrap", Input)
+        box.suggester = SuggestFromList(message.bootstraps, case_sensitive=False)
+        if box.value:
+            return  # the typed value wins
+        box.value = message.bootstraps[0]
+        box.select_all()
+        self.status("Bootstrap servers: your newest stream's cluster. Enter loads its topics; typing replaces it.")
 
     # ---- the form ----
 

@@ -1,0 +1,81 @@
+"""A table's data files read into Arrow: the one place Floe does it, whoever wrote the files.
+
+PyIceberg's Arrow reader (`ArrowScan`) projects each file onto the schema asked for by field id (a
+column renamed, added or promoted since the file was written is found, a missing one is null), but
+keeps the Arrow types the file's writer chose: PyIceberg writes Arrow's large types (`large_string`,
+`large_binary`, `large_list`) into its files' schema, where Floe and Java Iceberg write `string`,
+`binary` and `list`. Batches of two writers then do not go into one table or one file (`ArrowInvalid:
+Schema at index N was different`). Every batch read here is cast to the table's schema in Floe's
+Arrow types, so compaction, retention, a replay, stages and the key index read a table that a team
+loaded with PyIceberg or Spark as they read Floe's own files. A file already in those types (every
+file Floe wrote) is passed on as it is read: nothing is copied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.schema import Schema
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
+    """`schema` in Arrow as Floe writes it: PyIceberg's types, without the large ones."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    arrow = schema_to_pyarrow(schema, include_field_ids=False)
+    return pa.schema([f.with_type(_small(f.type)) for f in arrow])
+
+
+def _small(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_small(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_small(t.key_type)), t.item_field.with_type(_small(t.item_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_small(f.type)) for f in t])
+    return t
+
+
+def conform(batch: pa.RecordBatch, arrow: pa.Schema) -> pa.RecordBatch:
+    """`batch` with each column in the type `arrow` gives its name: cast only where the file's writer
+    chose another (a large type, another name for a list's element)."""
+    types = [arrow.field(name).type if name in arrow.names else column.type
+             for name, column in zip(batch.schema.names, batch.columns)]
+    if all(column.type == t for column, t in zip(batch.columns, types)):
+        return batch
+    columns = [column if column.type == t else column.cast(t) for column, t in zip(batch.columns, types)]
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(
+        [f.with_type(t) for f, t in zip(batch.schema, types)], metadata=batch.schema.metadata))
+
+
+def read_batches(meta: Any, io: Any, schema: Schema, tasks: Iterable[Any],
+                 row_filter: BooleanExpression | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of PyIceberg's scan `tasks` (`FileScanTask`s: a data file and the deletes that apply to
+    it), file after file in file order, projected onto `schema` by field id, less those `row_filter`
+    leaves out, in `arrow_schema(schema)`'s types."""
+    from pyiceberg.io.pyarrow import ArrowScan
+
+    arrow = arrow_schema(schema)
+    scan = ArrowScan(meta, io, schema, row_filter if row_filter is not None else AlwaysTrue())
+    for batch in scan.to_record_batches(tasks):
+        yield conform(batch, arrow)
+
+
+def read_table(meta: Any, io: Any, schema: Schema, tasks: Iterable[Any],
+               row_filter: BooleanExpression | None = None) -> pa.Table:
+    """`read_batches` as one table (empty, with the schema's columns, when there is no row)."""
+    return pa.Table.from_batches(list(read_batches(meta, io, schema, tasks, row_filter)), schema=arrow_schema(schema))
+
+
+def file_tasks(files: Iterable[Any]) -> list[Any]:
+    """Data files as scan tasks without deletes: every row each file holds."""
+    from pyiceberg.table import FileScanTask
+
+    return [FileScanTask(f) for f in files]
