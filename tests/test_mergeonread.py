@@ -40,7 +40,7 @@ from appliance.tables.datafiles import TableTarget, in_file_order, write_data_fi
 from appliance.tables.iceberg_schemas import target_iceberg_schema
 
 MAPPING = Mapping((Column("id", "long", ("id",)), Column("name", "string", ("name",))))
-NOW = dt.datetime.now(dt.timezone.utc)
+NOW = dt.datetime.now(dt.UTC)
 
 
 # ---- the rule ------------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def test_the_batch_the_commit_and_the_audit_pick_the_same_newest_message_of_a_ke
     # back): the table ends holding exactly that newest state.
     stream = Stream(table, KeyIndex(("id",)))
     form = KeyForm.of(table.schema(), ("id",))
-    cuts = {p: sorted(rng.sample(range(0, 101), 3)) for p in range(3)}
+    cuts = {p: sorted(rng.sample(range(101), 3)) for p in range(3)}
     for j in range(4):
         picked = [i for i, r in enumerate(rows) if _stretch(cuts[r["_kafka_partition"]], j, r["_kafka_offset"])]
         part = entries.take(pa.array(picked, pa.int64()))
@@ -393,11 +393,11 @@ def test_kill_9_at_every_step_of_a_commit_and_of_a_rewrite_leaves_each_keys_newe
 
     script = str(Path(steps.__file__))
     for point in FAILPOINTS:
-        ran = subprocess.run([sys.executable, script], env={**os.environ, "FLOE_FAILPOINTS": point},
+        ran = subprocess.run([sys.executable, script], check=False, env={**os.environ, "FLOE_FAILPOINTS": point},
                              capture_output=True, text=True, timeout=300)
         assert ran.returncode == -9, f"{point}: not killed ({ran.returncode}): {ran.stderr[-3000:]}"
         check()
-    ran = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+    ran = subprocess.run([sys.executable, script], check=False, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-3000:]
     check()
     table = Catalog(load_settings()).table(steps.TABLE)

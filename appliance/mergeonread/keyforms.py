@@ -175,8 +175,11 @@ def _sha256(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
         con = _LOCAL.duckdb = duckdb.connect()
         con.execute("SET threads = 1")
         con.execute("SET enable_progress_bar = false")
-    table = pa.table({"v": values})  # noqa: F841  (DuckDB reads it by name)
-    hashed = con.execute("SELECT unhex(left(sha256(v), 32)) AS h FROM \"table\"").to_arrow_table().column(0)
+    con.register("key_values", pa.table({"v": values}))
+    try:
+        hashed = con.execute("SELECT unhex(left(sha256(v), 32)) AS h FROM key_values").to_arrow_table().column(0)
+    finally:
+        con.unregister("key_values")
     fixed = hashed.combine_chunks().cast(pa.binary(16))
     out = np.zeros((len(fixed), 2), dtype=np.uint64)
     if len(fixed):

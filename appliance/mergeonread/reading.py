@@ -1,23 +1,21 @@
 """Reading an upsert table's data files back: their key columns and Kafka positions, by the table's schema.
 
-The one place the index reads rows. Files are read by field id into the table's current schema,
-whatever Arrow types their writer used (PyIceberg writes `large_string`), and a column a file lacks
-(written before Floe's columns were added, or by another writer) comes back as nulls.
+The one place the index reads rows, through `tables/reading` (by field id into the table's current
+schema, in Floe's Arrow types whichever writer wrote the file); a column a file lacks (written before
+Floe's columns were added, or by another writer) comes back as nulls.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
 from appliance.mergeonread.precedence import UNKNOWN
 from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP
+from appliance.tables.reading import arrow_schema, file_tasks, read_table
 from appliance.tables.storage import storage_errors
 
 POSITIONS = (KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name)
@@ -31,9 +29,9 @@ def read_columns(metadata: TableMetadata, io: FileIO, data_file: DataFile, colum
     if not wanted:  # a table of another writer, without Floe's columns
         return pa.table({c: pa.nulls(data_file.record_count, pa.int64()) for c in columns})
     if not data_file.record_count:
-        return schema.select(*wanted).as_arrow().empty_table()
+        return arrow_schema(schema.select(*wanted)).empty_table()
     with storage_errors(data_file.file_path, "read the key columns of a data file"):
-        rows = ArrowScan(metadata, io, schema.select(*wanted), AlwaysTrue()).to_table([FileScanTask(data_file)])
+        rows = read_table(metadata, io, schema.select(*wanted), file_tasks([data_file]))
     for name in columns:  # Floe's columns, in a table of another writer that lacks them
         if name not in rows.column_names:
             rows = rows.append_column(name, pa.nulls(rows.num_rows, pa.int64()))
