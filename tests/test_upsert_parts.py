@@ -244,3 +244,32 @@ def test_a_key_written_twice_in_one_commit_keeps_its_last_row_and_a_later_delete
     assert int(table.current_snapshot().summary.additional_properties["added-position-deletes"]) == 2
     assert table.scan().to_arrow().to_pylist() == [{"id": 2, "name": "b2"}]
     assert index.locate(1) is None and index.locate(2) == (second[0].file_path, 0)
+
+
+def test_an_upsert_commit_that_lost_a_race_retries_on_fresh_metadata_once_and_only_once(table):
+    """Another writer committed after the batch loaded the table: the commit is retried on fresh
+    metadata (the index brought to it) while the table holds the offsets the batch was planned from;
+    a commit that had landed before its error is not made twice; a table past those offsets is a
+    second engine's."""
+    from appliance.core.errors import OffsetsConflict
+    from appliance.tables.snapshots import committed_offsets
+
+    index = KeyIndex(("id",))
+    table, _ = commit_upsert(table, index, rows(table, [(data(table, [1, 2], "a"), [1, 2])]), "s", "t", None, {0: 2})
+    catalog = Catalog(load_settings())
+    stale, landed_stale, moved_stale = (catalog.table("n.t") for _ in range(3))  # (`refresh` changes a table)
+    commit_changes(table, FileChanges(data=data(table, [7], "other")), Operation.APPEND, {})  # not Floe's
+    newer = data(stale, [2], "b")
+    table, done = commit_upsert(stale, index, rows(stale, [(newer, [2])]), "s", "t", {0: 2}, {0: 3})
+    assert done.replaced == 1 and committed_offsets(table, "s") == {0: 3}
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "name": "a1"}, {"id": 2, "name": "b2"}, {"id": 7, "name": "other7"}]
+    at = table.current_snapshot().snapshot_id
+    again, done = commit_upsert(landed_stale, index, rows(landed_stale, [(data(landed_stale, [2], "c"), [2])]),
+                                "s", "t", {0: 2}, {0: 3})
+    assert (done.snapshot_id, done.replaced) == (at, 0) and again.current_snapshot().snapshot_id == at
+    with pytest.raises(OffsetsConflict):
+        commit_upsert(moved_stale, index, rows(moved_stale, [(data(moved_stale, [2], "d"), [2])]), "s", "t",
+                      {0: 2}, {0: 4})
+    table = catalog.table("n.t")
+    assert table.current_snapshot().snapshot_id == at and len(table.scan().to_arrow()) == 3

@@ -17,19 +17,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
-from appliance.core.errors import CommitConflict, KeyIndexStale
+from appliance.core.errors import KeyIndexStale
 from appliance.core.failpoints import failpoint
-from appliance.core.retry import retrying
 from appliance.mergeonread.deletes import write_deletes_by_partition
 from appliance.mergeonread.index import KeyIndex
 from appliance.mergeonread.lineage import MERGE_KEY, bring_to, flatten
 from appliance.mergeonread.plans import KeyedRows, landed, plan
-from appliance.tables.commits import already_committed
+from appliance.tables.commits import commit_with_offsets
 from appliance.tables.datafiles import delete_files, live_entries
 from appliance.tables.fastpath.changes import FileChanges, commit_changes, spec_of
 from appliance.tables.snapshots import offsets_properties
@@ -46,24 +44,13 @@ class UpsertCommit:
 def commit_upsert(table: Table, index: KeyIndex, rows: KeyedRows, stream_id: str, topic: str,
                   expected: dict[int, int] | None, offsets: dict[int, int], attempts: int = 5
                   ) -> tuple[Table, UpsertCommit]:
-    """Commit `rows` with `offsets` in one snapshot; the caller holds the table's commit lock.
-
-    As `commits.commit_files`: a lost race is retried on fresh metadata only while the table holds
-    the offsets the batch was planned from.
-    """
-    name = ".".join(table.name())
+    """Commit `rows` with `offsets` in one snapshot; the caller holds the table's commit lock. A lost
+    race is retried as `commits.commit_with_offsets` says; a commit that had landed is replayed by the
+    index at the next one."""
     props = {**offsets_properties(stream_id, topic, offsets), MERGE_KEY: "upsert"}
-    try:
-        for attempt in retrying(CommitFailedException, f"upsert commit to {name}", attempts=attempts):
-            with attempt:
-                if attempt.retry_state.attempt_number > 1:
-                    table = table.refresh()
-                    landed_id = already_committed(table, stream_id, expected, offsets)
-                    if landed_id is not None:  # the index replays it at the next commit
-                        return table, UpsertCommit(landed_id, 0)
-                return _commit(table, index, rows, props)
-    except CommitFailedException:
-        raise CommitConflict(f"table {name}: upsert commit failed {attempts} times in a row") from None
+    return commit_with_offsets(table, stream_id, expected, offsets, "upsert commit",
+                               lambda t: _commit(t, index, rows, props),
+                               lambda t, landed_id: (t, UpsertCommit(landed_id, 0)), attempts)
 
 
 def _commit(table: Table, index: KeyIndex, rows: KeyedRows, props: dict[str, str]) -> tuple[Table, UpsertCommit]:

@@ -7,8 +7,9 @@ won the race, each under the rule that keeps it correct (see the functions).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TypeVar
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
@@ -69,26 +70,39 @@ def commit_files(
     offsets: dict[int, int],
     attempts: int = 5,
 ) -> tuple[Table, int | None]:
-    """Append `files` with `offsets` in the same snapshot; returns the table and the snapshot id.
-
-    A lost race with another writer (maintenance, say) is retried on fresh
-    metadata, but only while the table still holds the offsets this batch was
-    planned from: anything else means a second engine writes the stream.
-    """
+    """Append `files` with `offsets` in the same snapshot; returns the table and the snapshot id."""
     props = offsets_properties(stream_id, topic, offsets)
+
+    def append(t: Table) -> tuple[Table, int | None]:
+        t = append_files(t, files, props)
+        return t, t.current_snapshot().snapshot_id
+
+    return commit_with_offsets(table, stream_id, expected, offsets, "commit", append, lambda t, landed: (t, landed),
+                               attempts)
+
+
+Done = TypeVar("Done")  # what a batch's commit returns
+
+
+def commit_with_offsets(table: Table, stream_id: str, expected: dict[int, int] | None, offsets: dict[int, int],
+                        what: str, commit: Callable[[Table], Done], landed: Callable[[Table, int], Done],
+                        attempts: int = 5) -> Done:
+    """`commit(table)`, a batch's commit of `offsets`. A lost race with another writer (maintenance,
+    say) is retried on fresh metadata, but only while the table still holds the offsets this batch was
+    planned from (`expected`): if the commit landed before the error, `landed(table, its snapshot id)`;
+    anything else means a second engine writes the stream."""
     name = ".".join(table.name())
     try:
-        for attempt in retrying(CommitFailedException, f"commit to {name}", attempts=attempts):
+        for attempt in retrying(CommitFailedException, f"{what} to {name}", attempts=attempts):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     table = table.refresh()
-                    landed = already_committed(table, stream_id, expected, offsets)
-                    if landed is not None:
-                        return table, landed
-                table = append_files(table, files, props)
-                return table, table.current_snapshot().snapshot_id
+                    landed_id = already_committed(table, stream_id, expected, offsets)
+                    if landed_id is not None:
+                        return landed(table, landed_id)
+                return commit(table)
     except CommitFailedException:
-        raise CommitConflict(f"table {name}: commit failed {attempts} times in a row") from None
+        raise CommitConflict(f"table {name}: {what} failed {attempts} times in a row") from None
 
 
 def already_committed(table: Table, stream_id: str, expected: dict[int, int] | None,
