@@ -203,19 +203,24 @@ def test_compaction_under_a_live_upsert_stream_folds_every_delete_and_keeps_the_
     assert created.returncode == 0, created.stderr
     engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)
+    # The trickle and the minute start once the engine commits: starting it takes a while on a loaded
+    # machine, and a trickle that ended before would leave the compactions nothing to do.
+    wait_for(lambda: totals(Catalog(load_settings()).table("ingest.live")).data_files, 120,
+             what="the engine's first commit")
     stop = threading.Event()
-    feeding = threading.Thread(target=trickle.run, args=(100_000, stop))
+    feeding = threading.Thread(target=trickle.run, args=(10**7, stop))
     feeding.start()
     try:
-        compactions = 0
+        compactions, said = 0, []
         deadline = time.monotonic() + 60
         while compactions < 3 and time.monotonic() < deadline:
             # From another process, while the stream commits its deletes every 100 ms: the deletes
             # committed during a rewrite are carried over to its new files.
             done = floe("maintain", "ingest.live", "--compact")
             assert done.returncode == 0, done.stderr
+            said.append(done.stdout + done.stderr)
             compactions += "ok" in done.stdout + done.stderr
-        assert compactions == 3
+        assert compactions == 3, said
     finally:
         stop.set()
         feeding.join()
@@ -305,7 +310,7 @@ def test_a_table_another_writer_loaded_takes_the_topic_on_top_across_two_days_of
                                                    pa.timestamp("us", tz="UTC")))
     loaded.append(rows)
     producer = broker.producer()
-    days = [dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc), dt.datetime(2026, 11, 2, tzinfo=dt.timezone.utc)]
+    days = [dt.datetime(2026, 11, 1, tzinfo=dt.UTC), dt.datetime(2026, 11, 2, tzinfo=dt.UTC)]
 
     def send(i: int, key: int, value: dict | None) -> None:
         stamp = int((days[i % 2] + dt.timedelta(seconds=i)).timestamp() * 1000)
