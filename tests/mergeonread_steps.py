@@ -20,25 +20,25 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from appliance.config.settings import ensure_home, load_settings
-from appliance.config.units import parse_period
-from appliance.decode.keys import CODES, OP, newest_per_key
-from appliance.decode.parsed import Op
-from appliance.maintenance.compaction import compact
-from appliance.maintenance.policies import effective_policy
-from appliance.maintenance.retention import apply_retention
-from appliance.mergeonread.commit import checkpoint, commit_upsert
-from appliance.mergeonread.index import KeyIndex
-from appliance.mergeonread.keyforms import KeyForm
-from appliance.mergeonread.plans import KeyedRows, Keys
-from appliance.mergeonread.store import IndexStore, index_directory
-from appliance.model.mapping import Column, Mapping
-from appliance.model.partitioning import Partitioning
-from appliance.state.store import StateStore
-from appliance.tables.catalog import Catalog
-from appliance.tables.datafiles import TableTarget, in_file_order, write_data_files
-from appliance.tables.iceberg_schemas import target_iceberg_schema
-from appliance.tables.snapshots import committed_offsets
+from appliance.config.settings import ensure_home, load_settings  # noqa: E402
+from appliance.config.units import parse_period  # noqa: E402
+from appliance.decode.keys import CODES, OP, newest_per_key  # noqa: E402
+from appliance.decode.parsed import Op  # noqa: E402
+from appliance.maintenance.compaction import compact  # noqa: E402
+from appliance.maintenance.policies import effective_policy  # noqa: E402
+from appliance.maintenance.retention import apply_retention  # noqa: E402
+from appliance.mergeonread.commit import checkpoint, commit_upsert  # noqa: E402
+from appliance.mergeonread.index import KeyIndex  # noqa: E402
+from appliance.mergeonread.keyforms import KeyForm  # noqa: E402
+from appliance.mergeonread.plans import KeyedRows, Keys  # noqa: E402
+from appliance.mergeonread.store import IndexStore, index_directory  # noqa: E402
+from appliance.model.mapping import Column, Mapping  # noqa: E402
+from appliance.model.partitioning import Partitioning  # noqa: E402
+from appliance.state.store import StateStore  # noqa: E402
+from appliance.tables.catalog import Catalog  # noqa: E402
+from appliance.tables.datafiles import TableTarget, in_file_order, write_data_files  # noqa: E402
+from appliance.tables.iceberg_schemas import target_iceberg_schema  # noqa: E402
+from appliance.tables.snapshots import committed_offsets  # noqa: E402
 
 MAPPING = Mapping((Column("id", "long", ("id",)), Column("name", "string", ("name",))))
 BATCHES = 6

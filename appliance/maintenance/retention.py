@@ -133,9 +133,9 @@ def apply_retention(
     rewrite_id = fold.save(index_directory(settings.home, table))
     if rewrite_id:  # the table's key index follows its rows through this map (mergeonread/lineage.py)
         properties[REWRITE_KEY] = rewrite_id
-    failpoint("rewrite_map_saved")
+    failpoint("rewrite_map_saved", "retention")
     table = commit_rewrite(settings, table, removed, added, label, properties, carry=fold.carry)
-    failpoint("rewrite_committed")
+    failpoint("rewrite_committed", "retention")
     result.rows_deleted = plan.rows_dropped + sum(r.rows_in - r.rows_out for _, r in changed)
     after = totals(table)
     result.snapshot_id, result.files_after, result.bytes_after = after.snapshot_id, after.data_files, after.size_bytes
