@@ -277,20 +277,7 @@ class Case:
         upserts: list[tuple[float, float]] = []  # the stream's commits: called (waits for the lock), returned
         original, upsert = compaction.commit_rewrite, batch_commit.commit_upsert
 
-        def timed(*a, **k):
-            t0 = time.time()
-            try:
-                return original(*a, **k)
-            finally:
-                commits.append((t0, time.time()))
-
-        def timed_upsert(*a, **k):
-            t0 = time.time()
-            try:
-                return upsert(*a, **k)
-            finally:
-                upserts.append((t0, time.time()))
-
+        timed, timed_upsert = _timing(original, commits), _timing(upsert, upserts)
         catalog = Catalog(self.settings)
         with StateStore(self.settings.state_db) as state:
             policy = effective_policy(self.settings, state, self.table)[0]
@@ -369,6 +356,19 @@ class Case:
         engine.wait(300)
         self.say(f"restart: `floe run` to its first upsert commit in {first.committed_ms / 1000 - t0:.1f} s; "
                  f"its index: {self._catch_ups()}" if first else "restart: no commit within 600 s")
+
+
+def _timing(call, into: list[tuple[float, float]]):
+    """`call`, noting when each call began and returned into `into`."""
+
+    def timed(*a, **k):
+        t0 = time.time()
+        try:
+            return call(*a, **k)
+        finally:
+            into.append((t0, time.time()))
+
+    return timed
 
 
 def main_big(args) -> None:
