@@ -364,7 +364,6 @@ def test_a_replay_compares_rows_of_its_own_partition_by_offset(table):
 
 # ---- kill -9 -------------------------------------------------------------------------------------
 
-# In the order a run meets them: a batch's commit, the index's checkpoint, a compaction's commit.
 # In the order the steps pass them: a batch's commit, the checkpoint, the compaction, then the retention run
 # (a point named alone kills at its first pass, a compaction's; `name:retention` at the retention run's).
 FAILPOINTS = ("upsert_deletes_written", "upsert_committed", "upsert_landed", "checkpoint_shard_saved",
