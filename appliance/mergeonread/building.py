@@ -73,8 +73,12 @@ def build(index: KeyIndex, table: Table) -> None:
 
 
 def _give_back() -> None:
-    """Hand the build's freed memory back to the system: glibc keeps freed heap pages of large arrays
-    (its mmap threshold rises as they are freed), which would leave the process several times the index."""
+    """Hand the build's freed memory back to the system: Arrow's pool keeps the pages of the files read
+    (measured at 10^7 keys: about 5 bytes a key less resident after the build), and glibc may keep freed
+    heap pages of the build's chunks."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
     try:
         import ctypes
 
