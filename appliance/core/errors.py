@@ -224,6 +224,13 @@ class RewriteConflict(FloeError):
     retryable = True
 
 
+class KeyIndexStale(FloeError):
+    """An upsert table's key index cannot be proven to match the table (a checkpoint of another table or
+    key, a snapshot it cannot replay, a rewrite it cannot follow): it is built again from the table."""
+
+    retryable = True
+
+
 # ---- engine, maintenance, queries ------------------------------------------------------
 
 

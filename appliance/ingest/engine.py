@@ -29,7 +29,7 @@ from appliance.core.errors import EngineBusy, FloeError
 from appliance.core.locks import FileLock
 from appliance.core.polling import backoff
 from appliance.core.vocabulary import EngineState, EventKind, StreamPhase
-from appliance.ingest.indexes import keep_only
+from appliance.ingest.indexes import keep_only, save_all
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.outages import Outages
 from appliance.ingest.worker import OUTAGE_BACKOFF, Shared, StreamWorker
@@ -205,6 +205,7 @@ class Engine:
                 thread.join(1.0)
         for worker in self.workers.values():
             worker.join()
+        save_all()  # the upsert streams' key indexes: the next start loads them
         if self.jobs is not None:
             self.jobs.close()
         with contextlib.suppress(sqlite3.Error):
@@ -254,7 +255,7 @@ class Engine:
     def _reconcile(self) -> None:
         """Start workers for active streams; stop those paused, deleted or redefined."""
         streams = {s.name: s for s in self.state.streams()}
-        keep_only({s.id for s in streams.values()})
+        keep_only(self.settings.home, {s.id for s in streams.values()})
         for name, worker in list(self.workers.items()):
             current = streams.get(name)
             # A redefined stream (another id, another schema evolution setting) gets a new worker;
