@@ -9,6 +9,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Iterator
 
+import sqlalchemy.exc
 from pyiceberg.catalog import StagedTable
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
@@ -17,7 +18,6 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
-import sqlalchemy.exc
 from sqlalchemy import text
 
 from appliance.core.failpoints import failpoint
