@@ -138,8 +138,10 @@ def test_stages_equal_their_queries_through_kills_compaction_and_expiry(broker, 
         assert maintained.returncode == 0, maintained.stderr
 
     run_until_caught_up(spark)
-    operations = {s.summary.operation.value for s in Catalog(settings).table("ingest.orders").metadata.snapshots}
-    assert "replace" in operations  # the compaction happened
+    # A compaction committed (in some cycle: a later cycle's expiry may have dropped its snapshot, and a
+    # cycle whose engine was killed before it committed twice has nothing to compact).
+    runs = json.loads(floe("table", "runs", "ingest.orders", "--format", "json").stdout)
+    assert any(r["task"] == "compact" and r["snapshot_id"] for r in runs), runs
     assert rows("select count(*) n from ingest.orders")[0]["n"] + rows(
         "select count(*) n from ingest.orders_dlq")[0]["n"] == sent["n"]
     for name, (_, _, table, recomputed, columns) in STAGES.items():
