@@ -8,6 +8,7 @@ kept here: they live in the Iceberg snapshots, committed with the data.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -198,6 +199,13 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, Upk
         return [BatchRecord.of(r) for r in self._rows("batches", "stream = ? and committed_at >= ?",
                                                         [stream, since], order_by="id")]
 
+    def recent_batches_by_stream(self, since: str) -> dict[str, list[BatchRecord]]:
+        """Every stream's batches committed at or after `since`, oldest first: one query, not one per stream."""
+        out: dict[str, list[BatchRecord]] = {}
+        for r in self._rows("batches", "committed_at >= ?", [since], order_by="id"):
+            out.setdefault(r["stream"], []).append(BatchRecord.of(r))
+        return out
+
     def heavy_dead_letter_batches(self, min_messages: int, min_share: float, newest: int,
                                   stream: str | None = None) -> list[BatchRecord]:
         """Batches among the `newest` whose dead-letter rows are at least `min_share` of their messages."""
@@ -343,6 +351,14 @@ def _stream_row(stream: StreamDef) -> dict[str, Any]:
 
 
 def _stream(row: dict[str, Any]) -> StreamDef:
+    return _stream_of(tuple(row.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stream_of(items: tuple) -> StreamDef:
+    """A stream's definition from its row, parsed once per distinct row: the engine reads every stream's
+    row each half second, and a mapping's TOML costs far more than the read (hundreds of streams)."""
+    row = dict(items)
     return StreamDef(
         name=row["name"],
         id=row["id"],
