@@ -8,7 +8,6 @@ import sqlite3
 import time
 
 import pytest
-from commands import floe
 
 from appliance.config.settings import ensure_home, load_settings
 from appliance.core.clock import now
@@ -17,6 +16,8 @@ from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.records import BatchRecord
 from appliance.state.store import StateStore
+
+from commands import floe
 
 MAPPING = Mapping.from_toml('[[columns]]\nname = "id"\ntype = "long"\nsource = "id"\n')
 STREAMS = 500

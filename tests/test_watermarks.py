@@ -8,12 +8,13 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from conftest import wait_for
 
 from appliance.core.errors import BrokerUnreachable, TopicNotFound
 from appliance.ingest.watermarks import ClusterPoller, WatermarkPollers
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.kafka.settings import KafkaSettings
+
+from conftest import wait_for
 
 
 def topics(n: int) -> list[str]:
