@@ -27,6 +27,7 @@ from appliance.core.vocabulary import (
     MaintenanceTask,
     RunOutcome,
 )
+from appliance.core.wal import use_wal
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
@@ -41,7 +42,7 @@ from appliance.state.records import (
     StreamStatus,
 )
 from appliance.state.requests import EngineRequests
-from appliance.state.schema import migrate, prepare, use_wal
+from appliance.state.schema import migrate, prepare
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
 from appliance.state.upkeep import UpkeepRecords

@@ -20,6 +20,7 @@ from pyiceberg.table.metadata import TableMetadata
 from sqlalchemy import text
 
 from appliance.core.failpoints import failpoint
+from appliance.core.wal import use_wal
 from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.transactions import staged_metadata
 
@@ -43,7 +44,10 @@ class FloeSqlCatalog(SqlCatalog):
     writing it serialises only the new snapshot (see `metadatafile`).
     """
 
-    CACHED = 16
+    # Every table a running stream commits to: with fewer than the tables committing in turn, each
+    # commit and each reload parses the table's whole metadata file again (up to max_snapshots entries).
+    # The streams' runners hold these same objects, so keeping them costs little more.
+    CACHED = 2048
 
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
@@ -195,7 +199,11 @@ class FloeSqlCatalog(SqlCatalog):
         """The commits' own SQLite connection, opened by the first; the caller holds `_db_lock`. As a
         context manager it is one transaction."""
         if self._db is None:
-            self._db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)
+            db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)
+            # Hundreds of streams' commits queue on this one connection: a commit in WAL mode is one fsync
+            # (about a third of a rollback journal's time here), and readers never wait for it.
+            use_wal(db)
+            self._db = db
         return self._db
 
     def _table_at(self, identifier: tuple[str, ...], location: str) -> Table:
