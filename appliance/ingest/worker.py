@@ -17,7 +17,8 @@ from appliance.core.clock import now
 from appliance.core.errors import FloeError, KafkaUnavailable, RegistryUnavailable, UnforeseenError
 from appliance.core.secrets import scrub
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
-from appliance.ingest.jobs import BatchJobs, next_wake
+from appliance.ingest.jobs import BatchJobs, next_tick, next_wake
+from appliance.ingest.planning import lag
 from appliance.ingest.runner import BatchOutcome, StreamRunner
 from appliance.ingest.watermarks import WatermarkPollers
 from appliance.model.stream import StreamDef
@@ -123,6 +124,14 @@ class StreamWorker(threading.Thread):
                     return
                 tick = time.monotonic()
                 continue
+            if self._trickle(outcome, runner):
+                # A trickle's next batch waits to hold more (on the grid of commit intervals, so that the
+                # trickles due together still share one Spark job), or until enough messages wait.
+                if self._linger(runner, next_tick(tick + max(engine.trickle_interval, engine.commit_interval)
+                                                  - 1e-3, engine.commit_interval)):
+                    return
+                tick = time.monotonic()
+                continue
             tick = next_wake(tick, time.monotonic(), bool(outcome.messages), engine.commit_interval,
                              engine.poll_interval)
             if self._wait(tick - time.monotonic()):
@@ -195,6 +204,26 @@ class StreamWorker(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         self.moved.set()
+
+    def _trickle(self, outcome: BatchOutcome, runner: StreamRunner) -> bool:
+        """A small batch with little left waiting: a trickle's (a one-off run catches up without waiting)."""
+        limit = self.engine.settings.engine.trickle_messages
+        return (runner.poller is not None and not self.until_caught_up
+                and 0 < outcome.messages < limit and outcome.lag < limit)
+
+    def _linger(self, runner: StreamRunner, due: float) -> bool:
+        """Wait until `due`, or until the poller sees enough messages waiting; True when the worker must stop."""
+        limit = self.engine.settings.engine.trickle_messages
+        while time.monotonic() < due and not self._stopping():
+            if not self.moved.wait(min(1.0, max(0.0, due - time.monotonic()))):
+                continue
+            self.moved.clear()
+            try:
+                if lag(runner.positions(), runner.poller.watermarks(self.stream.topic)) >= limit:
+                    break
+            except FloeError:
+                break  # the step reports it
+        return self._stopping()
 
     def _idle(self) -> bool:
         """Wait for the topic to move; True when the worker must stop instead."""
