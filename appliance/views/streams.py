@@ -15,7 +15,7 @@ from appliance.config.settings import Settings
 from appliance.core.clock import age, utcnow
 from appliance.core.vocabulary import StreamPhase
 from appliance.model.stream import StreamDef
-from appliance.state.records import BatchRecord, StreamStatus
+from appliance.state.records import BatchRecord, StreamStatus, StreamSummary
 from appliance.state.store import StateStore
 from appliance.views.engine import Shown, engine_health, shown
 
@@ -51,7 +51,7 @@ class StreamView:
         }
 
 
-def phase_of(stream: StreamDef, status: StreamStatus) -> StreamPhase:
+def phase_of(stream: StreamDef | StreamSummary, status: StreamStatus) -> StreamPhase:
     return StreamPhase.PAUSED if stream.paused else status.phase
 
 
@@ -69,7 +69,7 @@ def throughput_series(batches: list[BatchRecord], now: dt.datetime, buckets: int
     return series
 
 
-def _stream_view(recent: list[BatchRecord], s: StreamDef, st: StreamStatus, now: dt.datetime,
+def _stream_view(recent: list[BatchRecord], s: StreamDef | StreamSummary, st: StreamStatus, now: dt.datetime,
                  engine_up: bool) -> StreamView:
     minute = [b for b in recent if (age(b.committed_at, now) or 1e9) <= 60]
     phase = phase_of(s, st)
@@ -100,7 +100,7 @@ def streams_overview(settings: Settings) -> list[StreamView]:
         up = engine_health(settings, state).up
         recent = state.recent_batches_by_stream((now - RECENT).isoformat(timespec="milliseconds"))
         return [_stream_view(recent.get(s.name, []), s, statuses.get(s.name) or StreamStatus(s.name), now, up)
-                for s in state.streams()]
+                for s in state.stream_summaries()]
 
 
 SORTS = {  # `floe stream list --sort`: each key, and whether the largest comes first
