@@ -12,6 +12,7 @@ from collections import defaultdict
 
 BUDGET_SECONDS = 15 * 60
 SHOWN = 10
+DURATIONS = ".test-durations.tsv"
 
 
 class Budget:
@@ -40,7 +41,10 @@ class Budget:
         else:
             write(f"these {len(self.seconds)} tests took {_clock(wall)} (the whole suite's budget: "
                   f"{_clock(BUDGET_SECONDS)})")
-        slowest = sorted(self.seconds.items(), key=lambda item: item[1], reverse=True)[:SHOWN]
+        ranked = sorted(self.seconds.items(), key=lambda item: item[1], reverse=True)
+        # Every test's time, for whoever looks for what to make faster next (git ignores the file).
+        (config.rootpath / DURATIONS).write_text("".join(f"{s:.1f}\t{n}\n" for n, s in ranked))
+        slowest = ranked[:SHOWN]
         write(f"the {len(slowest)} slowest (set-up, call and tear-down):")
         for nodeid, seconds in slowest:
             write(f"{seconds:8.1f}s  {nodeid}")

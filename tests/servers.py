@@ -153,9 +153,9 @@ class PostgresServer:
             raise ServerUnavailable(f"PostgreSQL {what} failed (code {done.returncode}): {said}")
         return done.stdout
 
-    def _start(self) -> None:
-        for attempt in range(3):  # a port taken between choosing it and binding it: choose again
-            self.port = _free_ports(1)[0]
+    def _start(self, port: int | None = None) -> None:
+        for attempt in range(1 if port else 3):  # a port taken between choosing it and binding it: choose again
+            self.port = port or _free_ports(1)[0]
             options = (f"-c listen_addresses={self.host} -p {self.port} -k {self.dir} -c fsync=off "
                        "-c synchronous_commit=off -c full_page_writes=off")
             try:
@@ -194,6 +194,16 @@ class PostgresServer:
         """postgresql+psycopg2://USER[:PASSWORD]@127.0.0.1:PORT/DATABASE"""
         auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password is not None else "")
         return f"postgresql+psycopg2://{auth}@{self.host}:{self.port}/{quote(database, safe='')}"
+
+    @contextlib.contextmanager
+    def down(self):
+        """Stopped at once (pg_ctl stop -m immediate, as a crash or a reboot would) meanwhile, then started
+        again on the same data and port."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "-t", "30", "stop", what="stop")
+        try:
+            yield
+        finally:
+            self._start(self.port)
 
     def stop(self) -> None:
         """Stop at once (pg_ctl stop -m immediate) and remove the directory."""

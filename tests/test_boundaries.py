@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # Which packages of `appliance` each one may import: lower layers only, along the data path
 # kafka -> model -> decode -> tables -> ingest, with maintenance, stages, query, views and control
 # beside them. `tables` knows what rows are (`model`), never how messages become rows (`decode`).
-_BELOW_INGEST = {"core", "config", "kafka", "model", "decode", "spark", "tables", "state"}
+# `mergeonread` (upsert tables' keys, deletes and rewrites) sits on `tables`; `decode` asks only its
+# pure precedence rule (which message of a key is newest), which imports nothing of Floe's.
+_BELOW_INGEST = {"core", "config", "kafka", "model", "decode", "spark", "tables", "mergeonread", "state"}
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "config": {"core"},
@@ -25,14 +27,15 @@ ALLOWED: dict[str, set[str]] = {
     "standins": {"core"},
     "spark": {"core", "config"},
     "model": {"core", "kafka"},
-    "decode": {"core", "kafka", "model"},
+    "decode": {"core", "kafka", "model", "mergeonread"},
     "tables": {"core", "config", "model"},
+    "mergeonread": {"core", "config", "model", "tables"},
     "state": {"core", "config", "kafka", "model"},
     "query": {"core", "config", "tables"},
-    "maintenance": {"core", "config", "model", "spark", "tables", "state"},
+    "maintenance": {"core", "config", "model", "spark", "tables", "mergeonread", "state"},
     "stages": {"core", "config", "model", "spark", "tables", "state"},
     "observe": {"core", "config", "kafka", "model", "tables", "state"},
-    "auditor": {"core", "config", "kafka", "model", "decode", "tables", "state", "query"},
+    "auditor": {"core", "config", "kafka", "model", "decode", "tables", "mergeonread", "state", "query"},
     "ingest": _BELOW_INGEST | {"maintenance", "stages", "observe"},
     "deadletters": _BELOW_INGEST | {"query", "ingest"},
     "views": {"core", "config", "model", "tables", "state", "query", "maintenance"},
@@ -115,6 +118,15 @@ def test_no_package_imports_a_layer_above_its_own():
                     and _layer(imported) not in ALLOWED.get(own, set()):
                 offenders.append(f"{path.relative_to(ROOT)} imports {imported}")
     assert offenders == []
+
+
+def test_decode_asks_merge_on_read_only_its_precedence_rule():
+    """The rule is pure (numpy): decoding in a Spark task never pulls in the index or the table code."""
+    offenders = [f"{path.relative_to(ROOT)} imports {name}" for path in _sources("appliance/decode")
+                 for name in imports_of(path) if _layer(name) == "mergeonread"
+                 and name not in ("appliance.mergeonread", "appliance.mergeonread.precedence")]
+    precedence = ROOT / "appliance" / "mergeonread" / "precedence.py"
+    assert offenders == [] and not [n for n in imports_of(precedence) if n.startswith("appliance.")]
 
 
 def test_no_import_circles():

@@ -44,6 +44,7 @@ def test_stream_survives_a_broker_outage(own_broker, topic, floe_home):
         wait_for(lambda: state.status("o").phase == "failed", 90, what="stream to report the outage")
         assert "unreachable" in state.status("o").last_error or "no message" in state.status("o").last_error
         assert engine.poll() is None, "the engine must keep running through an outage"
+        assert [o.dependency for o in state.outages()] == ["broker"]  # what `floe status` names
 
         os.kill(own_broker.proc.pid, signal.SIGCONT)
         own_broker.produce(topic, pizza_values(300, start=500))
@@ -52,6 +53,7 @@ def test_stream_survives_a_broker_outage(own_broker, topic, floe_home):
         kinds = [e.kind for e in state.events("o")]
         assert "stream_recovered" in kinds
         assert "broker_unreachable" in kinds or "stream_failed" in kinds
+        assert state.outages() == [] and [e.kind for e in state.events()].count("dependency_back") == 1
     finally:
         engine.send_signal(signal.SIGTERM)
         try:

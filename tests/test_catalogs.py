@@ -20,7 +20,7 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from conftest import floe, run_until_caught_up, run_until_killed, wait_for
+from conftest import floe, floe_process, run_until_caught_up, run_until_killed, wait_for
 
 PG_PASSWORD = "pg-pass-8d1c0e47-never-store-me"
 
@@ -255,7 +255,7 @@ def test_a_catalog_password_holding_uri_delimiters_works_by_reference_and_never_
     from appliance.config.settings import load_settings
     from appliance.control.doctor import diagnose, format_check
     from appliance.control.streams import create_stream
-    from appliance.core.errors import CatalogAccessDenied, CatalogUnavailable
+    from appliance.core.errors import CatalogAccessDenied
     from appliance.ingest.engine import Engine
     from appliance.query.connection import run_query
     from appliance.tables.catalog import Catalog
@@ -287,10 +287,15 @@ def test_a_catalog_password_holding_uri_delimiters_works_by_reference_and_never_
 
     wrong = WRONG + topic[2:8]
     monkeypatch.setenv("FLOE_TEST_AWKWARD", wrong)
-    with pytest.raises((CatalogUnavailable, CatalogAccessDenied)) as refused:
-        Catalog(load_settings())
+    with pytest.raises(CatalogAccessDenied) as refused:  # a person must fix it: waiting will not help
+        Catalog(load_settings()).iceberg
     said = str(refused.value)
     assert "password authentication failed" in said and not _leaks(said, wrong) and not _leaks(said, password), said
+    # The engine stops at once on it, in one line saying what to fix, where it waits out a catalog that is down.
+    ran = floe_process("run", env={"FLOE_TEST_AWKWARD": wrong}, timeout=120)
+    last = ran.stderr.strip().splitlines()[-1]
+    assert ran.returncode == 1 and "refused Floe: " in last and "password authentication failed" in last, ran.stderr
+    assert not _leaks(ran.stderr, wrong), ran.stderr
     checks = {c.name: c for c in diagnose(timeout=5)}
     shown = "\n".join(format_check(c) for c in checks.values())
     assert not checks["catalog"].ok and f"{user}:***@{postgres.host}" in checks["catalog"].detail, shown
@@ -309,6 +314,6 @@ def test_a_password_written_unencoded_into_the_uri_is_masked_in_whatever_piece_t
     (floe_home / "floe.toml").write_text(
         f'[catalog]\ntype = "sql"\nuri = "postgresql+psycopg2://floe:{AWKWARD}@{postgres.host}:{postgres.port}/x"\n')
     with pytest.raises(CatalogUnavailable) as refused:
-        Catalog(load_settings())
+        Catalog(load_settings()).iceberg
     said = str(refused.value)
     assert "could not translate host name" in said and not _leaks(said, AWKWARD), said

@@ -181,6 +181,19 @@ def test_an_upsert_replay_never_overwrites_a_newer_row_of_its_key(broker, topic,
     assert rows("select id, code, _kafka_offset o from ingest.up order by id") == [
         {"id": 1, "code": None, "o": 1}, {"id": 2, "code": "x2", "o": 2}, {"id": 3, "code": "x3", "o": 4}]
     assert [r["o"] for r in rows("select _kafka_offset o from ingest.up_dlq")] == [0]
+    # The stream's key index, as the engine left it, follows the replay's move (no build from the table)
+    # and then equals one built from the table.
+    from appliance.mergeonread.building import build
+    from appliance.mergeonread.index import KeyIndex
+    from appliance.mergeonread.lineage import bring_to
+    from appliance.mergeonread.store import IndexStore, index_directory
+
+    table = Catalog(load_settings()).table("ingest.up")
+    kept = KeyIndex(("id",), IndexStore(index_directory(load_settings().home, table), writable=False))
+    assert bring_to(kept, table) == "loaded"
+    built = KeyIndex(("id",))
+    build(built, table)
+    assert kept.contents() == built.contents()
 
 
 async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker, topic, spark):

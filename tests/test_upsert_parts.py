@@ -21,16 +21,25 @@ from appliance.decode.keys import CODES, OP, Keyed, newest_per_key
 from appliance.decode.parsed import Op
 from appliance.decode.rows import decode_batch
 from appliance.kafka.records import RawBatch
+from appliance.mergeonread.building import build
+from appliance.mergeonread.commit import commit_upsert
+from appliance.mergeonread.deletes import (
+    FILE_PATH_ID,
+    POS_ID,
+    live_deletes,
+    read_position_deletes,
+    write_position_deletes,
+)
+from appliance.mergeonread.folding import FoldMap, Kept
+from appliance.mergeonread.index import KeyIndex
+from appliance.mergeonread.keyforms import KeyForm
+from appliance.mergeonread.plans import KeyedRows, Keys
 from appliance.model.keys import check_key
 from appliance.model.mapping import Column, Mapping
 from appliance.query.connection import run_query
 from appliance.tables.catalog import Catalog, table_properties
 from appliance.tables.datafiles import TableTarget, write_data_files
 from appliance.tables.fastpath.changes import FileChanges, commit_changes
-from appliance.tables.fastpath.deletes import FILE_PATH_ID, POS_ID, read_position_deletes, write_position_deletes
-from appliance.tables.folding import FoldMap, live_deletes
-from appliance.tables.keyindex import KeyIndex
-from appliance.tables.upserts import KeyedRows, commit_upsert
 
 MAPPING = Mapping((Column("id", "long", ("id",)), Column("name", "string", ("name",))))
 
@@ -84,7 +93,7 @@ def test_a_null_wrapped_by_kafka_connect_is_a_tombstone():
 
 def test_a_truncate_drops_what_came_before_it_in_its_partition():
     entries = pa.table({"id": [1, 2, None, 3, 4, 2], "_kafka_partition": [0, 1, 0, 0, 1, 1],
-                        "_kafka_offset": [0, 0, 1, 2, 1, 2],
+                        "_kafka_offset": [0, 0, 1, 2, 1, 2], "_kafka_timestamp": pa.array([0] * 6, pa.int64()),
                         OP: pa.array([CODES[o] for o in (Op.UPSERT, Op.UPSERT, Op.TRUNCATE, Op.UPSERT, Op.UPSERT,
                                                          Op.DELETE)], pa.int8())})
     write, delete, truncate = newest_per_key(entries, ["id"])
@@ -143,6 +152,20 @@ def data(table, ids: list[int], name: str):
                                                               "name": [f"{name}{i}" for i in ids]}))
 
 
+def keys(table, ids: list[int], partition: int = 0, start: int = 100) -> Keys:
+    """Keys of messages of one partition, offsets from `start` on (past anything the table holds)."""
+    n = len(ids)
+    return Keys(KeyForm.of(table.schema(), ("id",)).words(pa.table({"id": pa.array(ids, pa.int64())})),
+                np.full(n, partition, np.int32), np.arange(start, start + n, dtype=np.int64),
+                np.zeros(n, dtype=np.int64))
+
+
+def rows(table, files_and_ids: list[tuple[list, list[int]]], deleted: list[int] = ()) -> KeyedRows:
+    files = [f for fs, _ in files_and_ids for f in fs]
+    ids = [i for _, ids in files_and_ids for i in ids]
+    return KeyedRows(files, keys(table, ids), keys(table, list(deleted), start=100 + len(ids)))
+
+
 def test_position_delete_files_are_as_the_spec_lays_them_out_and_every_reader_applies_them(table):
     files = data(table, [1, 2, 3, 4], "a")
     table = commit_changes(table, FileChanges(data=files), Operation.APPEND, {})
@@ -169,13 +192,13 @@ def test_the_key_index_is_the_table_and_a_commit_deletes_the_rows_it_replaces(ta
     table = commit_changes(table, FileChanges(data=data(table, [1, 2, 3], "a")), Operation.APPEND, {})
     index = KeyIndex(("id",))
     newer = data(table, [2, 4], "b")
-    table, done = commit_upsert(table, index, KeyedRows([(newer[0], [2, 4])], deleted=[3]), "s", "t", None, {0: 9})
+    table, done = commit_upsert(table, index, rows(table, [(newer, [2, 4])], deleted=[3]), "s", "t", None, {0: 9})
     assert done.replaced == 2  # key 2's first row, and key 3
     assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
         {"id": 1, "name": "a1"}, {"id": 2, "name": "b2"}, {"id": 4, "name": "b4"}]
     assert index.reflects(table) and index.locate(2) == (newer[0].file_path, 0)
     rebuilt = KeyIndex(("id",))
-    rebuilt.build(table)
+    build(rebuilt, table)
     assert {k: rebuilt.locate(k) for k in (1, 2, 3, 4)} == {k: index.locate(k) for k in (1, 2, 3, 4)}
 
 
@@ -183,9 +206,9 @@ def test_a_key_found_twice_keeps_its_newest_row_and_the_next_commit_deletes_the_
     table = commit_changes(table, FileChanges(data=data(table, [1, 2], "a")), Operation.APPEND, {})
     table = commit_changes(table, FileChanges(data=data(table, [2], "b")), Operation.APPEND, {})  # not Floe's
     index = KeyIndex(("id",))
-    index.build(table)
-    assert len(index) == 2 and sum(map(len, index.duplicates.values())) == 1
-    table, _ = commit_upsert(table, index, KeyedRows(), "s", "t", None, {0: 1})
+    build(index, table)
+    assert len(index) == 2 and len(index.duplicates) == 1
+    table, _ = commit_upsert(table, index, rows(table, []), "s", "t", None, {0: 1})
     assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
         {"id": 1, "name": "a1"}, {"id": 2, "name": "b2"}]
 
@@ -196,7 +219,7 @@ def test_deletes_committed_during_a_rewrite_are_carried_to_its_new_files(table):
     # The rewrite read both files whole and wrote them into one: rows 0..4 of the new file.
     merged = data(table, [1, 2, 3, 4, 5], "a")
     fold = FoldMap(known=set())
-    fold.add([first[0].file_path, second[0].file_path], [np.arange(3), np.arange(2)], merged)
+    fold.add([first[0].file_path, second[0].file_path], [Kept.of(np.ones(3)), Kept.of(np.ones(2))], merged)
     # Meanwhile an upsert deleted key 2 (first file, row 1) and key 5 (second file, row 1).
     late = write_position_deletes(table.metadata, table.io, {first[0].file_path: [1], second[0].file_path: [1]},
                                   table.metadata.default_spec_id, first[0].partition)
@@ -214,8 +237,39 @@ def test_a_key_written_twice_in_one_commit_keeps_its_last_row_and_a_later_delete
     twice: the index still leaves it once."""
     index = KeyIndex(("id",))
     first, second = data(table, [1, 2], "a"), data(table, [2], "b")
-    rows = KeyedRows([(first[0], [1, 2]), (second[0], [2])], deleted=[1])
-    table, done = commit_upsert(table, index, rows, "s", "t", None, {0: 3})
-    assert done.replaced == 2
+    both = KeyedRows(first + second, Keys.concat([keys(table, [1, 2]), keys(table, [2], start=102)]),
+                     keys(table, [1], start=103))
+    table, done = commit_upsert(table, index, both, "s", "t", None, {0: 3})
+    assert done.replaced == 0, "no row of an earlier commit: the two rows it beats are its own"
+    assert int(table.current_snapshot().summary.additional_properties["added-position-deletes"]) == 2
     assert table.scan().to_arrow().to_pylist() == [{"id": 2, "name": "b2"}]
     assert index.locate(1) is None and index.locate(2) == (second[0].file_path, 0)
+
+
+def test_an_upsert_commit_that_lost_a_race_retries_on_fresh_metadata_once_and_only_once(table):
+    """Another writer committed after the batch loaded the table: the commit is retried on fresh
+    metadata (the index brought to it) while the table holds the offsets the batch was planned from;
+    a commit that had landed before its error is not made twice; a table past those offsets is a
+    second engine's."""
+    from appliance.core.errors import OffsetsConflict
+    from appliance.tables.snapshots import committed_offsets
+
+    index = KeyIndex(("id",))
+    table, _ = commit_upsert(table, index, rows(table, [(data(table, [1, 2], "a"), [1, 2])]), "s", "t", None, {0: 2})
+    catalog = Catalog(load_settings())
+    stale, landed_stale, moved_stale = (catalog.table("n.t") for _ in range(3))  # (`refresh` changes a table)
+    commit_changes(table, FileChanges(data=data(table, [7], "other")), Operation.APPEND, {})  # not Floe's
+    newer = data(stale, [2], "b")
+    table, done = commit_upsert(stale, index, rows(stale, [(newer, [2])]), "s", "t", {0: 2}, {0: 3})
+    assert done.replaced == 1 and committed_offsets(table, "s") == {0: 3}
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "name": "a1"}, {"id": 2, "name": "b2"}, {"id": 7, "name": "other7"}]
+    at = table.current_snapshot().snapshot_id
+    again, done = commit_upsert(landed_stale, index, rows(landed_stale, [(data(landed_stale, [2], "c"), [2])]),
+                                "s", "t", {0: 2}, {0: 3})
+    assert (done.snapshot_id, done.replaced) == (at, 0) and again.current_snapshot().snapshot_id == at
+    with pytest.raises(OffsetsConflict):
+        commit_upsert(moved_stale, index, rows(moved_stale, [(data(moved_stale, [2], "d"), [2])]), "s", "t",
+                      {0: 2}, {0: 4})
+    table = catalog.table("n.t")
+    assert table.current_snapshot().snapshot_id == at and len(table.scan().to_arrow()) == 3

@@ -29,8 +29,7 @@ from appliance.query.connection import one_line, open_connection
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
 from appliance.tables.evolution import mapping_of
-from appliance.tables.moves import replay_of
-from appliance.tables.snapshots import committed_offsets, purged, retention_deleted
+from appliance.tables.snapshots import committed_offsets, purged, replay_of, retention_deleted
 
 BATCH_ROWS = 1 << 20
 REASONS = 10

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from appliance.auditor.report import AuditReport, PartitionAudit
 from appliance.auditor.scans import scan_sql
@@ -27,7 +28,8 @@ from appliance.decode.keys import Keyed
 from appliance.decode.rows import decode_batch
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.kafka.reader import Piece
-from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION
+from appliance.mergeonread.precedence import Position, newer
+from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP
 from appliance.model.keys import key_values
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
@@ -35,7 +37,6 @@ from appliance.query.connection import one_line, open_connection
 
 CHUNK = 200_000  # messages read and decoded at a time
 EXAMPLES = 5
-GONE = None  # a key whose newest message deletes it
 
 
 @dataclass
@@ -51,6 +52,7 @@ class KeyAudit:
     deleted: list[str] = field(default_factory=list)  # a key deleted by its newest message, in the table
     unexplained: list[str] = field(default_factory=list)  # a key in the table that no retained message gives
     unchecked: int = 0  # table keys whose messages all left the topic
+    loaded: int = 0  # table keys of rows another writer loaded (no Kafka position) that no message replaced
     undelivered: list[str] = field(default_factory=list)  # messages that do not decode, not dead letters
     truncated: set[int] = field(default_factory=set)  # partitions a truncate event was read from
 
@@ -75,11 +77,12 @@ def audit_upserts(settings: Settings, stream: StreamDef, report: AuditReport, ta
 
 def _newest(settings: Settings, stream: StreamDef, mapping: Mapping, committed: dict[int, int],
             marks: dict[int, Watermarks], dead_offsets: set[tuple[int, int]], audit: KeyAudit
-            ) -> tuple[dict[Any, tuple[int, int] | None], dict[int, int]]:
-    """Each key's newest message in what the topic retains: its (partition, offset), or GONE."""
+            ) -> tuple[dict[Any, tuple[Position, bool]], dict[int, int]]:
+    """Each key's newest message in what the topic retains (by `precedence`, as the engine decides it):
+    its position, and whether it deletes the key."""
     fmt = format_of(stream)
     keyed = Keyed(stream.key, tombstones_delete=not stream.cdc)
-    newest: dict[Any, tuple[int, int] | None] = {}
+    newest: dict[Any, tuple[Position, bool]] = {}
     lows: dict[int, int] = {}
     with KafkaClient(stream.kafka, group=stream.group, timeout=settings.sample_timeout) as client:
         for p, end in sorted(committed.items()):
@@ -99,45 +102,54 @@ def _newest(settings: Settings, stream: StreamDef, mapping: Mapping, committed: 
                                 decoded.dead_letter.column(KAFKA_OFFSET.name).to_pylist()):
                     audit.undelivered.append(f"partition {q} offset {o}")
                 if decoded.truncated is not None:
-                    newest = {k: v for k, v in newest.items() if v is not GONE and v[0] != p}
+                    newest = {k: v for k, v in newest.items() if v[1] or v[0].partition != p}
                     audit.truncated.add(p)
-                rows = decoded.target
-                for key, q, o in zip(key_values(rows, stream.key), rows.column(KAFKA_PARTITION.name).to_pylist(),
-                                     rows.column(KAFKA_OFFSET.name).to_pylist()):
-                    newest[key] = (q, o)
-                for key in key_values(decoded.deleted, stream.key):
-                    newest[key] = GONE
+                _merge(newest, decoded.target, stream.key, False)
+                _merge(newest, decoded.deleted, stream.key, True)
     return newest, lows
 
 
-def _compare(audit: KeyAudit, newest: dict[Any, tuple[int, int] | None], table: list[tuple[Any, tuple[int, int]]],
+def _merge(newest: dict[Any, tuple[Position, bool]], rows, key: tuple[str, ...], deletes: bool) -> None:
+    """Messages into each key's newest, by the one precedence rule."""
+    stamps = rows.column(KAFKA_TIMESTAMP.name).cast(pa.int64()).to_pylist()
+    for k, q, o, t in zip(key_values(rows, key), rows.column(KAFKA_PARTITION.name).to_pylist(),
+                          rows.column(KAFKA_OFFSET.name).to_pylist(), stamps):
+        mine = Position(q, o, t)
+        if k not in newest or newer(mine, newest[k][0]):
+            newest[k] = (mine, deletes)
+
+
+def _compare(audit: KeyAudit, newest: dict[Any, tuple[Position, bool]], table: list[tuple[Any, tuple[int, int]]],
              lows: dict[int, int]) -> None:
     held: dict[Any, list[tuple[int, int]]] = defaultdict(list)
     for key, where in table:
         held[key].append(where)
     audit.table_keys = len(held)
-    audit.keys = sum(1 for v in newest.values() if v is not GONE)
+    audit.keys = sum(1 for _, gone in newest.values() if not gone)
     for key, places in held.items():
         if len(places) > 1:
-            audit.twice.append(f"{key!r} at {sorted(places)}")
-        want = newest.get(key, ...)
-        if want is ...:
+            audit.twice.append(f"{key!r} at {sorted(places, key=repr)}")
+        want = newest.get(key)
+        if want is None:
             p, o = places[0]
-            if o < lows.get(p, 0):
+            if p is None or o is None:
+                audit.loaded += 1  # loaded by another writer, never updated since: nothing to check it against
+            elif o < lows.get(p, 0):
                 audit.unchecked += 1  # its messages left the topic: nothing to check it against
             else:
                 audit.unexplained.append(f"{key!r} at partition {p} offset {o}")
-        elif want is GONE:
+        elif want[1]:
             audit.deleted.append(f"{key!r} at {places[0]}")
-        elif want not in places:
-            audit.stale.append(f"{key!r}: the table holds {places[0]}, its newest message is {want}")
-    for key, where in newest.items():
-        if where is GONE or key in held:
+        elif (want[0].partition, want[0].offset) not in places:
+            audit.stale.append(f"{key!r}: the table holds {places[0]}, its newest message is "
+                               f"{(want[0].partition, want[0].offset)}")
+    for key, (where, gone) in newest.items():
+        if gone or key in held:
             continue
-        if audit.truncated and where[0] not in audit.truncated:
+        if audit.truncated and where.partition not in audit.truncated:
             audit.unchecked += 1  # a truncate elsewhere may have removed it, depending on the batches
         else:
-            audit.missing.append(f"{key!r} (newest message at {where})")
+            audit.missing.append(f"{key!r} (newest message at {(where.partition, where.offset)})")
 
 
 def _describe(report: AuditReport, audit: KeyAudit) -> None:
@@ -151,6 +163,9 @@ def _describe(report: AuditReport, audit: KeyAudit) -> None:
                 report.problems.append(f"{len(found):,} {title}, e.g. {'; '.join(found[:EXAMPLES])}")
     report.notes.append(f"{audit.messages:,} retained messages read; {audit.keys:,} keys in their newest state, "
                         f"{audit.table_keys:,} in the table")
+    if audit.loaded:
+        report.notes.append(f"{audit.loaded:,} keys of the table are rows another writer loaded that no retained "
+                            "message replaces: not checked")
     if audit.unchecked:
         report.notes.append(f"{audit.unchecked:,} keys of the table have no message left in the topic (their history "
                             "expired): not checked")

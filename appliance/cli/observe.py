@@ -30,8 +30,8 @@ def _state(line) -> str:
 def status(fmt: str) -> None:
     """The engine, streams and stages, and open incidents.
 
-    Exit code: 0 all is well, 1 degraded (an open incident, or a stream or stage failing),
-    2 the engine is down.
+    Exit code: 0 all is well, 1 degraded (the engine waits for a dependency that is down, an open
+    incident, or a stream or stage failing), 2 the engine is down.
     """
     from appliance.views.status import status_report
 
@@ -41,6 +41,8 @@ def status(fmt: str) -> None:
         sys.exit(report.exit_code)
     click.echo(f"status: {report.verdict}")
     click.echo(f"engine: {'up' if report.engine.up else 'DOWN'}: {report.engine.reason}")
+    for o in report.waiting_for:
+        click.echo(f"waiting for the {o.dependency}: down since {o.since[:19]}: {o.message}")
     lines = [*report.streams, *report.stages]
     width = max([12] + [len(_state(x)) for x in lines])
     if report.streams:
@@ -71,7 +73,8 @@ def alert() -> None:
     \b
     Rules: lag_messages > N, lag_seconds > N, freshness_seconds > N,
     dead_letter_ratio > R (over --for), failed, stalled (lag > 0 and no commit for --for),
-    throttled, auth_failed, maintenance_failed, engine_down (sent by `floe watch`).
+    throttled, auth_failed, maintenance_failed, dependency_down (the running engine waits for its
+    catalog, warehouse, broker or registry), engine_down (sent by `floe watch`).
     A stage has two: failed, and stalled (its source has rows it has not processed and no
     run completed for --for). failed and stalled with no --stream nor --stage watch every
     stream and every stage.

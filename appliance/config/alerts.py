@@ -31,15 +31,17 @@ class Measure(StrEnum):
     AUTH_FAILED = "auth_failed"
     MAINTENANCE_FAILED = "maintenance_failed"
     ENGINE_DOWN = "engine_down"
+    DEPENDENCY_DOWN = "dependency_down"  # the running engine waits for its catalog, warehouse, broker or registry
 
 
 THRESHOLDS = (Measure.LAG_MESSAGES, Measure.LAG_SECONDS, Measure.FRESHNESS_SECONDS, Measure.DEAD_LETTER_RATIO)
-ENGINE_LEVEL = (Measure.MAINTENANCE_FAILED, Measure.ENGINE_DOWN)
+ENGINE_LEVEL = (Measure.MAINTENANCE_FAILED, Measure.ENGINE_DOWN, Measure.DEPENDENCY_DOWN)
 STAGE_RULES = (Measure.FAILED, Measure.STALLED)  # the only measures a stage has
 # Measures taken over a window (`for`): the window's default. The others hold for `for` before opening.
 WINDOWED = {Measure.DEAD_LETTER_RATIO: 300.0, Measure.STALLED: 300.0, Measure.THROTTLED: 60.0}
 DEFAULT_FOR = {Measure.FAILED: 60.0}
-# Every other rule opens as soon as it holds (thresholds, auth_failed, maintenance_failed, engine_down).
+# Every other rule opens as soon as it holds (thresholds, auth_failed, maintenance_failed, engine_down,
+# dependency_down).
 FOR_HELP = "default: 5m for dead_letter_ratio and stalled, 1m for failed and throttled, at once for the others"
 
 

@@ -15,6 +15,9 @@ class FloeError(Exception):
     """Base of every error Floe reports to a user as one line."""
 
     retryable = False
+    # What the engine depends on and waits for while this error says it is down ("catalog", "warehouse",
+    # "broker", "schema registry"); None: not an outage.
+    dependency: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -131,6 +134,7 @@ class KafkaUnavailable(FloeError):
     """Kafka did not deliver what was asked for in time; trying again later can help."""
 
     retryable = True
+    dependency = "broker"
 
 
 class BrokerUnreachable(KafkaUnavailable):
@@ -152,6 +156,7 @@ class RegistryUnavailable(FloeError):
     """The schema registry did not answer, or answered with a server error: the batch waits."""
 
     retryable = True
+    dependency = "schema registry"
 
 
 class RegistryAccessDenied(FloeError):
@@ -173,16 +178,26 @@ class WarehouseError(FloeError):
     """The warehouse's storage (S3, a local disk) failed a read or a write; often an outage."""
 
     retryable = True
+    dependency = "warehouse"
 
 
 class CatalogUnavailable(FloeError):
     """The Iceberg catalog (its database or REST service) did not answer or failed; often an outage."""
 
     retryable = True
+    dependency = "catalog"
 
 
 class CatalogAccessDenied(FloeError):
     """The Iceberg catalog refused Floe's credentials or the operation."""
+
+
+class DiskUnwritable(FloeError):
+    """A file under FLOE_HOME (the state database) cannot be written: its disk is full or read-only. Floe
+    waits for space, and writes again once it can."""
+
+    retryable = True
+    dependency = "disk"
 
 
 class CommitConflict(FloeError):
@@ -205,6 +220,13 @@ class TableNotFound(FloeError):
 
 class RewriteConflict(FloeError):
     """Files a maintenance task meant to replace were replaced or deleted meanwhile."""
+
+    retryable = True
+
+
+class KeyIndexStale(FloeError):
+    """An upsert table's key index cannot be proven to match the table (a checkpoint of another table or
+    key, a snapshot it cannot replay, a rewrite it cannot follow): it is built again from the table."""
 
     retryable = True
 

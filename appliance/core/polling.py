@@ -5,13 +5,25 @@ means "not yet" (the thing asked about may not exist yet) and is named in the ti
 it is one of `fatal`, which ends the wait at once. Between two attempts, `sleep(interval)`; a `sleep`
 that returns True (a `threading.Event.wait`, say) ends the wait early, with None. Once `timeout` seconds
 have passed, `error` is raised, saying what was waited for.
+
+Waiting on something that is down (a catalog, a storage, a broker) backs off: `backoff(first, longest)`
+gives the pauses, doubling from `first` and bounded by `longest`, so that it is retried often enough to
+resume within `longest` of its return, and no more often than that once it has been down a while.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+
+def backoff(first: float, longest: float) -> Iterator[float]:
+    """The pauses between attempts at what is down: `first`, doubled each time, never over `longest`."""
+    pause = min(first, longest)
+    while True:
+        yield pause
+        pause = min(pause * 2, longest)
 
 
 class _Attempts:

@@ -121,6 +121,8 @@ class EventLevel(StrEnum):
 class EventKind(StrEnum):
     ENGINE_STARTED = "engine_started"
     ENGINE_STOPPED = "engine_stopped"
+    DEPENDENCY_DOWN = "dependency_down"  # the catalog, the warehouse, a broker or a registry: the engine waits
+    DEPENDENCY_BACK = "dependency_back"
     STREAM_CREATED = "stream_created"
     STREAM_PAUSED = "stream_paused"
     STREAM_RESUMED = "stream_resumed"

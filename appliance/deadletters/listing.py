@@ -15,6 +15,7 @@ import pyarrow as pa
 from appliance.config.settings import Settings
 from appliance.core.errors import DeadLetterFilterInvalid
 from appliance.core.vocabulary import EventKind
+from appliance.deadletters.moves import commit_purge
 from appliance.deadletters.selection import check_where, dead_letter_rows, select
 from appliance.model.columns import (
     ERROR_MESSAGE,
@@ -28,7 +29,6 @@ from appliance.model.columns import (
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
 from appliance.tables.commits import commit_lock
-from appliance.tables.moves import commit_purge
 from appliance.tables.snapshots import committed_offsets
 
 LISTED = [KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name, INGESTED_AT.name, ERROR_STAGE.name,

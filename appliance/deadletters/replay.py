@@ -4,7 +4,7 @@ A replay selects the stream's dead letters (`selection`: by `--where`, and only 
 committed position, so a batch in flight never meets a dead letter gone from under it), decodes
 them again in Spark tasks (`tasks`), commits a schema change first where schema evolution asks
 for one (as a batch does), and then moves them, in one catalog transaction under both tables'
-commit locks (`tables/moves`): those that now decode into the target, the rest back into the
+commit locks (`deadletters/moves`): those that now decode into the target, the rest back into the
 dead-letter table with their new reason. It runs beside the running stream and holds its locks
 for one commit. A kill at any point leaves both tables as they were or both moved; the files of
 an interrupted replay are orphans, and running it again finishes the job.
@@ -20,19 +20,20 @@ from appliance.config.settings import Settings
 from appliance.core.errors import FloeError, ReplayConflict, SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind
+from appliance.deadletters.moves import Move, check_together, commit_move
 from appliance.deadletters.report import ReplayReport
 from appliance.deadletters.selection import Selection, check_where, select
 from appliance.deadletters.tasks import PartResult, ReplaySpec, run_replay, split
 from appliance.decode.formats import format_of
 from appliance.decode.keys import Keyed
 from appliance.ingest.stream_schema import StreamSchema
+from appliance.mergeonread.plans import KeyedRows, Keys
 from appliance.model.stream import StreamDef
 from appliance.spark.session import parallelism
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
 from appliance.tables.commits import commit_lock
 from appliance.tables.datafiles import TableTarget, delete_files
-from appliance.tables.moves import Move, check_together, commit_move
 from appliance.tables.snapshots import committed_offsets
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,8 @@ def _replay(settings: Settings, state: StateStore, catalog: Catalog, stream: Str
     move = Move(taken=chosen.positions, taken_at=chosen.messages,
                 target_files=[f for r in results for f in r.target_files],
                 dead_letter_files=[f for r in results for f in r.dead_letter_files],
-                file_keys=[k for r in results for k in r.file_keys], deleted=[d for r in results for d in r.deleted],
-                key_columns=tuple(stream.key) if stream.upserts else ())
+                keyed=_keyed(results) if stream.upserts else None,
+                key_columns=tuple(stream.key) if stream.upserts else (), home=settings.home)
     failpoint("replay_before_commit")
     try:
         with commit_lock(settings, stream.table), commit_lock(settings, stream.dead_letter_table):
@@ -104,6 +105,13 @@ def _replay(settings: Settings, state: StateStore, catalog: Catalog, stream: Str
     report.moved -= moved.superseded_count
     report.seconds = time.monotonic() - started
     return report
+
+
+def _keyed(results: list[PartResult]) -> KeyedRows:
+    """The replay's target files with their rows' keys, and the keys deleted, in the order of the files."""
+    return KeyedRows([f for r in results for f in r.target_files],
+                     Keys.concat([r.rows for r in results if r.rows is not None]),
+                     Keys.concat([r.deleted for r in results if r.deleted is not None]))
 
 
 def _decode(settings: Settings, spark, schema: StreamSchema, stream: StreamDef, target, dead_letter,

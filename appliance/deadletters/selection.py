@@ -19,10 +19,10 @@ from pyiceberg.table import Table
 
 from appliance.config.settings import Settings
 from appliance.core.errors import DeadLetterFilterInvalid
+from appliance.mergeonread.deletes import live_deletes
 from appliance.model.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.query.connection import one_line, open_connection
 from appliance.tables.datafiles import live_entries
-from appliance.tables.folding import live_deletes
 
 FILE, POSITION = "__file", "__position"
 

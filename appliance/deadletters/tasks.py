@@ -11,11 +11,9 @@ and reasons come back to the driver; a dry run writes nothing.
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +24,8 @@ from appliance.decode.keys import Keyed
 from appliance.decode.parsed import MessageFormat
 from appliance.decode.rows import decode_batch
 from appliance.kafka.records import RawBatch
+from appliance.mergeonread.keyforms import KeyForm
+from appliance.mergeonread.plans import Keys
 from appliance.model.changes import Evolution
 from appliance.model.columns import (
     ERROR_MESSAGE,
@@ -37,10 +37,9 @@ from appliance.model.columns import (
     RAW_KEY,
     RAW_VALUE,
 )
-from appliance.model.keys import key_values
 from appliance.model.mapping import Mapping
 from appliance.spark.tasks import run_in_tasks
-from appliance.tables.datafiles import TableTarget, write_data_files
+from appliance.tables.datafiles import TableTarget, in_file_order, table_metadata, write_data_files
 from appliance.tables.storage import storage_errors
 
 READ = [KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name, RAW_KEY.name, RAW_VALUE.name, HEADERS]
@@ -72,8 +71,8 @@ class PartResult:
     evolution: Evolution = field(default_factory=Evolution)  # set: nothing written, the table must change first
     target_files: list = field(default_factory=list)
     dead_letter_files: list = field(default_factory=list)
-    file_keys: list[list[Any]] = field(default_factory=list)
-    deleted: list[tuple[Any, int, int]] = field(default_factory=list)  # upsert: (key, partition, offset)
+    rows: Keys | None = None  # upsert: the target files' rows' keys and positions, in file order
+    deleted: Keys | None = None  # upsert: the keys whose newest replayed message deletes them
     truncates: bool = False
 
 
@@ -115,24 +114,22 @@ def replay_part(spec: ReplaySpec, parts: dict[str, np.ndarray], at: dt.datetime)
     out.reasons = Counter(reason(s, m) for s, m in zip(
         dead.column(ERROR_STAGE.name).to_pylist(), dead.column(ERROR_MESSAGE.name).to_pylist()))
     out.truncates = decoded.truncated is not None
-    if spec.keyed is not None and decoded.deleted is not None:
-        d = decoded.deleted
-        out.deleted = list(zip(key_values(d, spec.keyed.columns), d.column(KAFKA_PARTITION.name).to_pylist(),
-                               d.column(KAFKA_OFFSET.name).to_pylist()))
+    form = KeyForm.of(table_metadata(spec.target).schema(), spec.keyed.columns) if spec.keyed is not None else None
+    if form is not None and decoded.deleted is not None:
+        out.deleted = Keys.of(form, decoded.deleted)
     if not spec.write:
         return out
-    out.target_files = write_data_files(spec.target, decoded.target)
+    target = in_file_order(spec.target, decoded.target) if form is not None else decoded.target
+    out.target_files = write_data_files(spec.target, target)
     out.dead_letter_files = write_data_files(spec.dead_letter, dead)
-    if spec.keyed is not None:
-        keys = key_values(decoded.target, spec.keyed.columns)
-        ends = list(itertools.accumulate(f.record_count for f in out.target_files))
-        out.file_keys = [keys[start:end] for start, end in zip([0] + ends, ends)]
+    if form is not None:  # in the files' order
+        out.rows = Keys.of(form, target)
     return out
 
 
 def run_replay(spark, spec: ReplaySpec, tasks: list[dict[str, np.ndarray]]) -> list[PartResult | FloeError]:
     """One Spark task per entry of `tasks`: what each did, or the error that stopped it."""
-    at = dt.datetime.now(dt.timezone.utc)
+    at = dt.datetime.now(dt.UTC)
 
     def work(i: int) -> PartResult | FloeError:
         try:

@@ -3,8 +3,9 @@ batch reduced to the newest message of each key.
 
 Each message of an upsert stream is its key's full new row, or its deletion. Inside a task (which
 holds every message of its partitions' ranges: a key maps to one partition) only the newest message
-of a key matters: an upsert's row is written, a delete's key is handed to the driver, which places
-both against the table's index. Keys travel as plain Python values, as Arrow's `to_pylist` gives
+of a key matters (`mergeonread.precedence` says which): an upsert's row is written, a delete's key is
+handed to the driver, which places both against the table's index. Keys travel as plain Python values,
+as Arrow's `to_pylist` gives
 them (a tuple when there are several key columns), which is also how the index reads them back.
 """
 
@@ -20,7 +21,8 @@ import pyarrow.compute as pc
 
 from appliance.decode.convert import Problem, convert_values
 from appliance.decode.parsed import MessageFormat, Op
-from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION
+from appliance.mergeonread.precedence import UNKNOWN, newest
+from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP
 from appliance.model.mapping import Column, Mapping
 
 
@@ -156,12 +158,12 @@ CODES = {Op.UPSERT: 0, Op.DELETE: 1, Op.TRUNCATE: 2}
 
 def newest_per_key(entries: pa.Table, keys: list[str]) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
     """Which entries to write (each key's newest is an upsert) and whose key to delete (its newest is a
-    delete), as positions in `entries`; and the last truncate, as (partition, offset).
+    delete), as positions in `entries`, ascending; and the last truncate, as (partition, offset).
 
-    `entries` holds the key columns, `_kafka_partition`, `_kafka_offset` and the op code (`OP`), in
-    each partition's offset order, so a key's last entry is its newest. Entries before a truncate in
-    its partition are dropped; those of other partitions in the batch are kept (Kafka orders no two
-    partitions). One hash aggregation in Arrow: no Python loop over the messages.
+    `entries` holds the key columns, `_kafka_partition`, `_kafka_offset`, `_kafka_timestamp` and the op
+    code (`OP`), in each partition's offset order. A key's newest entry is the one `precedence` says.
+    Entries before a truncate in its partition are dropped; those of other partitions in the batch are
+    kept (Kafka orders no two partitions). Arrow and numpy calls: no Python loop over the messages.
     """
     ops = entries.column(OP).to_numpy()
     partitions = entries.column(KAFKA_PARTITION.name).to_numpy()
@@ -172,8 +174,27 @@ def newest_per_key(entries: pa.Table, keys: list[str]) -> tuple[np.ndarray, np.n
         last = int(np.flatnonzero(~keep)[-1])
         truncate = (int(partitions[last]), int(offsets[last]))
         keep &= ~((partitions == truncate[0]) & (offsets < truncate[1]))
-    positions = pa.array(np.arange(entries.num_rows))
-    kept = entries.select(keys).append_column("__floe_seq", positions).filter(pa.array(keep))
-    newest = np.sort(kept.group_by(keys, use_threads=False).aggregate([("__floe_seq", "max")])
-                     .column("__floe_seq_max").to_numpy())
-    return (newest[ops[newest] == CODES[Op.UPSERT]], newest[ops[newest] == CODES[Op.DELETE]], truncate)
+    kept = np.flatnonzero(keep)
+    stamps = entries.column(KAFKA_TIMESTAMP.name).cast(pa.int64()).fill_null(UNKNOWN).to_numpy()
+    groups = labels(entries.select(keys).take(pa.array(kept)))
+    newest_ones = np.sort(kept[newest(groups, partitions[kept], offsets[kept], stamps[kept])])
+    return (newest_ones[ops[newest_ones] == CODES[Op.UPSERT]], newest_ones[ops[newest_ones] == CODES[Op.DELETE]],
+            truncate)
+
+
+def labels(table: pa.Table) -> np.ndarray:
+    """A label per row, the same for rows of equal values in every column (none null)."""
+    n = table.num_rows
+    if not n:
+        return np.empty(0, dtype=np.int64)
+    order = pc.sort_indices(table, [(c, "ascending") for c in table.column_names]).to_numpy()
+    ordered = table.take(pa.array(order))
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for name in table.column_names:
+        column = ordered.column(name).combine_chunks()
+        change[1:] |= pc.not_equal(column.slice(1), column.slice(0, n - 1)).fill_null(True).to_numpy(
+            zero_copy_only=False)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.cumsum(change) - 1
+    return out

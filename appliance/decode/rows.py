@@ -32,6 +32,7 @@ from appliance.model.columns import (
     INGESTED_AT,
     KAFKA_OFFSET,
     KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
     UTC_MICROS,
 )
 from appliance.model.mapping import Column, Mapping
@@ -192,16 +193,17 @@ def _keyed(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at:
         bad = [(position[(partitions[i], offsets[i])], "key", why) for i, why in unkeyed.items()]
     # Every keyed message: its key, position and op, and where it comes from (a row of `target`, or
     # -1 - n: the n-th tombstone whose key the Kafka key gave).
-    entries = _entries(target.select(keys + [KAFKA_PARTITION.name, KAFKA_OFFSET.name]),
-                       [CODES[op] for op in ops], np.arange(target.num_rows))
+    position = [KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name]
+    entries = _entries(target.select(keys + position), [CODES[op] for op in ops], np.arange(target.num_rows))
     if unkeyed:
         entries = entries.filter(pa.array([i not in unkeyed for i in range(target.num_rows)]))
     if stones and keyed.tombstones_delete:
         arrays, held, why = tombstone_keys([raw.keys[i] for i in stones], fmt, key_columns, max_message_bytes)
         bad += [(stones[j], "key", reason) for j, reason in why.items()]
         found = pa.Table.from_arrays(arrays + [pa.array([raw.partitions[stones[j]] for j in held], pa.int32()),
-                                               pa.array([raw.offsets[stones[j]] for j in held], pa.int64())],
-                                     names=keys + [KAFKA_PARTITION.name, KAFKA_OFFSET.name])
+                                               pa.array([raw.offsets[stones[j]] for j in held], pa.int64()),
+                                               _millis_to_ts([raw.timestamps[stones[j]] for j in held])],
+                                     names=keys + position)
         entries = pa.concat_tables([entries, _entries(found, [CODES[Op.DELETE]] * len(held),
                                                       -1 - np.arange(len(held)))], promote_options="default")
         # the tombstones among the rows, in each partition's offset order
@@ -212,7 +214,7 @@ def _keyed(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at:
     return Decoded(target.take(pa.array(rows)),
                    pa.concat_tables([decoded.dead_letter, _dead_letters(raw, sorted(bad), ingested_at)]),
                    decoded.evolution, decoded.changes, decoded.schemas, None,
-                   entries.select(keys + [KAFKA_PARTITION.name, KAFKA_OFFSET.name]).take(pa.array(delete)), truncated,
+                   entries.select(keys + position).take(pa.array(delete)), truncated,
                    0 if keyed.tombstones_delete else len(stones))
 
 

@@ -9,10 +9,8 @@ which commits them (`ingest.batch_commit`). More Spark cores mean more tasks in 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 
@@ -25,12 +23,12 @@ from appliance.ingest.planning import pack_tasks
 from appliance.kafka.reader import Piece, PieceResult, read_topics
 from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
+from appliance.mergeonread.keyforms import KeyForm
+from appliance.mergeonread.plans import KeyedRows, Keys
 from appliance.model.changes import Evolution, SchemaChange
-from appliance.model.keys import key_values
 from appliance.model.mapping import Mapping
 from appliance.spark.tasks import run_in_tasks
-from appliance.tables.datafiles import TableTarget, write_data_files
-from appliance.tables.upserts import KeyedRows
+from appliance.tables.datafiles import TableTarget, in_file_order, table_metadata, write_data_files
 
 
 @dataclass(frozen=True)
@@ -73,10 +71,10 @@ class TaskResult:
     # them (each for messages/len of them), the newest, and the longest throttle of the reads.
     timestamps: list[int] = field(default_factory=list)
     throttle_ms: int = 0
-    # Upsert streams: the key of each row of each target file (in the files' order), the keys whose
-    # newest message deletes them, and the last truncate (partition, offset).
-    file_keys: list[list[Any]] = field(default_factory=list)
-    deleted: list[Any] = field(default_factory=list)
+    # Upsert streams: the key and Kafka position of each row of the target files (in the files' order),
+    # the keys whose newest message deletes them, and the last truncate (partition, offset).
+    keys: Keys | None = None
+    deleted: Keys | None = None
     truncated: tuple[int, int] | None = None
 
 
@@ -133,8 +131,10 @@ class BatchResult:
 
     def keyed_rows(self) -> KeyedRows:
         """An upsert batch's new files with their rows' keys, the keys deleted, and whether it truncates."""
-        return KeyedRows([(f, keys) for r in self.tasks for f, keys in zip(r.target_files, r.file_keys)],
-                         [k for r in self.tasks for k in r.deleted], any(r.truncated for r in self.tasks))
+        return KeyedRows([f for r in self.tasks for f in r.target_files],
+                         Keys.concat([r.keys for r in self.tasks if r.keys is not None]),
+                         Keys.concat([r.deleted for r in self.tasks if r.deleted is not None]),
+                         any(r.truncated for r in self.tasks))
 
     @property
     def evolution(self) -> Evolution:
@@ -218,6 +218,8 @@ def _write(spec: BatchSpec, pieces: list[Piece], raw: RawBatch, results: list[Pi
         return TaskResult(pieces=results, read=pieces, evolution=decoded.evolution, changes=decoded.changes,
                           schemas=decoded.schemas, messages=messages, read_seconds=read_seconds)
     target, dead = _not_landed(decoded.target, spec.landed), _not_landed(decoded.dead_letter, spec.landed)
+    if spec.keyed is not None:  # its rows' keys are handed back in the files' order
+        target = in_file_order(spec.target, target)
     t2 = time.perf_counter()
     result = TaskResult(
         pieces=results, read=pieces, changes=decoded.changes, schemas=decoded.schemas,
@@ -230,11 +232,9 @@ def _write(spec: BatchSpec, pieces: list[Piece], raw: RawBatch, results: list[Pi
         timestamps=timestamp_sample(raw.timestamps),
         throttle_ms=raw.throttle_ms,
     )
-    if spec.keyed is not None:
-        keys = key_values(target, spec.keyed.columns)
-        ends = list(itertools.accumulate(f.record_count for f in result.target_files))
-        result.file_keys = [keys[start:end] for start, end in zip([0] + ends, ends)]
-        result.deleted = key_values(decoded.deleted, spec.keyed.columns)
+    if spec.keyed is not None:  # the rows' keys as the index keeps them, in the files' order
+        form = KeyForm.of(table_metadata(spec.target).schema(), spec.keyed.columns)
+        result.keys, result.deleted = Keys.of(form, target), Keys.of(form, decoded.deleted)
         result.truncated = decoded.truncated
     result.read_seconds, result.decode_seconds = read_seconds, t2 - t1
     result.write_seconds = time.perf_counter() - t2
@@ -281,7 +281,7 @@ def run_batches(spark, batches: list[tuple[BatchSpec, list[list[Piece]]]], paral
     specs = [spec for spec, _ in batches]
     groups = [[items[i] for i in group]
               for group in pack_tasks([sum(p.size for p in pieces) for _, pieces in items], parallelism)]
-    ingested_at = dt.datetime.now(dt.timezone.utc)
+    ingested_at = dt.datetime.now(dt.UTC)
 
     def work(task: int) -> list[tuple[int, TaskResult | FloeError]]:
         group = groups[task]

@@ -19,12 +19,12 @@ from appliance.config.settings import Settings
 from appliance.core.failpoints import failpoint
 from appliance.ingest.batch import BatchResult
 from appliance.ingest.planning import Committed
+from appliance.mergeonread.commit import checkpoint, commit_upsert
+from appliance.mergeonread.index import KeyIndex
 from appliance.model.columns import INGESTED_AT, KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.stream import StreamDef
 from appliance.tables.commits import commit_files, commit_lock
-from appliance.tables.keyindex import KeyIndex
 from appliance.tables.reading import read_table
-from appliance.tables.upserts import commit_upsert
 
 
 @dataclass
@@ -67,6 +67,8 @@ def commit_batch(settings: Settings, stream: StreamDef, tables: StreamTables, co
             tables.target, target_snapshot = commit_files(
                 tables.target, result.target_files, stream.id, stream.topic, committed.target, offsets
             )
+    if tables.index is not None:
+        checkpoint(tables.index)  # a few of its shards, the table's commit lock free again
     failpoint("after_target_commit")
     return (committed.after(offsets, dead_letters_committed=bool(dead_files)),
             Snapshots(target_snapshot, dead_snapshot, replaced))

@@ -5,24 +5,35 @@ it (`floe run`: `control/answers.py`), the thread answering what commands and th
 It reconciles with the state database every half second: a new active stream gets a
 worker; a paused, deleted or redefined stream's worker stops after its current batch.
 `engine.lock` (flock) keeps one engine per FLOE_HOME.
+
+It never exits because a dependency is down: it opens the catalog before Spark starts, and a catalog
+that is down is waited for (`Outages`, looked at again with `polling.backoff`) while everything else
+starts; each stream's worker waits out the outages it meets. Only what a person must fix (a setting, a
+refused credential) stops it, in one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import logging
 import os
+import sqlite3
 import threading
-from typing import Any, Callable, Protocol
+import time
+from typing import Any, Callable, Iterator, Protocol
 
 from appliance.config.settings import Settings, ensure_home
 from appliance.core.clock import now
 from appliance.core.errors import EngineBusy, FloeError
 from appliance.core.locks import FileLock
+from appliance.core.polling import backoff
 from appliance.core.vocabulary import EngineState, EventKind, StreamPhase
-from appliance.ingest.indexes import keep_only
+from appliance.ingest.indexes import keep_only, save_all
 from appliance.ingest.jobs import BatchJobs
+from appliance.ingest.outages import Outages
 from appliance.ingest.watermarks import WatermarkPollers
-from appliance.ingest.worker import Shared, StreamWorker
+from appliance.ingest.worker import OUTAGE_BACKOFF, Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
 from appliance.model.stream import StreamDef
 from appliance.observe.alerts import AlertThread
@@ -33,7 +44,10 @@ from appliance.stages.scheduler import StageScheduler
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 
+log = logging.getLogger(__name__)
+
 TICK = 0.5  # seconds between looks at the state database
+ENGINE = "engine"  # who waits on the catalog when the engine opens it
 
 
 class AnswerThread(Protocol):
@@ -87,6 +101,8 @@ class Engine:
         self.system_tables: SystemTablesThread | None = None
         self.alerts: AlertThread | None = None
         self._observers_stop = threading.Event()  # set after the engine's last event, so it is exported
+        self.outages = Outages()
+        self._catalog_retry: tuple[float, Iterator[float]] | None = None  # (next look, pauses) while it is down
 
     def _heartbeat(self, state: EngineState) -> None:
         taking = self.answers is not None and self.answers.is_alive() and state is EngineState.RUNNING \
@@ -107,6 +123,9 @@ class Engine:
         """Run every active stream until `stop()`; with until_caught_up, until each has read
         everything its topic held when the engine started, then return."""
         with EngineLock(self.settings):
+            with contextlib.suppress(sqlite3.Error):  # a full disk: the rows follow once it can write
+                self.state.clear_outages()  # a previous engine's: this one finds its own
+            self._open_catalog()  # a setting or a credential a person must fix: one line, before Spark starts
             if not until_caught_up and self.metrics_port is not None:
                 # Before Spark: a port in use is one line at once, not after a JVM's start.
                 self.metrics = MetricsServer(self.settings, self.metrics_port, self.settings.observe.metrics_host)
@@ -153,13 +172,21 @@ class Engine:
             raise FloeError("; ".join(failed))
 
     def _loop(self, until_caught_up: bool) -> None:
+        unwritable: str | None = None  # the state database's error while it cannot be written
         while not self.stopping.is_set():
-            if until_caught_up:
-                if all(w.done for w in self.workers.values()):
-                    return
-            else:
-                self._reconcile()
-            self._heartbeat(EngineState.RUNNING)
+            if until_caught_up and all(w.done for w in self.workers.values()):
+                return
+            try:
+                if not until_caught_up:
+                    self._reconcile()
+                if self._catalog_retry is not None and time.monotonic() >= self._catalog_retry[0]:
+                    self._open_catalog()
+                self._heartbeat(EngineState.RUNNING)
+                unwritable = None
+            except sqlite3.Error as exc:  # a full disk: the engine carries on, and writes again once it can
+                if unwritable != str(exc):
+                    log.warning("the state database cannot be written (%s): the engine carries on", exc)
+                unwritable = str(exc)
             if self.on_tick:
                 self.on_tick(self)
             self.wake.wait(TICK)
@@ -167,7 +194,8 @@ class Engine:
 
     def _shut_down(self) -> None:
         self.stopping.set()
-        self._heartbeat(EngineState.RUNNING)  # takes no more requests: an asker does the work itself at once
+        with contextlib.suppress(sqlite3.Error):  # a full disk: the stop goes on all the same
+            self._heartbeat(EngineState.RUNNING)  # takes no more requests: an asker does the work itself at once
         if self.maintenance is not None:
             # Cancel until it ends: a rewrite may submit its Spark job just after a cancel.
             while self.maintenance.is_alive():
@@ -182,10 +210,13 @@ class Engine:
         for worker in self.workers.values():
             worker.join()
         self.pollers.close()
+        save_all()  # the upsert streams' key indexes: the next start loads them
         if self.jobs is not None:
             self.jobs.close()
-        self._heartbeat(EngineState.STOPPED)
-        self.state.add_event(EventKind.ENGINE_STOPPED, "engine stopped")
+        with contextlib.suppress(sqlite3.Error):
+            self._heartbeat(EngineState.STOPPED)
+            self.state.clear_outages()
+            self.state.add_event(EventKind.ENGINE_STOPPED, "engine stopped")
         self._observers_stop.set()  # the system tables export what is left, the engine's stop included
         for thread in (self.system_tables, self.alerts):
             if thread is not None:
@@ -193,6 +224,20 @@ class Engine:
         if self._owns_spark and self.spark is not None:
             self.spark.stop()  # also ends the Python workers and their Kafka consumers
             self.spark = None
+
+    def _open_catalog(self) -> None:
+        """Open the catalog, or note that it is down and when to look again; raise what a person must fix."""
+        try:
+            self.catalog.iceberg
+        except FloeError as exc:
+            if not exc.retryable:
+                raise
+            self.outages.failed(self.state, ENGINE, exc)
+            pauses = self._catalog_retry[1] if self._catalog_retry else backoff(TICK, OUTAGE_BACKOFF)
+            self._catalog_retry = (time.monotonic() + next(pauses), pauses)
+            return
+        self._catalog_retry = None
+        self.outages.got_through(self.state, ENGINE)
 
     def _start_observers(self) -> None:
         """System tables (with the state database's upkeep) and alerts: threads of their own, on their own
@@ -206,16 +251,16 @@ class Engine:
         if self.jobs is None:
             self.jobs = BatchJobs(self.spark)
         shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake, self.jobs, self.committed,
-                        self.pollers)
+                        self.pollers, self.outages)
         worker = StreamWorker(shared, stream, until_caught_up)
+        self.state.update_status(stream.name, phase=StreamPhase.STARTING)  # may fail: then no worker, yet
         self.workers[stream.name] = worker
-        self.state.update_status(stream.name, phase=StreamPhase.STARTING)
         worker.start()
 
     def _reconcile(self) -> None:
         """Start workers for active streams; stop those paused, deleted or redefined."""
         streams = {s.name: s for s in self.state.streams()}
-        keep_only({s.id for s in streams.values()})
+        keep_only(self.settings.home, {s.id for s in streams.values()})
         for name, worker in list(self.workers.items()):
             current = streams.get(name)
             # A redefined stream (another id, another schema evolution setting) gets a new worker;

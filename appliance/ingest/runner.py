@@ -111,7 +111,8 @@ class StreamRunner:
     def _load(self) -> None:
         target = self.schema.prepared(self.catalog.table(self.stream.table))
         dead_letter = self.catalog.table(self.stream.dead_letter_table)
-        self.tables = StreamTables(target, dead_letter, index_for(self.stream) if self.stream.upserts else None)
+        self.tables = StreamTables(target, dead_letter,
+                                   index_for(self.settings.home, self.stream, target) if self.stream.upserts else None)
         self.committed = Committed(committed_offsets(target, self.stream.id),
                                    committed_offsets(dead_letter, self.stream.id))
         self.landed = landed_dead_letters(dead_letter, self.committed.replayed(self.stream.start_positions),

@@ -1,34 +1,42 @@
 """A stream's worker thread: batch after batch, every failure reported and retried.
 
-Broker outages, commit races and bugs alike never end a stream in `floe run`; a
-one-off `floe run --until-caught-up` gives up after a terminal error or five
+Outages (the catalog, the warehouse, the broker, a registry), commit races and bugs alike never end a
+stream in `floe run`: a dependency that is down is reported to the engine's `Outages` and retried with a
+pause bounded by OUTAGE_BACKOFF, so that the stream resumes within seconds of its return; other failures
+back off to MAX_BACKOFF. A one-off `floe run --until-caught-up` gives up after a terminal error or five
 retryable ones, so that it can exit non-zero.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from appliance.config.settings import Settings
 from appliance.core.clock import now
 from appliance.core.errors import FloeError, KafkaUnavailable, RegistryUnavailable, UnforeseenError
+from appliance.core.polling import backoff
 from appliance.core.secrets import scrub
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
 from appliance.ingest.jobs import BatchJobs, next_tick, next_wake
+from appliance.ingest.outages import Outages, dependency_of
 from appliance.ingest.planning import lag
 from appliance.ingest.runner import BatchOutcome, StreamRunner
 from appliance.ingest.watermarks import WatermarkPollers
 from appliance.model.stream import StreamDef
+from appliance.state.outages import state_error
 from appliance.state.store import StateStore
-from appliance.tables.catalog import Catalog
+from appliance.tables.catalog import Catalog, catalog_error
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 60.0
 IDLE_RECHECK = 10.0  # seconds an idle stream sleeps at most without its poller waking it
+OUTAGE_BACKOFF = 10.0  # the longest pause between two attempts at a dependency that is down
 ONE_OFF_ATTEMPTS = 5  # retryable failures in a row before `--until-caught-up` gives up
 
 
@@ -44,6 +52,7 @@ class Shared:
     jobs: BatchJobs  # streams due together share one Spark job
     committed: threading.Event | None = None  # set after each commit: stages may have rows to read
     pollers: WatermarkPollers | None = None  # one watermark poller per cluster, waking the streams it concerns
+    outages: Outages | None = None  # the dependencies the engine waits for
 
 
 @dataclass
@@ -52,7 +61,7 @@ class Failing:
 
     message: str
     attempts: int
-    backoff: float
+    pauses: Iterator[float]  # the pauses before the next attempts (`polling.backoff`)
 
 
 def describe(exc: BaseException) -> str:
@@ -109,12 +118,12 @@ class StreamWorker(threading.Thread):
                     if goal is None and self.until_caught_up:
                         goal = {p: w.high for p, w in runner.watermarks(fresh=True).items()}
                     outcome = runner.step()
+                self._succeeded(outcome, state)
             except Exception as exc:  # every failure is reported, then retried: a stream never dies
-                if self._failed(exc, runner, state):
+                if self._failed_quietly(exc, runner, state):
                     return
                 tick = time.monotonic()
                 continue
-            self._succeeded(outcome, state)
             if goal is not None and runner.caught_up(goal):
                 return
             if not outcome.messages and not outcome.lag and runner.poller is not None and not self.until_caught_up:
@@ -137,22 +146,40 @@ class StreamWorker(threading.Thread):
             if self._wait(tick - time.monotonic()):
                 return
 
+    def _failed_quietly(self, exc: Exception, runner: StreamRunner, state: StateStore) -> bool:
+        """`_failed`, or, when the state database cannot take the report (its disk is full), a wait before the
+        next attempt; True when the worker must end."""
+        try:
+            return self._failed(exc, runner, state)
+        except sqlite3.Error as unwritable:
+            log.warning("stream %s: %s; its failure could not be recorded: %s", self.stream.name, describe(exc),
+                        unwritable)
+            runner.reset()
+            return self._wait(next(self.failing.pauses) if self.failing else OUTAGE_BACKOFF)
+
     def _failed(self, exc: Exception, runner: StreamRunner, state: StateStore) -> bool:
         """Report and back off; True when the worker must end instead of retrying."""
         name = self.stream.name
+        exc = catalog_error(self.engine.settings, state_error(exc))  # a driver's failure as an outage or a refusal
         message = describe(exc)
         if not isinstance(exc, FloeError):
             log.exception("stream %s: batch failed", name)
-        first = self.engine.settings.engine.retry_backoff
-        failing = self.failing or Failing(message, 0, first)
-        if self.failing is None or message != self.failing.message:
+        failing, first = self.failing, self.failing is None or message != self.failing.message
+        if first:
+            longest = OUTAGE_BACKOFF if dependency_of(exc) else MAX_BACKOFF
+            failing = Failing(message, failing.attempts if failing else 0,
+                              backoff(self.engine.settings.engine.retry_backoff, longest))
+        failing.attempts += 1
+        self.failing = failing  # before any write to the state database, which may fail too
+        if self.engine.outages is not None:
+            self.engine.outages.failed(state, name, exc)
+        if first:
             if isinstance(exc, UnforeseenError):  # raised in a Spark task: its traceback came with it
                 log.error("stream %s: batch failed: %s\n%s", name, message, exc.detail)
             kind = (EventKind.BROKER_UNREACHABLE if isinstance(exc, KafkaUnavailable)
                     else EventKind.REGISTRY_UNREACHABLE if isinstance(exc, RegistryUnavailable)
                     else EventKind.STREAM_FAILED)
             state.add_event(kind, message, name, EventLevel.ERROR)
-        self.failing = Failing(message, failing.attempts + 1, failing.backoff)
         state.update_status(name, phase=StreamPhase.FAILED, last_error=message, last_error_at=now(),
                             error_kind=type(exc).__name__, failures_total=state.status(name).failures_total + 1)
         self.shown = None
@@ -163,13 +190,12 @@ class StreamWorker(threading.Thread):
         if self.until_caught_up and (not retryable or self.failing.attempts >= ONE_OFF_ATTEMPTS):
             self.error = message  # a one-off run reports the failure instead of waiting on it
             return True
-        if self._wait(failing.backoff):
-            return True
-        self.failing.backoff = min(failing.backoff * 2, MAX_BACKOFF)
-        return False
+        return self._wait(next(failing.pauses))
 
     def _succeeded(self, outcome: BatchOutcome, state: StateStore) -> None:
         name = self.stream.name
+        if self.engine.outages is not None:
+            self.engine.outages.got_through(state, name)
         if self.failing is not None:
             state.add_event(EventKind.STREAM_RECOVERED, f"recovered after: {self.failing.message}", name)
             self.failing = None

@@ -18,13 +18,16 @@ from pyiceberg.table.snapshots import Operation
 from appliance.config.policy import Policy
 from appliance.config.settings import Settings
 from appliance.core.errors import RewriteConflict
+from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import RunOutcome
 from appliance.maintenance.job import Job
 from appliance.maintenance.rewrite import RewriteGroup, repartitions, rewrite_groups
+from appliance.mergeonread.deletes import LiveDeletes, live_deletes
+from appliance.mergeonread.folding import REWRITE_KEY, FoldMap
+from appliance.mergeonread.store import index_directory
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_rewrite
 from appliance.tables.datafiles import TableTarget, delete_files, live_entries
-from appliance.tables.folding import FoldMap, LiveDeletes, live_deletes
 from appliance.tables.snapshots import MAINTENANCE_KEY, totals
 
 MIN_GROUP_FILES = 2  # rewriting one file alone into one file gains nothing
@@ -141,8 +144,13 @@ def compact(
         plan.fold.add([f.file_path for f in g.files], r.kept, r.files)
         if repartitions(table.metadata, g):
             plan.fold.scattered.update(f.file_path for f in g.files)
-    table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, {MAINTENANCE_KEY: "compaction"},
-                           fold=plan.fold)
+    properties = {MAINTENANCE_KEY: "compaction"}
+    rewrite_id = plan.fold.save(index_directory(settings.home, table))
+    if rewrite_id:  # the table's key index follows its rows through this map (mergeonread/lineage.py)
+        properties[REWRITE_KEY] = rewrite_id
+    failpoint("rewrite_map_saved", "compaction")
+    table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, properties, carry=plan.fold.carry)
+    failpoint("rewrite_committed", "compaction")
     after = totals(table)
     result.snapshot_id, result.files_after, result.bytes_after = after.snapshot_id, after.data_files, after.size_bytes
     result.files_written = len(added)

@@ -19,13 +19,16 @@ from pyiceberg.types import DateType, TimestampType, TimestamptzType
 from appliance.config.policy import Policy
 from appliance.config.settings import Settings
 from appliance.core.errors import ConfigError
+from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import RunOutcome
 from appliance.maintenance.job import Job
 from appliance.maintenance.rewrite import KeepFilter, RewriteGroup, rewrite_groups
+from appliance.mergeonread.deletes import LiveDeletes, live_deletes
+from appliance.mergeonread.folding import REWRITE_KEY, FoldMap, Kept
+from appliance.mergeonread.store import index_directory
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_rewrite
 from appliance.tables.datafiles import TableTarget, delete_files, live_entries
-from appliance.tables.folding import FoldMap, LiveDeletes, live_deletes
 from appliance.tables.snapshots import MAINTENANCE_KEY, totals
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -123,8 +126,16 @@ def apply_retention(
     fold = FoldMap(known=set(plan.deletes.files))
     for g, r in changed:
         fold.add([g.files[0].file_path], r.kept, r.files)
+    for f in plan.drop:  # removed whole: none of its rows is anywhere any more
+        fold.add([f.file_path], [Kept.none(f.record_count)], [])
     label = Operation.OVERWRITE if added else Operation.DELETE
-    table = commit_rewrite(settings, table, removed, added, label, {MAINTENANCE_KEY: "retention"}, fold=fold)
+    properties = {MAINTENANCE_KEY: "retention"}
+    rewrite_id = fold.save(index_directory(settings.home, table))
+    if rewrite_id:  # the table's key index follows its rows through this map (mergeonread/lineage.py)
+        properties[REWRITE_KEY] = rewrite_id
+    failpoint("rewrite_map_saved", "retention")
+    table = commit_rewrite(settings, table, removed, added, label, properties, carry=fold.carry)
+    failpoint("rewrite_committed", "retention")
     result.rows_deleted = plan.rows_dropped + sum(r.rows_in - r.rows_out for _, r in changed)
     after = totals(table)
     result.snapshot_id, result.files_after, result.bytes_after = after.snapshot_id, after.data_files, after.size_bytes

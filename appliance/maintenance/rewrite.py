@@ -21,6 +21,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
 from appliance.core.failpoints import failpoint
+from appliance.mergeonread.folding import Kept
 from appliance.spark.tasks import run_in_tasks
 from appliance.tables.datafiles import TableTarget, table_metadata
 from appliance.tables.reading import file_tasks, read_batches
@@ -74,8 +75,8 @@ class RewriteGroup:
 @dataclass
 class RewriteResult:
     files: list[DataFile] = field(default_factory=list)
-    # Per input file, in order: the positions of its rows that were written, in the order written.
-    kept: list[Any] = field(default_factory=list)
+    # Per input file, in order: which of its rows were written (in their order), a `Kept` bitmap.
+    kept: list[Kept] = field(default_factory=list)
     rows_in: int = 0
     rows_out: int = 0
     bytes_in: int = 0
@@ -280,9 +281,9 @@ class Repartitioner:
         return self.files
 
 
-def _copy(batches: Iterable[pa.RecordBatch], gone: Any, keep: Any, writer: Any) -> Any:
-    """One file's rows into the writer, less those at the positions `gone` and those `keep` (an Arrow
-    expression) leaves out; the positions written, in order."""
+def _copy(batches: Iterable[pa.RecordBatch], gone: Any, keep: Any, writer: Any) -> Kept:
+    """One file's rows into the writer, in order, less those at the positions `gone` and those `keep`
+    (an Arrow expression) leaves out; which rows were written."""
     import numpy as np
 
     start, written = 0, []
@@ -295,7 +296,10 @@ def _copy(batches: Iterable[pa.RecordBatch], gone: Any, keep: Any, writer: Any) 
             batch = batch.filter(keep)
         written.append(batch.column(POSITION).to_numpy())
         writer.add(batch.drop_columns([POSITION]))
-    return np.concatenate(written) if written else np.empty(0, dtype=np.int64)
+    mask = np.zeros(start, dtype=bool)
+    if written:
+        mask[np.concatenate(written)] = True
+    return Kept.of(mask)
 
 
 JOB_GROUP = "floe-maintenance"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -26,15 +27,22 @@ class MaintenanceScheduler(threading.Thread):
     def run(self) -> None:
         maintainer = Maintainer(self.settings, spark=self.spark, stopping=self.stop_event)
         next_check = 0.0
+        trouble: str | None = None  # the state database's error while it cannot be written (a full disk)
         try:
             while not self.stop_event.is_set():
-                for request in maintainer.state.take_requests():
-                    if self.stop_event.is_set():
-                        return
-                    maintainer.run(request.table_name, request.task, trigger=RunTrigger.REQUEST)
-                if self.settings.maintenance.enabled and time.monotonic() >= next_check:
-                    self._scheduled(maintainer)
-                    next_check = time.monotonic() + self.settings.maintenance.check_interval
+                try:
+                    for request in maintainer.state.take_requests():
+                        if self.stop_event.is_set():
+                            return
+                        maintainer.run(request.table_name, request.task, trigger=RunTrigger.REQUEST)
+                    if self.settings.maintenance.enabled and time.monotonic() >= next_check:
+                        next_check = time.monotonic() + self.settings.maintenance.check_interval
+                        self._scheduled(maintainer)
+                    trouble = None
+                except sqlite3.Error as exc:  # the thread carries on: the next look tries again
+                    if trouble != str(exc):
+                        log.warning("maintenance: the state database cannot be written: %s", exc)
+                    trouble = str(exc)
                 self.stop_event.wait(self.poll)
         finally:
             maintainer.state.close()

@@ -43,6 +43,8 @@ HINTS = {
     Measure.THROTTLED: "The broker's quotas slow Floe's reads: look at the client quotas for its principal.",
     Measure.AUTH_FAILED: f"The cluster refuses the stream's credentials or topic: check them ({_STREAM}).",
     Measure.MAINTENANCE_FAILED: f"Look at the table's maintenance runs: `{hints.TABLE_RUNS.format(table='{s}')}`.",
+    Measure.DEPENDENCY_DOWN: f"The engine resumes by itself once it is back: bring it back (`{hints.STATUS}` says "
+                             "what it waits for).",
     Measure.ENGINE_DOWN: f"Start it again (`{hints.START_ENGINE}`), and look at its log in FLOE_HOME/logs/floe.log.",
 }
 STAGE_HINTS = {
@@ -215,6 +217,11 @@ class Alerter:
         for alert in alerts:
             if alert.rule.measure is Measure.MAINTENANCE_FAILED:
                 out += [(alert, table, reading) for table, reading in self._maintenance().items()]
+                continue
+            if alert.rule.measure is Measure.DEPENDENCY_DOWN:  # one incident per outage, however long
+                down = self.state.outages()
+                out.append((alert, ENGINE, Reading(bool(down), "; ".join(
+                    f"{o.dependency} down since {o.since[:19]}: {o.message}" for o in down) or None)))
                 continue
             if alert.covers_streams:
                 names = [alert.stream] if alert.stream else sorted(streams)

@@ -9,6 +9,7 @@ update`) is tried at once.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -67,7 +68,11 @@ class StageScheduler(threading.Thread):
         with StateStore(self.settings.state_db, durable=False) as state:
             while not self.stopping.is_set():
                 self.changed.clear()
-                self.tick(state)
+                try:
+                    self.tick(state)
+                except sqlite3.Error as exc:  # the state database cannot be written (a full disk): look again
+                    log.warning("stages: the state database cannot be written: %s", exc)
+                    self.stopping.wait(1.0)
                 self.changed.wait(POLL)
 
     def cancel(self) -> None:

@@ -53,6 +53,9 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
          "answers": str},
         "id", [],
     ),
+    # What the running engine waits for (the catalog, the warehouse, a broker, a registry): one row per
+    # dependency down now, since when, and what it last said. Cleared when the engine starts and stops.
+    "outages": ({"dependency": str, "since": str, "message": str}, "dependency", []),
     "policies": ({"scope": str, "name": str, "settings": str, "updated_at": str}, ("scope", "name"), []),
     "maintenance_runs": (
         {

@@ -33,6 +33,7 @@ from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.alerting import AlertRecords
 from appliance.state.history import HistoryRecords
+from appliance.state.outages import OutageRecords
 from appliance.state.records import (
     BatchRecord,
     EngineRecord,
@@ -49,7 +50,7 @@ from appliance.state.stages import StageRecords
 from appliance.state.upkeep import UpkeepRecords
 
 
-class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords):
+class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords, OutageRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and

@@ -4,9 +4,14 @@ catalog on PostgreSQL, a REST catalog...), with the warehouse on disk or S3."""
 from __future__ import annotations
 
 import logging
+import re
+import sqlite3
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+import requests
+import sqlalchemy.exc
 from pyiceberg.catalog import Catalog as IcebergCatalog
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import (
@@ -14,6 +19,8 @@ from pyiceberg.exceptions import (
     NamespaceAlreadyExistsError,
     NoSuchTableError,
     OAuthError,
+    ServerError,
+    ServiceUnavailableError,
     UnauthorizedError,
 )
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
@@ -60,10 +67,9 @@ def open_catalog(settings: Settings) -> IcebergCatalog:
         return load_catalog(name, **props)
     except FloeError:
         raise
-    except (UnauthorizedError, ForbiddenError, OAuthError) as exc:
-        raise CatalogAccessDenied(f"{settings.catalog.describe()} refused Floe: "
-                                  f"{_quiet(settings, exc)}") from None
     except Exception as exc:  # noqa: BLE001 - a driver's or HTTP client's error: one line, secrets removed
+        if isinstance(typed := catalog_error(settings, exc), CatalogAccessDenied):
+            raise typed from None
         raise CatalogUnavailable(f"{settings.catalog.describe()} cannot be reached: "
                                  f"{_quiet(settings, exc)}") from None
 
@@ -87,10 +93,49 @@ def warehouse_io(settings: Settings, what: str) -> Iterator[None]:
         yield
 
 
+# A catalog's drivers say it is down in their own words: a database that refuses connections or is locked
+# (SQLAlchemy's errors, which Floe's own SQLite commits raise too), a REST service that does not answer or answers 5xx (requests, PyIceberg).
+_DOWN = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, requests.exceptions.ConnectionError,
+         requests.exceptions.Timeout, ServerError, ServiceUnavailableError)
+
+# What a database says when it refuses Floe's credentials: a person must fix them, waiting will not help.
+_REFUSED = re.compile(r"authentication failed|access denied|permission denied|no pg_hba.conf entry", re.I)
+
+# What SQLite says when its file cannot be written for now: another writer holds it, its disk is full or
+# read-only. The catalog waits for it as for a server that is down.
+_SQLITE_WAITS = re.compile(r"locked|full|readonly|disk I/O", re.I)
+
+
+def catalog_error(settings: Settings, exc: BaseException) -> BaseException:
+    """A catalog driver's failure as Floe's one-line error, secrets masked: an outage (CatalogUnavailable) or
+    refused credentials (CatalogAccessDenied); any other exception as it is."""
+    if isinstance(exc, (UnauthorizedError, ForbiddenError, OAuthError)) or \
+            isinstance(exc, sqlalchemy.exc.OperationalError) and _REFUSED.search(str(exc)):
+        return CatalogAccessDenied(f"{settings.catalog.describe()} refused Floe: {_quiet(settings, exc)}")
+    if isinstance(exc, sqlalchemy.exc.OperationalError) and isinstance(exc.orig, sqlite3.Error) \
+            and not _SQLITE_WAITS.search(str(exc.orig)):
+        return exc  # a damaged file, a bad statement: no outage
+    if isinstance(exc, _DOWN):
+        return CatalogUnavailable(f"{settings.catalog.describe()} failed: {_quiet(settings, exc)}")
+    return exc
+
+
 class Catalog:
+    """The catalog, opened at its first use: an engine starts while the catalog is down, and each use
+    tries to open it again until it opens (`CatalogUnavailable` meanwhile)."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.iceberg = open_catalog(settings)
+        self._iceberg: IcebergCatalog | None = None
+        self._opening = threading.Lock()
+
+    @property
+    def iceberg(self) -> IcebergCatalog:
+        if self._iceberg is None:
+            with self._opening:
+                if self._iceberg is None:
+                    self._iceberg = open_catalog(self.settings)
+        return self._iceberg
 
     def table(self, name: str) -> Table:
         return self.iceberg.load_table(name)

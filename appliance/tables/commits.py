@@ -7,9 +7,12 @@ won the race, each under the rule that keeps it correct (see the functions).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
@@ -20,7 +23,6 @@ from appliance.core.retry import retrying
 from appliance.tables.datafiles import delete_files, live_data_files, live_entries
 from appliance.tables.fastpath.appends import append_files
 from appliance.tables.fastpath.changes import FileChanges, commit_changes
-from appliance.tables.folding import FoldMap, live_deletes
 from appliance.tables.snapshots import (
     MAINTENANCE_KEY,
     RETENTION_DELETED_KEY,
@@ -34,6 +36,19 @@ from appliance.tables.snapshots import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Carried:
+    """What a rewrite's commit does with the table's position deletes (`mergeonread.folding` says)."""
+
+    added: list[DataFile] = field(default_factory=list)  # deletes carried onto the rewrite's new files
+    removed: list[DataFile] = field(default_factory=list)  # delete files naming no live data file any more
+    deleted_rows: dict[str, int] = field(default_factory=dict)  # per data file: its rows deleted by position
+
+
+# (the table as the commit finds it, its live entries, the data files live after it) -> what to do
+Carry = Callable[[Table, list[ManifestEntry], set[str]], Carried]
 
 
 def commit_lock(settings: Settings, table: str) -> FileLock:
@@ -55,26 +70,39 @@ def commit_files(
     offsets: dict[int, int],
     attempts: int = 5,
 ) -> tuple[Table, int | None]:
-    """Append `files` with `offsets` in the same snapshot; returns the table and the snapshot id.
-
-    A lost race with another writer (maintenance, say) is retried on fresh
-    metadata, but only while the table still holds the offsets this batch was
-    planned from: anything else means a second engine writes the stream.
-    """
+    """Append `files` with `offsets` in the same snapshot; returns the table and the snapshot id."""
     props = offsets_properties(stream_id, topic, offsets)
+
+    def append(t: Table) -> tuple[Table, int | None]:
+        t = append_files(t, files, props)
+        return t, t.current_snapshot().snapshot_id
+
+    return commit_with_offsets(table, stream_id, expected, offsets, "commit", append, lambda t, landed: (t, landed),
+                               attempts)
+
+
+Done = TypeVar("Done")  # what a batch's commit returns
+
+
+def commit_with_offsets(table: Table, stream_id: str, expected: dict[int, int] | None, offsets: dict[int, int],
+                        what: str, commit: Callable[[Table], Done], landed: Callable[[Table, int], Done],
+                        attempts: int = 5) -> Done:
+    """`commit(table)`, a batch's commit of `offsets`. A lost race with another writer (maintenance,
+    say) is retried on fresh metadata, but only while the table still holds the offsets this batch was
+    planned from (`expected`): if the commit landed before the error, `landed(table, its snapshot id)`;
+    anything else means a second engine writes the stream."""
     name = ".".join(table.name())
     try:
-        for attempt in retrying(CommitFailedException, f"commit to {name}", attempts=attempts):
+        for attempt in retrying(CommitFailedException, f"{what} to {name}", attempts=attempts):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     table = table.refresh()
-                    landed = already_committed(table, stream_id, expected, offsets)
-                    if landed is not None:
-                        return table, landed
-                table = append_files(table, files, props)
-                return table, table.current_snapshot().snapshot_id
+                    landed_id = already_committed(table, stream_id, expected, offsets)
+                    if landed_id is not None:
+                        return landed(table, landed_id)
+                return commit(table)
     except CommitFailedException:
-        raise CommitConflict(f"table {name}: commit failed {attempts} times in a row") from None
+        raise CommitConflict(f"table {name}: {what} failed {attempts} times in a row") from None
 
 
 def already_committed(table: Table, stream_id: str, expected: dict[int, int] | None,
@@ -92,28 +120,27 @@ def already_committed(table: Table, stream_id: str, expected: dict[int, int] | N
 
 
 def _swap(table: Table, remove: list[DataFile], add: list[DataFile], label: Operation,
-          properties: dict[str, str], fold: FoldMap | None = None) -> Table:
+          properties: dict[str, str], carry: Carry | None = None) -> Table:
     """One snapshot (labelled `label`) without `remove` and with `add`, carrying the parent's stream
     offsets. Position deletes committed since the rewrite read its files are carried over to the new
-    ones (`fold`), and delete files left naming no live data file are dropped in the same snapshot.
+    ones (`carry`), and delete files left naming no live data file are dropped in the same snapshot.
     Raises RewriteConflict when a file to remove is gone, CommitFailedException on a lost race."""
     entries = live_entries(table)
-    now = live_deletes(table, entries)
-    translated = fold.translate(table, now) if fold else []
     gone = {f.file_path for f in remove}
     live = {e.data_file.file_path for e in entries if e.data_file.content == DataFileContent.DATA} - gone
     live |= {f.file_path for f in add}
-    changes = FileChanges(data=add, deletes=translated, removed=remove + now.removable(live))
+    carried = carry(table, entries, live) if carry else Carried()
+    changes = FileChanges(data=add, deletes=carried.added, removed=remove + carried.removed)
     extra = None
     if properties.get(MAINTENANCE_KEY) == "retention":  # in the same commit as the deletes
-        deleted = sum(f.record_count - len(now.positions.get(f.file_path, ())) for f in remove) \
+        deleted = sum(f.record_count - carried.deleted_rows.get(f.file_path, 0) for f in remove) \
             - sum(f.record_count for f in add)
         extra = {RETENTION_DELETED_KEY: str(retention_deleted(table) + deleted)}
-    carried = offsets_summary(table.metadata, table.metadata.current_snapshot_id)
+    carried_offsets = offsets_summary(table.metadata, table.metadata.current_snapshot_id)
     try:
-        return commit_changes(table, changes, label, {**carried, **properties}, extra)
+        return commit_changes(table, changes, label, {**carried_offsets, **properties}, extra)
     except BaseException:
-        delete_files(table, [f.file_path for f in translated])  # never referenced
+        delete_files(table, [f.file_path for f in carried.added])  # never referenced
         raise
 
 
@@ -125,7 +152,7 @@ def commit_rewrite(
     label: Operation,
     properties: dict[str, str],
     deadline: float = 300.0,
-    fold: FoldMap | None = None,
+    carry: Carry | None = None,
 ) -> Table:
     """Commit `remove` -> `add` as one snapshot; retried on fresh metadata while others commit.
 
@@ -136,9 +163,8 @@ def commit_rewrite(
     name = ".".join(table.name())
     try:
         for attempt in retrying(CommitFailedException, f"rewrite of {name}", seconds=deadline):
-            with attempt:
-                with commit_lock(settings, name):
-                    return _swap(table.refresh(), remove, add, label, properties, fold)
+            with attempt, commit_lock(settings, name):
+                return _swap(table.refresh(), remove, add, label, properties, carry)
     except RewriteConflict as exc:
         delete_files(table, [f.file_path for f in add])
         raise RewriteConflict(f"table {name}: files to rewrite changed meanwhile ({exc})") from None

@@ -19,7 +19,7 @@ from pyiceberg.manifest import (
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from appliance.tables.fastpath.parquet import write_files
+from appliance.tables.fastpath.parquet import partitions, write_files
 from appliance.tables.storage import describe, storage_errors
 
 
@@ -69,6 +69,20 @@ def write_data_files(target: TableTarget, table: pa.Table) -> list[DataFile]:
         return []
     with storage_errors(target.where(), "write data files"):
         return write_files(table_metadata(target), target.metadata_json, target.io_properties, table)
+
+
+def in_file_order(target: TableTarget, table: pa.Table) -> pa.Table:
+    """`table`'s rows in the order `write_data_files` lays them out in its files (partition by partition,
+    each in its order), so that the files' rows, one file after the other, are the table's rows."""
+    if table.num_rows == 0:
+        return table
+    import numpy as np
+
+    numbered = table.append_column("__floe_row", pa.array(np.arange(table.num_rows)))
+    groups = partitions(table_metadata(target), numbered)
+    if len(groups) < 2:
+        return table
+    return table.take(pa.concat_arrays([rows.column("__floe_row").combine_chunks() for _, rows in groups]))
 
 
 def live_entries(table: Table, snapshot: Snapshot | None = None) -> list[ManifestEntry]:

@@ -30,6 +30,8 @@ SOURCE_TABLE_KEY = "floe.source-table"
 # expired, a property stays; `floe audit` tells rows retention removed from lost ones with it.
 RETENTION_DELETED_KEY = "floe.retention-deleted-rows"
 PURGED_KEY = "floe.purged-rows"  # dead letters purged on purpose (`floe dlq purge`), ever
+REPLAY_KEY = "floe.replay"  # both snapshots of one dead-letter replay carry its id
+REPLAY_TARGET_KEY = "floe.replay.target-snapshot"  # the dead-letter snapshot names its target's
 POSITION_KEYS = (STREAM_KEY, TOPIC_KEY, OFFSETS_KEY, STAGE_KEY, SOURCE_SNAPSHOT_KEY, SOURCE_TABLE_KEY)
 
 
@@ -53,6 +55,12 @@ def _lineage(metadata: TableMetadata, start: Snapshot | None = None) -> Iterator
 
 def ancestors(metadata: TableMetadata) -> list[Snapshot]:
     return list(_lineage(metadata))
+
+
+def replay_of(table: Table) -> str | None:
+    """The id of the newest dead-letter replay that committed to `table`."""
+    return next((summary_properties(s)[REPLAY_KEY] for s in _lineage(table.metadata)
+                 if REPLAY_KEY in summary_properties(s)), None)
 
 
 def committed_offsets(table: Table, stream_id: str) -> dict[int, int] | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
+from requests import RequestException
+
 from appliance.core.errors import WarehouseError
 
 
@@ -22,6 +24,8 @@ def describe(location: str, endpoint: str = "") -> str:
 def storage_errors(where: str, what: str) -> Iterator[None]:
     try:
         yield
+    except RequestException:
+        raise  # a REST catalog's HTTP client failed: the catalog's trouble, not the storage's (`catalog_error`)
     except OSError as exc:
         detail = " ".join(str(exc).split())
         raise WarehouseError(f"warehouse {where}: cannot {what}: {detail}") from None

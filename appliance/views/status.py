@@ -1,5 +1,5 @@
-"""`floe status`: the engine, each stream and stage, and the open incidents, in one report with
-an exit code for scripts and monitors (0 all well, 1 degraded, 2 the engine down)."""
+"""`floe status`: the engine, what it waits for, each stream and stage, and the open incidents, in one
+report with an exit code for scripts and monitors (0 all well, 1 degraded, 2 the engine down)."""
 
 from __future__ import annotations
 
@@ -48,8 +48,18 @@ class IncidentLine:
 
 
 @dataclass(frozen=True)
+class OutageLine:
+    """A dependency the running engine waits for: down since `since`, saying `message`."""
+
+    dependency: str
+    since: str
+    message: str
+
+
+@dataclass(frozen=True)
 class StatusReport:
     engine: EngineHealth
+    waiting_for: list[OutageLine] = field(default_factory=list)
     streams: list[StreamLine] = field(default_factory=list)
     stages: list[StageLine] = field(default_factory=list)
     incidents: list[IncidentLine] = field(default_factory=list)
@@ -61,10 +71,11 @@ class StatusReport:
 
     @property
     def exit_code(self) -> int:
-        """2: the engine is down; 1: an open incident, or a stream or stage failing; 0: all well."""
+        """2: the engine is down; 1: it waits for a dependency, an open incident, or a stream or stage failing;
+        0: all well."""
         if not self.engine.up:
             return DOWN
-        return DEGRADED if self.incidents or self.failing else OK
+        return DEGRADED if self.waiting_for or self.incidents or self.failing else OK
 
     @property
     def verdict(self) -> str:
@@ -72,6 +83,7 @@ class StatusReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"status": self.verdict, "exit_code": self.exit_code, "engine": asdict(self.engine),
+                "waiting_for": [asdict(o) for o in self.waiting_for],
                 "streams": [asdict(s) for s in self.streams], "stages": [asdict(s) for s in self.stages],
                 "incidents": [asdict(i) for i in self.incidents]}
 
@@ -101,4 +113,6 @@ def status_report(settings: Settings) -> StatusReport:
         stages = [_stage(s.name, s.paused, stage_statuses.get(s.name) or StageStatus(s.name), health.up)
                   for s in state.stages()]
         incidents = [IncidentLine(i.alert, i.subject, i.rule, i.value, i.opened_at) for i in state.open_incidents()]
-    return StatusReport(health, streams, stages, incidents)
+        # A stopped engine waits for nothing: what it waited for before a kill is no longer true.
+        waiting = [OutageLine(o.dependency, o.since, o.message) for o in state.outages()] if health.up else []
+    return StatusReport(health, waiting, streams, stages, incidents)

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Iterator
 
+import sqlalchemy.exc
 from pyiceberg.catalog import StagedTable
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
@@ -196,6 +197,8 @@ class FloeSqlCatalog(SqlCatalog):
                 return True
             except _RolledBack:
                 return False
+            except sqlite3.Error as exc:  # as SQLAlchemy would raise it: a catalog's error, not the state database's
+                raise sqlalchemy.exc.OperationalError(statements[0], None, exc) from exc
 
     def _sqlite_db(self) -> sqlite3.Connection:
         """The commits' own SQLite connection, opened by the first; the caller holds `_db_lock`. As a

@@ -1,4 +1,5 @@
-"""Position-delete files (Iceberg v2): which rows of which data files are gone, by position.
+"""Position-delete files (Iceberg v2): which rows of which data files are gone, by position; and the
+ones a snapshot holds.
 
 The spec's layout: Parquet with `file_path` (field id 2147483546) and `pos` (2147483545), sorted
 by both; one file per partition of the data files it names. Their column bounds are kept whole
@@ -9,18 +10,23 @@ writes none, so Floe writes its own.
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry
+from pyiceberg.table import Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
+
+from appliance.tables.datafiles import live_entries
 
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 SCHEMA = pa.schema([
@@ -111,3 +117,63 @@ def referenced_paths(delete_file: DataFile) -> tuple[str, str] | None:
     if lower is None or upper is None:
         return None
     return lower.decode(), upper.decode()
+
+
+_READ: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()  # delete files never change: read once
+_READ_LOCK = threading.Lock()
+KEPT_READS = 4096
+
+
+def positions_of(io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
+    """A delete file's positions by data file path (kept: delete files never change)."""
+    path = delete_file.file_path
+    with _READ_LOCK:
+        found = _READ.get(path)
+    if found is None:
+        found = read_position_deletes(io, delete_file)
+        with _READ_LOCK:
+            _READ[path] = found
+            while len(_READ) > KEPT_READS:
+                _READ.popitem(last=False)
+    return found
+
+
+@dataclass
+class LiveDeletes:
+    """A snapshot's live position-delete files: what each names, and each data file's deleted rows."""
+
+    files: dict[str, DataFile] = field(default_factory=dict)  # delete file path -> its DataFile
+    named: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # delete file -> data path -> positions
+    positions: dict[str, np.ndarray] = field(default_factory=dict)  # data path -> deleted positions, sorted
+    sequences: dict[str, int] = field(default_factory=dict)  # delete file path -> its data sequence number
+
+    def of(self, data_path: str) -> np.ndarray | None:
+        return self.positions.get(data_path)
+
+    def removable(self, live_data: set[str]) -> list[DataFile]:
+        """The delete files that name no live data file: nothing left for them to delete."""
+        return [self.files[p] for p, named in self.named.items() if not named.keys() & live_data]
+
+    def applying(self, data_path: str, sequence: int) -> np.ndarray | None:
+        """The positions of `data_path` deleted by delete files of a sequence number at or above the
+        data file's `sequence` (the spec: a position delete applies to data no newer than itself)."""
+        arrays = [named[data_path] for name, named in self.named.items()
+                  if data_path in named and self.sequences.get(name, 0) >= sequence]
+        return np.unique(np.concatenate(arrays)) if arrays else None
+
+
+def live_deletes(table: Table, entries: list[ManifestEntry] | None = None) -> LiveDeletes:
+    out = LiveDeletes()
+    gathered: dict[str, list[np.ndarray]] = defaultdict(list)
+    for e in entries if entries is not None else live_entries(table):
+        f = e.data_file
+        if f.content != DataFileContent.POSITION_DELETES:
+            continue
+        found = positions_of(table.io, f)
+        out.files[f.file_path] = f
+        out.named[f.file_path] = found
+        out.sequences[f.file_path] = e.sequence_number or 0
+        for path, positions in found.items():
+            gathered[path].append(positions)
+    out.positions = {p: np.unique(np.concatenate(arrays)) for p, arrays in gathered.items()}
+    return out

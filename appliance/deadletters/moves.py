@@ -1,9 +1,9 @@
 """Rows moved between a stream's two tables in one step: dead letters replayed into the target.
 
 The target gains the replayed rows (appended; in an upsert table, with position deletes for the
-rows they replace), and the dead-letter table loses the replayed messages by position deletes (and
-gains, for those that still fail, a row with their new reason). Both snapshots swap in by one
-catalog transaction (`FloeSqlCatalog.together`), so no reader ever finds a message in both tables
+rows they replace: `mergeonread.replayed`), and the dead-letter table loses the replayed messages by
+position deletes (and gains, for those that still fail, a row with their new reason). Both snapshots
+swap in by one catalog transaction (`FloeSqlCatalog.together`), so no reader ever finds a message in both tables
 or in neither, and a kill at any moment leaves either both commits or none. Each snapshot carries
 its parent's stream offsets, so the stream running beside it resumes where it was.
 """
@@ -11,9 +11,8 @@ its parent's stream offsets, so the stream running beside it resumes where it wa
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 from pyiceberg.manifest import DataFile, DataFileContent
@@ -22,18 +21,14 @@ from pyiceberg.table.snapshots import Operation
 
 from appliance.core.errors import DeadLetterReplayUnsupported, ReplayConflict
 from appliance.core.failpoints import failpoint
-from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP
+from appliance.mergeonread.deletes import live_deletes, write_deletes_by_partition
+from appliance.mergeonread.lineage import MERGE_KEY
+from appliance.mergeonread.plans import KeyedRows
+from appliance.mergeonread.replayed import open_index, replay_changes
 from appliance.tables.datafiles import delete_files, live_entries
 from appliance.tables.fastpath.changes import FileChanges, commit_changes, spec_of
-from appliance.tables.fastpath.deletes import write_deletes_by_partition
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
-from appliance.tables.folding import live_deletes
-from appliance.tables.keyindex import KeyIndex
-from appliance.tables.reading import file_tasks, read_table
-from appliance.tables.snapshots import PURGED_KEY, ancestors, offsets_summary, purged, summary_properties
-
-REPLAY_KEY = "floe.replay"  # both snapshots of one replay carry its id
-REPLAY_TARGET_KEY = "floe.replay.target-snapshot"  # the dead-letter snapshot names its target's
+from appliance.tables.snapshots import PURGED_KEY, REPLAY_KEY, REPLAY_TARGET_KEY, offsets_summary, purged
 
 
 @dataclass
@@ -43,9 +38,9 @@ class Move:
     taken: dict[str, np.ndarray]  # dead-letter data file -> positions of the messages replayed
     target_files: list[DataFile] = field(default_factory=list)
     dead_letter_files: list[DataFile] = field(default_factory=list)  # those that still fail, new reason
-    file_keys: list[list[Any]] = field(default_factory=list)  # upsert tables: each target file's keys
-    deleted: list[tuple[Any, int, int]] = field(default_factory=list)  # upsert: (key, partition, offset)
+    keyed: KeyedRows | None = None  # upsert tables: the target files' rows' keys, and the keys deleted
     key_columns: tuple[str, ...] = ()
+    home: Path | None = None  # where the target's key index is kept (FLOE_HOME)
     taken_at: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (partition, offset) per position
 
     def positions_of(self, messages: set[tuple[int, int]]) -> dict[str, np.ndarray]:
@@ -87,6 +82,7 @@ def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
     _check_taken(dead_letter, entries, files, move.taken)
     replay = uuid.uuid4().hex
     target_changes, superseded, count = _target_changes(target, move)
+    merge = {MERGE_KEY: "move"} if move.key_columns else {}
     taken = _without(move.taken, superseded)
     dl_deletes = write_deletes_by_partition(dead_letter.metadata, dead_letter.io, taken, files) if taken else []
     dl_changes = FileChanges(data=move.dead_letter_files, deletes=dl_deletes)
@@ -96,7 +92,7 @@ def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
         with target.catalog.together():
             new_target = commit_changes(target, target_changes,
                                         Operation.OVERWRITE if target_changes.deletes else Operation.APPEND,
-                                        _carried(target, replay))
+                                        {**_carried(target, replay), **merge})
             failpoint("replay_between_commits")
             target_id = new_target.current_snapshot().snapshot_id
             new_dl = commit_changes(dead_letter, dl_changes, Operation.OVERWRITE if dl_deletes else Operation.APPEND,
@@ -106,12 +102,6 @@ def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
         delete_files(dead_letter, [f.file_path for f in dl_deletes])
         raise
     return Moved(target_id, new_dl.current_snapshot().snapshot_id, superseded, count)
-
-
-def replay_of(table: Table) -> str | None:
-    """The id of the newest replay that committed to `table`."""
-    return next((summary_properties(s)[REPLAY_KEY] for s in ancestors(table.metadata)
-                 if REPLAY_KEY in summary_properties(s)), None)
 
 
 def _check_taken(dead_letter: Table, entries, files: dict[str, DataFile], taken: dict[str, np.ndarray]) -> None:
@@ -145,82 +135,15 @@ def _target_changes(target: Table, move: Move) -> tuple[FileChanges, dict[str, n
     new = list(move.target_files)
     for f in new:
         f.spec_id = spec_of(f, target.metadata.default_spec_id)
-    if not move.key_columns:
+    if not move.key_columns or move.keyed is None:
         return FileChanges(data=new), {}, 0
-    index = KeyIndex(move.key_columns)
-    index.build(target)
-    replayed = [(f.file_path, i, key, *meta) for f, keys in zip(new, move.file_keys)
-                for i, (key, meta) in enumerate(zip(keys, _rows_meta(target, {f: None})[f]))]
-    keys = [r[2] for r in replayed] + [k for k, _, _ in move.deleted]
-    current = _current_rows(target, index, keys)
-    doomed: dict[str, list[int]] = defaultdict(list)
-    losers: set[tuple[int, int]] = set()  # (partition, offset) of replayed messages a newer row beats
-    best: dict[Any, tuple[str, int, int, int, Any]] = {}  # a key replayed twice (two partitions): the later
-    for path, pos, key, p, o, ts in replayed:
-        mine = (p, o, ts)
-        if _later(current.get(key, (None, None))[1], mine):
-            doomed[path].append(pos)
-            losers.add((p, o))
-            continue
-        other = best.get(key)
-        if other is None:
-            best[key] = (path, pos, p, o, ts)
-        elif _later(other[2:], mine):  # this key twice in the replay: the later message's row stays
-            doomed[path].append(pos)
-            losers.add((p, o))
-        else:
-            doomed[other[0]].append(other[1])
-            losers.add((other[2], other[3]))
-            best[key] = (path, pos, p, o, ts)
-    for key, p, o in move.deleted:
-        where, meta = current.get(key, (None, None))
-        if where is not None and _later(meta, (p, o, None)):
-            losers.add((p, o))
-        elif where is not None:
-            doomed[where[0]].append(where[1])
-            best.pop(key, None)
-    for key in best:  # each replayed row replaces its key's current one
-        where = current.get(key, (None, None))[0]
-        if where is not None:
-            doomed[where[0]].append(where[1])
-    deletes = write_deletes_by_partition(
-        target.metadata, target.io, {p: np.unique(np.array(v, dtype=np.int64)) for p, v in doomed.items()},
-        {**index.files, **{f.file_path: f for f in new}})
+    index = open_index(move.home or Path("."), target, move.key_columns)
+    deletes, lost = replay_changes(target, index, move.keyed)
+    entries = [move.keyed.rows, move.keyed.deleted]
+    partitions = np.concatenate([e.partitions for e in entries])
+    offsets = np.concatenate([e.offsets for e in entries])
+    losers = set(zip(partitions[lost].tolist(), offsets[lost].tolist()))
     return FileChanges(data=new, deletes=deletes), move.positions_of(losers), len(losers)
-
-
-def _rows_meta(target: Table, wanted: dict[Any, list[int] | None]) -> dict[Any, list[tuple[int, int, Any]]]:
-    """(partition, offset, Kafka timestamp) of the rows at each data file's positions (None: every row),
-    read by the table's schema (another writer's file may lack them: None)."""
-    columns = target.schema().select(KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name)
-    out = {}
-    for f, positions in wanted.items():
-        rows = read_table(target.metadata, target.io, columns, file_tasks([f]))
-        if positions is not None:
-            rows = rows.take(positions)
-        out[f] = list(zip(*(rows.column(i).to_pylist() for i in range(3))))
-    return out
-
-
-def _current_rows(target: Table, index: KeyIndex, keys: list[Any]) -> dict[Any, tuple[tuple[str, int], tuple]]:
-    """Each key's current row in the target: where it is, and its (partition, offset, timestamp)."""
-    places = {key: where for key in keys if (where := index.locate(key)) is not None}
-    wanted: dict[str, list[int]] = defaultdict(list)
-    for path, pos in places.values():
-        wanted[path].append(pos)
-    meta = _rows_meta(target, {index.files[path]: positions for path, positions in wanted.items()})
-    at = {(path, pos): m for path, positions in wanted.items() for pos, m in zip(positions, meta[index.files[path]])}
-    return {key: (where, at[where]) for key, where in places.items()}
-
-
-def _later(theirs: tuple | None, mine: tuple) -> bool:
-    """Whether the row of `theirs` (partition, offset, timestamp) came after the message of `mine`:
-    by offset within a partition, by Kafka timestamp across partitions."""
-    if theirs is None:
-        return False
-    if theirs[0] == mine[0]:
-        return theirs[1] > mine[1]
-    return theirs[2] is not None and mine[2] is not None and theirs[2] > mine[2]
 
 
 def commit_purge(dead_letter: Table, taken: dict[str, np.ndarray]) -> Table:
