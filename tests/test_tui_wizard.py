@@ -249,7 +249,7 @@ async def test_security_settings_become_kafka_options_and_the_password_stays_hid
         await pilot.press("tab", "enter")  # security protocol
         await type_text(pilot, "SASL_SSL")
         await pilot.press("enter")
-        await until(pilot, lambda: not screen.query_one("#username").disabled, 5, "SASL fields enabled")
+        await until(pilot, lambda: not screen.query_one("#username").disabled, 30, "SASL fields enabled")
         await pilot.click("#load-topics")
         assert "required" in shown(screen, "username-error") and "required" in shown(screen, "password-error")
 
