@@ -8,7 +8,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from appliance.core.errors import KafkaConfigError, ReadTimeout
+from appliance.core.errors import KafkaConfigError, ReadTimeout, SparkTaskLost
 from appliance.kafka.client import KafkaClient
 from appliance.kafka.reader import Piece, read_topics
 from appliance.kafka.settings import KafkaSettings
@@ -78,6 +78,21 @@ def test_an_error_in_a_spark_task_reaches_the_driver_as_itself(spark, error):
     with pytest.raises(type(error)) as raised:
         run_in_tasks(spark, work, 2)
     assert str(raised.value) == str(error) and raised.value.retryable == error.retryable
+    assert run_in_tasks(spark, lambda i: i * 10, 3) == [0, 10, 20]
+
+
+def test_a_task_whose_python_worker_dies_is_a_retryable_loss_and_the_session_goes_on(spark):
+    import os
+
+    def work(i: int) -> int:
+        if i == 1:
+            os._exit(3)  # the worker process dies under the task, as an OOM kill or a broken channel would
+        return i
+
+    with pytest.raises(SparkTaskLost) as raised:
+        run_in_tasks(spark, work, 2)
+    assert raised.value.retryable and "\n" not in str(raised.value)
+    assert str(raised.value).startswith("a Spark task was lost, the batch runs again: ")
     assert run_in_tasks(spark, lambda i: i * 10, 3) == [0, 10, 20]
 
 

@@ -129,6 +129,10 @@ def test_stages_equal_their_queries_through_kills_compaction_and_expiry(broker, 
         created = floe("stage", "create", name, "--from", source, "--sql", sql, "--table", table)
         assert created.returncode == 0, created.stderr
     assert floe("table", "policy", "ingest.orders", "--keep-snapshots", "1s", "--min-snapshots", "1").returncode == 0
+    # A second commit into the source, so that the first compaction has files to merge even if, on a loaded
+    # machine, no cycle's engine lives long enough to commit before its kill.
+    publish(100)
+    run_until_caught_up(spark)
 
     for cycle in range(3):
         run_until_killed(rng.uniform(6, 14), lambda stop: publish(700, stop))

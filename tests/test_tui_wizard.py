@@ -31,7 +31,7 @@ async def load_and_pick_topic(pilot, screen, bootstrap: str, topic: str) -> None
     await pilot.press("enter")  # opens the list
     await type_text(pilot, topic)  # type-to-search
     await pilot.press("enter")
-    await until(pilot, lambda: select.value == topic, 5, "topic picked")
+    await until(pilot, lambda: select.value == topic, 30, "topic picked")
 
 
 async def test_wizard_end_to_end_creates_the_edited_stream(broker, topic):

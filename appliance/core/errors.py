@@ -200,6 +200,13 @@ class DiskUnwritable(FloeError):
     dependency = "disk"
 
 
+class SparkTaskLost(FloeError):
+    """Spark lost a task's run, not its work's answer: its Python worker died or its connection to it
+    broke. Nothing of that run was committed; the batch runs again from the table's offsets."""
+
+    retryable = True
+
+
 class CommitConflict(FloeError):
     """Another writer changed the table between our read and our commit."""
 

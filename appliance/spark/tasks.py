@@ -5,6 +5,10 @@ descriptions, counts). A `FloeError` raised in a task comes back as itself, so t
 driver sees a read timeout or a storage outage by its type, not as a Py4J traceback; any other
 exception comes back as an `UnforeseenError` naming it, with its traceback. Either way the
 other tasks of the job finish: one task's failure never fails the Spark job.
+
+What can still fail the job is Spark itself losing a task's run (its Python worker died, or the
+channel to a reused worker was found closed): that is a `SparkTaskLost`, retryable, since nothing the
+tasks wrote is committed before every task has answered.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from appliance.core.errors import FloeError, UnforeseenError
+from appliance.core.errors import FloeError, SparkTaskLost, UnforeseenError
 
 
 @dataclass
@@ -33,8 +37,26 @@ def run_in_tasks(spark, work: Callable[[int], object], n: int) -> list:
 
     # An RDD job, not a DataFrame one: nothing here for Catalyst to plan or for Arrow to
     # carry, and a plan and code generation per job would double a small batch's cost.
-    results = spark.sparkContext.parallelize(range(n), n).map(run).collect()
+    try:
+        results = spark.sparkContext.parallelize(range(n), n).map(run).collect()
+    except Exception as exc:
+        raise _lost(exc) from exc
     failed = [r.error for r in results if isinstance(r, _Failed)]
     if failed:
         raise failed[0]
     return results
+
+
+def _lost(exc: Exception) -> Exception:
+    """The job's failure as a `SparkTaskLost` naming Spark's reason in one line (a Py4J error's first
+    line of its Java cause); anything not from the JVM as itself."""
+    from py4j.protocol import Py4JJavaError
+
+    if not isinstance(exc, Py4JJavaError):
+        return exc
+    try:
+        reason = str(exc.java_exception.toString())
+    except Exception:  # noqa: BLE001 - the JVM gone with the session: its Python side still has a message
+        reason = str(exc)
+    reason = " ".join(reason.splitlines()[0].split()) if reason.strip() else "no reason given"
+    return SparkTaskLost(f"a Spark task was lost, the batch runs again: {reason}")
