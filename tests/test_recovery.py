@@ -134,7 +134,10 @@ def test_a_damaged_catalog_is_set_aside_and_rebuilt(floe_home):
     assert "is damaged" in result.stderr and "set aside: " in result.stderr, result.stderr
     assert f"{len(TABLES)} tables: {len(TABLES)} changed" in result.stdout, result.stdout
     assert {name: Catalog(settings).location(name) for name in TABLES} == before
-    assert [p.name.startswith("catalog.db.damaged-") for p in floe_home.glob("catalog.db.*")] == [True]
+    aside = sorted(p.name for p in floe_home.glob("catalog.db.*"))  # the file, and its WAL files with it
+    assert aside and all(name.startswith("catalog.db.damaged-") for name in aside), aside
+    assert not aside[0].endswith(("-wal", "-shm")) and len({name.removesuffix("-wal").removesuffix("-shm")
+                                                            for name in aside}) == 1, aside
 
 
 def test_recovery_refuses_while_an_engine_runs_and_for_a_rest_catalog(floe_home):
@@ -174,7 +177,8 @@ def test_a_restored_backup_points_at_metadata_written_after_it(floe_home, tmp_pa
     assert {t.table: t.action for t in recovery.tables}["ingest.orders"] == "re-pointed"
     assert Catalog(settings).location("ingest.orders") == newest_now
     assert rows(settings, "ingest.orders") == [0, 1, 2, 3, 4]
-    assert sorted(p.name.split("-")[0] for p in recovery.set_aside) == ["catalog.db.before", "state.db.before"]
+    # Each database set aside with its WAL files, if it has any open.
+    assert sorted({p.name.split("-")[0] for p in recovery.set_aside}) == ["catalog.db.before", "state.db.before"]
 
 
 def test_recovery_on_s3_finds_every_table_and_passes_over_a_torn_file(floe_home, seaweed):

@@ -195,7 +195,8 @@ def test_upserts_land_exactly_once_through_kill_9(broker, topic, floe_home, spar
 def test_compaction_under_a_live_upsert_stream_folds_every_delete_and_keeps_the_rows(broker, topic, floe_home):
     rng = random.Random(7)
     floe_home.mkdir(parents=True, exist_ok=True)
-    (floe_home / "floe.toml").write_text('[engine]\ncommit_interval = "100ms"\n')
+    # Every batch commits at once (trickle_messages = 0: no trickle waits its trickle_interval).
+    (floe_home / "floe.toml").write_text('[engine]\ncommit_interval = "100ms"\ntrickle_messages = 0\n')
     trickle = Trickle(broker, topic, rng, keys=200)
     trickle.run(600)
     created = floe("stream", "create", "live", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",

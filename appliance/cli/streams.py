@@ -8,6 +8,7 @@ import click
 
 from appliance.cli.base import cli, err, settings
 from appliance.core import hints
+from appliance.core.vocabulary import StreamPhase
 
 
 @cli.group()
@@ -74,14 +75,26 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
 
 @stream.command("list")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def stream_list(fmt: str) -> None:
+@click.option("--name", "name", default=None, metavar="PATTERN",
+              help="Only streams whose name matches: a glob (orders_*), or any part of the name.")
+@click.option("--state", type=click.Choice([str(p) for p in StreamPhase] + ["stopped"]), default=None,
+              help="Only streams in this state (with the engine down: stopped, or the state they were in).")
+@click.option("--namespace", default=None, help="Only streams whose target table is in this namespace.")
+@click.option("--sort", type=click.Choice(["name", "state", "rate", "lag", "rows", "errors", "last-commit"]),
+              default="name", show_default=True, help="Order (rate, lag, rows, errors, last-commit: largest first).")
+def stream_list(fmt: str, name: str | None, state: str | None, namespace: str | None, sort: str) -> None:
     """List streams with their state and totals."""
     from appliance.views.engine import Shown
-    from appliance.views.streams import streams_overview
+    from appliance.views.streams import select_streams, streams_overview
 
-    rows = [view.summary() for view in streams_overview(settings())]
+    views = streams_overview(settings())
+    picked = select_streams(views, name, state, namespace, sort)
+    rows = [view.summary() for view in picked]
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
+        return
+    if views and not picked:
+        err(f"none of the {len(views)} streams matches")
         return
     if not rows:
         err(f"no streams yet: `{hints.CREATE_STREAM_HELP}` says how to create one")

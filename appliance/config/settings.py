@@ -44,6 +44,8 @@ class EngineSettings:
     fetch_timeout: float = 10.0
     max_message_bytes: int = 1024 * 1024
     retry_backoff: float = 5.0
+    trickle_interval: float = 2.5
+    trickle_messages: int = 1000
 
 
 @dataclass(frozen=True)
@@ -257,6 +259,8 @@ def _engine(raw: dict[str, Any], source: Path, check) -> EngineSettings:
             fetch_timeout=parse_duration(raw["fetch_timeout"], "engine.fetch_timeout"),
             max_message_bytes=parse_size(raw["max_message_bytes"], "engine.max_message_bytes"),
             retry_backoff=parse_duration(raw["retry_backoff"], "engine.retry_backoff"),
+            trickle_interval=parse_duration(raw["trickle_interval"], "engine.trickle_interval"),
+            trickle_messages=int(raw["trickle_messages"]),
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{source}: [engine] {exc}") from None
@@ -264,6 +268,7 @@ def _engine(raw: dict[str, Any], source: Path, check) -> EngineSettings:
         raise ConfigError(f"{source}: {exc}") from None
     check(engine.max_batch_messages > 0, "engine.max_batch_messages", "must be positive")
     check(engine.max_message_bytes > 0, "engine.max_message_bytes", "must be positive")
+    check(engine.trickle_messages >= 0, "engine.trickle_messages", "must be 0 (no trickles) or more")
     return engine
 
 

@@ -32,6 +32,7 @@ from appliance.core.vocabulary import EngineState, EventKind, StreamPhase
 from appliance.ingest.indexes import keep_only, save_all
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.outages import Outages
+from appliance.ingest.watermarks import WatermarkPollers
 from appliance.ingest.worker import OUTAGE_BACKOFF, Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
 from appliance.model.stream import StreamDef
@@ -93,6 +94,7 @@ class Engine:
         self.answers: AnswerThread | None = None  # what commands and the UI ask of the engine
         self.committed = threading.Event()  # a stream committed: the stages look at their sources
         self.jobs: BatchJobs | None = None
+        self.pollers = WatermarkPollers(settings.engine.poll_interval, self.stopping)
         # None: no endpoint. `[observe] metrics_port` 0 means off; a port given here, 0 means any free one.
         self.metrics_port = metrics_port if metrics_port is not None else (settings.observe.metrics_port or None)
         self.metrics: MetricsServer | None = None
@@ -204,7 +206,10 @@ class Engine:
                 thread.cancel()
                 thread.join(1.0)
         for worker in self.workers.values():
+            worker.stop()
+        for worker in self.workers.values():
             worker.join()
+        self.pollers.close()
         save_all()  # the upsert streams' key indexes: the next start loads them
         if self.jobs is not None:
             self.jobs.close()
@@ -246,7 +251,7 @@ class Engine:
         if self.jobs is None:
             self.jobs = BatchJobs(self.spark)
         shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake, self.jobs, self.committed,
-                        self.outages)
+                        self.pollers, self.outages)
         worker = StreamWorker(shared, stream, until_caught_up)
         self.state.update_status(stream.name, phase=StreamPhase.STARTING)  # may fail: then no worker, yet
         self.workers[stream.name] = worker
@@ -262,7 +267,7 @@ class Engine:
             # its mapping follows the table by itself.
             if current is None or current.paused or current.id != worker.stream.id \
                     or current.schema_evolution != worker.stream.schema_evolution:
-                worker.stop_event.set()
+                worker.stop()
             if worker.done:
                 del self.workers[name]
         for name, stream in streams.items():

@@ -33,6 +33,7 @@ from appliance.ingest.planning import (
     plan_tasks,
 )
 from appliance.ingest.stream_schema import StreamSchema
+from appliance.ingest.watermarks import WatermarkPollers
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.model.stream import StreamDef
 from appliance.spark.session import parallelism
@@ -63,8 +64,10 @@ class StreamRunner:
     """Runs the batches of one stream. Not thread-safe: one worker thread owns it."""
 
     def __init__(self, settings: Settings, spark, catalog: Catalog, state: StateStore, stream: StreamDef,
-                 jobs: BatchJobs | None = None) -> None:
+                 jobs: BatchJobs | None = None, pollers: WatermarkPollers | None = None) -> None:
         self.settings = settings
+        # The cluster's shared poller asks the watermarks; without one, the stream asks them itself.
+        self.poller = pollers.of(stream.kafka) if pollers is not None else None
         self.spark = spark
         self.jobs = jobs  # shared with other streams' runners; without it, a job of its own
         self.catalog = catalog
@@ -115,7 +118,11 @@ class StreamRunner:
         self.landed = landed_dead_letters(dead_letter, self.committed.replayed(self.stream.start_positions),
                                           self.stream.created_at)
 
-    def watermarks(self) -> dict[int, Watermarks]:
+    def watermarks(self, fresh: bool = False) -> dict[int, Watermarks]:
+        """The topic's partitions' watermarks; `fresh`: asked after this call (a one-off run's goal)."""
+        if self.poller is not None:
+            self.marks = self.poller.watermarks(self.stream.topic, fresh)
+            return self.marks
         # The topic's partitions are looked up again every PARTITIONS_TTL, not every poll:
         # partitions are rarely added, and a metadata request per poll and stream adds up.
         if self._partitions is None or time.monotonic() - self._partitions[0] > PARTITIONS_TTL:

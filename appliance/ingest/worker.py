@@ -22,9 +22,11 @@ from appliance.core.errors import FloeError, KafkaUnavailable, RegistryUnavailab
 from appliance.core.polling import backoff
 from appliance.core.secrets import scrub
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
-from appliance.ingest.jobs import BatchJobs, next_wake
+from appliance.ingest.jobs import BatchJobs, next_tick, next_wake
 from appliance.ingest.outages import Outages, dependency_of
+from appliance.ingest.planning import lag
 from appliance.ingest.runner import BatchOutcome, StreamRunner
+from appliance.ingest.watermarks import WatermarkPollers
 from appliance.model.stream import StreamDef
 from appliance.state.outages import state_error
 from appliance.state.store import StateStore
@@ -33,6 +35,7 @@ from appliance.tables.catalog import Catalog, catalog_error
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 60.0
+IDLE_RECHECK = 10.0  # seconds an idle stream sleeps at most without its poller waking it
 OUTAGE_BACKOFF = 10.0  # the longest pause between two attempts at a dependency that is down
 ONE_OFF_ATTEMPTS = 5  # retryable failures in a row before `--until-caught-up` gives up
 
@@ -48,6 +51,7 @@ class Shared:
     wake: threading.Event  # set when a worker ends, so the engine looks again at once
     jobs: BatchJobs  # streams due together share one Spark job
     committed: threading.Event | None = None  # set after each commit: stages may have rows to read
+    pollers: WatermarkPollers | None = None  # one watermark poller per cluster, waking the streams it concerns
     outages: Outages | None = None  # the dependencies the engine waits for
 
 
@@ -72,6 +76,7 @@ class StreamWorker(threading.Thread):
         self.stream = stream
         self.until_caught_up = until_caught_up
         self.stop_event = threading.Event()
+        self.moved = threading.Event()  # set by the cluster's poller when the topic's watermarks change
         self.done = False
         self.error: str | None = None
         self.failing: Failing | None = None
@@ -84,7 +89,10 @@ class StreamWorker(threading.Thread):
     def run(self) -> None:
         settings = self.engine.settings
         state = StateStore(settings.state_db, durable=False)
-        runner = StreamRunner(settings, self.engine.spark, self.engine.catalog, state, self.stream, self.engine.jobs)
+        runner = StreamRunner(settings, self.engine.spark, self.engine.catalog, state, self.stream, self.engine.jobs,
+                              self.engine.pollers)
+        if runner.poller is not None:
+            runner.poller.subscribe(self.stream.topic, self.moved)
         # Across a restart: messages waited since then, or since the stream was last seen caught up.
         before = state.status(self.stream.name)
         self.behind_since = before.behind_since if before.lag else None
@@ -92,6 +100,8 @@ class StreamWorker(threading.Thread):
         try:
             self._loop(runner, state)
         finally:
+            if runner.poller is not None:
+                runner.poller.unsubscribe(self.stream.topic, self.moved)
             runner.close()
             state.close()
             self.done = True
@@ -102,10 +112,11 @@ class StreamWorker(threading.Thread):
         engine = self.engine.settings.engine
         tick = time.monotonic()
         while not self._stopping():
+            self.moved.clear()  # before the step reads the watermarks: a change after it wakes the next
             try:
                 with self.engine.jobs.planning():
                     if goal is None and self.until_caught_up:
-                        goal = {p: w.high for p, w in runner.watermarks().items()}
+                        goal = {p: w.high for p, w in runner.watermarks(fresh=True).items()}
                     outcome = runner.step()
                 self._succeeded(outcome, state)
             except Exception as exc:  # every failure is reported, then retried: a stream never dies
@@ -115,6 +126,21 @@ class StreamWorker(threading.Thread):
                 continue
             if goal is not None and runner.caught_up(goal):
                 return
+            if not outcome.messages and not outcome.lag and runner.poller is not None and not self.until_caught_up:
+                # Nothing to read: sleep until the poller sees the topic move (streams it wakes together
+                # plan together and share a job), not a step every poll interval.
+                if self._idle():
+                    return
+                tick = time.monotonic()
+                continue
+            if self._trickle(outcome, runner):
+                # A trickle's next batch waits to hold more (on the grid of commit intervals, so that the
+                # trickles due together still share one Spark job), or until enough messages wait.
+                if self._linger(runner, next_tick(tick + max(engine.trickle_interval, engine.commit_interval)
+                                                  - 1e-3, engine.commit_interval)):
+                    return
+                tick = time.monotonic()
+                continue
             tick = next_wake(tick, time.monotonic(), bool(outcome.messages), engine.commit_interval,
                              engine.poll_interval)
             if self._wait(tick - time.monotonic()):
@@ -200,6 +226,38 @@ class StreamWorker(threading.Thread):
             return  # an idle poll that changes nothing writes nothing
         state.update_status(name, **fields)
         self.shown = fields
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.moved.set()
+
+    def _trickle(self, outcome: BatchOutcome, runner: StreamRunner) -> bool:
+        """A small batch with little left waiting: a trickle's (a one-off run catches up without waiting)."""
+        limit = self.engine.settings.engine.trickle_messages
+        return (runner.poller is not None and not self.until_caught_up
+                and 0 < outcome.messages < limit and outcome.lag < limit)
+
+    def _linger(self, runner: StreamRunner, due: float) -> bool:
+        """Wait until `due`, or until the poller sees enough messages waiting; True when the worker must stop."""
+        limit = self.engine.settings.engine.trickle_messages
+        while time.monotonic() < due and not self._stopping():
+            if not self.moved.wait(min(1.0, max(0.0, due - time.monotonic()))):
+                continue
+            self.moved.clear()
+            try:
+                if lag(runner.positions(), runner.poller.watermarks(self.stream.topic)) >= limit:
+                    break
+            except FloeError:
+                break  # the step reports it
+        return self._stopping()
+
+    def _idle(self) -> bool:
+        """Wait for the topic to move; True when the worker must stop instead."""
+        deadline = time.monotonic() + IDLE_RECHECK
+        while not self.moved.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
+            if self._stopping() or time.monotonic() >= deadline:
+                break
+        return self._stopping()
 
     def _stopping(self) -> bool:
         return self.stop_event.is_set() or self.engine.stopping.is_set()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
-from appliance.core.errors import ReadTimeout, TopicNotFound
+from appliance.core.errors import FloeError, ReadTimeout, TopicNotFound
 from appliance.kafka.errors import kafka_error
 from appliance.kafka.logs import KAFKA_LOG
 from appliance.kafka.reader import Piece, PieceResult, read_topics
@@ -79,13 +79,27 @@ class KafkaClient:
             meta = self._consumer.list_topics(topic, timeout=self.timeout)
         except KafkaException as exc:
             raise kafka_error(exc, self.settings, f"topic {topic!r}") from None
-        info = meta.topics.get(topic)
+        found = self._partitions_of(topic, meta.topics.get(topic))
+        if isinstance(found, FloeError):
+            raise found
+        return found
+
+    def partitions_of(self, topics: list[str]) -> dict[str, list[int] | FloeError]:
+        """Each topic's partitions from one metadata request for the whole cluster; a topic's error in its place."""
+        self._fresh()
+        try:
+            meta = self._consumer.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise kafka_error(exc, self.settings, "listing topics") from None
+        return {topic: self._partitions_of(topic, meta.topics.get(topic)) for topic in topics}
+
+    def _partitions_of(self, topic: str, info) -> list[int] | FloeError:
         if info is None or info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise TopicNotFound(f"topic {topic!r} not found on {self.settings.bootstrap}")
+            return TopicNotFound(f"topic {topic!r} not found on {self.settings.bootstrap}")
         if info.error is not None:
-            raise kafka_error(info.error, self.settings, f"topic {topic!r}")
+            return kafka_error(info.error, self.settings, f"topic {topic!r}")
         if not info.partitions:
-            raise TopicNotFound(f"topic {topic!r} has no partitions on {self.settings.bootstrap}")
+            return TopicNotFound(f"topic {topic!r} has no partitions on {self.settings.bootstrap}")
         return sorted(info.partitions)
 
     def watermarks(self, topic: str, partitions: list[int] | None = None) -> dict[int, Watermarks]:
@@ -100,6 +114,28 @@ class KafkaClient:
             except KafkaException as exc:
                 raise kafka_error(exc, self.settings, f"topic {topic!r} partition {p}") from None
             out[p] = Watermarks(low, high)
+        return out
+
+    def many_watermarks(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], Watermarks | FloeError]:
+        """The watermarks of many topics' partitions in two requests per broker (the earliest and the latest
+        offsets, asked as offsets for the special times -2 and -1), not two per partition; a partition's
+        own error in its place, a failure of the whole request raised."""
+        self._fresh()
+        asked = {}
+        for end, mark in ((OFFSET_BEGINNING, "low"), (OFFSET_END, "high")):
+            try:
+                asked[mark] = self._consumer.offsets_for_times([TopicPartition(t, p, end) for t, p in partitions],
+                                                               timeout=self.timeout)
+            except KafkaException as exc:
+                raise kafka_error(exc, self.settings, "watermarks") from None
+        out: dict[tuple[str, int], Watermarks | FloeError] = {}
+        for low, high in zip(asked["low"], asked["high"]):
+            error = low.error or high.error
+            if error is not None:
+                out[low.topic, low.partition] = kafka_error(error, self.settings,
+                                                            f"topic {low.topic!r} partition {low.partition}")
+            else:
+                out[low.topic, low.partition] = Watermarks(low.offset, high.offset)
         return out
 
     def read(self, topic: str, pieces: list[Piece], timeout: float) -> tuple[RawBatch, list[PieceResult]]:

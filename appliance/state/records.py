@@ -45,6 +45,17 @@ def from_row(cls: type[R], row: dict[str, Any], **converted: Any) -> R:
 
 
 @dataclass(frozen=True)
+class StreamSummary:
+    """What lists of hundreds of streams show of each one's definition: no mapping to parse."""
+
+    name: str
+    topic: str
+    table: str
+    dead_letter_table: str
+    paused: bool
+
+
+@dataclass(frozen=True)
 class StreamStatus:
     """What the engine last wrote about a stream; a stream it never ran has the defaults."""
 

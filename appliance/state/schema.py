@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 
 from appliance.state.sqlite import Database
 
@@ -144,24 +143,6 @@ def prepare(conn: sqlite3.Connection) -> None:
     once); the write-ahead log is cut back to 16 MiB after each checkpoint rather than kept at its peak."""
     conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     conn.execute(f"PRAGMA journal_size_limit = {16 * 1024 * 1024}")
-
-
-def use_wal(conn: sqlite3.Connection, timeout: float = 30.0) -> None:
-    """Put the database in WAL mode (it stays so, in the file).
-
-    Switching modes ignores the busy timeout, so two processes opening a fresh database
-    together can see "database is locked": retry until one of them has switched it.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
 
 
 def migrate(db: Database) -> None:

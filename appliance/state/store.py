@@ -8,6 +8,7 @@ kept here: they live in the Iceberg snapshots, committed with the data.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -26,6 +27,7 @@ from appliance.core.vocabulary import (
     MaintenanceTask,
     RunOutcome,
 )
+from appliance.core.wal import use_wal
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
@@ -39,9 +41,10 @@ from appliance.state.records import (
     RequestRecord,
     RunRecord,
     StreamStatus,
+    StreamSummary,
 )
 from appliance.state.requests import EngineRequests
-from appliance.state.schema import migrate, prepare, use_wal
+from appliance.state.schema import migrate, prepare
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
 from appliance.state.upkeep import UpkeepRecords
@@ -102,6 +105,12 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, Upk
 
     def streams(self) -> list[StreamDef]:
         return [_stream(r) for r in self._rows("streams", order_by="name")]
+
+    def stream_summaries(self) -> list[StreamSummary]:
+        """Every stream's name, topic, tables and pause, by name: what `floe status` and lists need, without
+        parsing hundreds of mappings."""
+        return [StreamSummary(*row) for row in self.db.execute(
+            "select name, topic, target_table, dead_letter_table, paused = 1 from streams order by name").fetchall()]
 
     def set_paused(self, name: str, paused: bool) -> None:
         self.stream(name)
@@ -198,6 +207,13 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, Upk
         """The stream's batches committed at or after `since`, oldest first."""
         return [BatchRecord.of(r) for r in self._rows("batches", "stream = ? and committed_at >= ?",
                                                         [stream, since], order_by="id")]
+
+    def recent_batches_by_stream(self, since: str) -> dict[str, list[BatchRecord]]:
+        """Every stream's batches committed at or after `since`, oldest first: one query, not one per stream."""
+        out: dict[str, list[BatchRecord]] = {}
+        for r in self._rows("batches", "committed_at >= ?", [since], order_by="id"):
+            out.setdefault(r["stream"], []).append(BatchRecord.of(r))
+        return out
 
     def heavy_dead_letter_batches(self, min_messages: int, min_share: float, newest: int,
                                   stream: str | None = None) -> list[BatchRecord]:
@@ -344,6 +360,14 @@ def _stream_row(stream: StreamDef) -> dict[str, Any]:
 
 
 def _stream(row: dict[str, Any]) -> StreamDef:
+    return _stream_of(tuple(row.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stream_of(items: tuple) -> StreamDef:
+    """A stream's definition from its row, parsed once per distinct row: the engine reads every stream's
+    row each half second, and a mapping's TOML costs far more than the read (hundreds of streams)."""
+    row = dict(items)
     return StreamDef(
         name=row["name"],
         id=row["id"],

@@ -109,7 +109,7 @@ def status_report(settings: Settings) -> StatusReport:
         health = engine_health(settings, state)
         statuses, stage_statuses = state.statuses(), state.stage_statuses()
         streams = [_stream(s.name, s.paused, statuses.get(s.name) or StreamStatus(s.name), now_ms, health.up)
-                   for s in state.streams()]
+                   for s in state.stream_summaries()]
         stages = [_stage(s.name, s.paused, stage_statuses.get(s.name) or StageStatus(s.name), health.up)
                   for s in state.stages()]
         incidents = [IncidentLine(i.alert, i.subject, i.rule, i.value, i.opened_at) for i in state.open_incidents()]

@@ -7,6 +7,7 @@ catalog's table metadata. Nothing here needs the engine to be in this process.
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -14,7 +15,7 @@ from appliance.config.settings import Settings
 from appliance.core.clock import age, utcnow
 from appliance.core.vocabulary import StreamPhase
 from appliance.model.stream import StreamDef
-from appliance.state.records import BatchRecord, StreamStatus
+from appliance.state.records import BatchRecord, StreamStatus, StreamSummary
 from appliance.state.store import StateStore
 from appliance.views.engine import Shown, engine_health, shown
 
@@ -50,7 +51,7 @@ class StreamView:
         }
 
 
-def phase_of(stream: StreamDef, status: StreamStatus) -> StreamPhase:
+def phase_of(stream: StreamDef | StreamSummary, status: StreamStatus) -> StreamPhase:
     return StreamPhase.PAUSED if stream.paused else status.phase
 
 
@@ -68,8 +69,8 @@ def throughput_series(batches: list[BatchRecord], now: dt.datetime, buckets: int
     return series
 
 
-def _stream_view(state: StateStore, s: StreamDef, st: StreamStatus, now: dt.datetime, engine_up: bool) -> StreamView:
-    recent = state.batches_since(s.name, (now - RECENT).isoformat(timespec="milliseconds"))
+def _stream_view(recent: list[BatchRecord], s: StreamDef | StreamSummary, st: StreamStatus, now: dt.datetime,
+                 engine_up: bool) -> StreamView:
     minute = [b for b in recent if (age(b.committed_at, now) or 1e9) <= 60]
     phase = phase_of(s, st)
     return StreamView(
@@ -97,8 +98,34 @@ def streams_overview(settings: Settings) -> list[StreamView]:
         now = utcnow()
         statuses = state.statuses()
         up = engine_health(settings, state).up
-        return [_stream_view(state, s, statuses.get(s.name) or StreamStatus(s.name), now, up)
-                for s in state.streams()]
+        recent = state.recent_batches_by_stream((now - RECENT).isoformat(timespec="milliseconds"))
+        return [_stream_view(recent.get(s.name, []), s, statuses.get(s.name) or StreamStatus(s.name), now, up)
+                for s in state.stream_summaries()]
+
+
+SORTS = {  # `floe stream list --sort`: each key, and whether the largest comes first
+    "name": (lambda v: v.name, False),
+    "state": (lambda v: (v.shown.state, v.name), False),
+    "rate": (lambda v: v.messages_per_s, True),
+    "lag": (lambda v: v.lag or 0, True),
+    "rows": (lambda v: v.rows_total, True),
+    "errors": (lambda v: (bool(v.last_error), v.dead_letters_total), True),
+    "last-commit": (lambda v: v.last_commit_at or "", True),
+}
+
+
+def select_streams(views: list[StreamView], name: str | None = None, state: str | None = None,
+                   namespace: str | None = None, sort: str = "name") -> list[StreamView]:
+    """The streams whose name matches the glob `name` (case-insensitive), whose shown state is `state` (or
+    was, with the engine down) and whose target table is in `namespace`, in `sort`'s order."""
+    pattern = name.lower() if name else None
+    picked = [v for v in views
+              if (pattern is None or fnmatch.fnmatchcase(v.name.lower(), pattern if any(c in pattern for c in "*?[")
+                                                         else f"*{pattern}*"))
+              and (state is None or state in (v.shown.state, v.shown.was))
+              and (namespace is None or v.table.rsplit(".", 1)[0] == namespace)]
+    key, largest_first = SORTS[sort]
+    return sorted(picked, key=key, reverse=largest_first)
 
 
 def known_brokers(settings: Settings) -> list[str]:
@@ -192,7 +219,8 @@ def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int
     with StateStore(settings.state_db) as state:
         now = utcnow()
         s = state.stream(name)
-        view = _stream_view(state, s, state.status(name), now, engine_health(settings, state).up)
+        recent = state.batches_since(name, (now - RECENT).isoformat(timespec="milliseconds"))
+        view = _stream_view(recent, s, state.status(name), now, engine_health(settings, state).up)
         # Enough batches to cover the window (one a second at most per stream by default) and the table.
         history = state.recent_batches(name, limit=max(batches, int(buckets * width * 2)))
         source = source_view(state, s)

@@ -131,8 +131,10 @@ class Manifests:
     Thread-safe: every stream's worker commits through the same one.
     """
 
-    KEPT_LISTS = 64
-    KEPT_MANIFESTS = 1024
+    # Sized for hundreds of streams committing in turn: an LRU smaller than the tables that commit
+    # misses on every commit, and each commit then reads its parent's manifest list back from storage.
+    KEPT_LISTS = 4096  # manifest lists (a few manifests each: small)
+    KEPT_ENTRIES = 100_000  # manifest entries, over all the kept manifests
     KEPT_RECORDS = 100_000
 
     def __init__(self) -> None:
@@ -142,6 +144,7 @@ class Manifests:
         self._lists: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
         self._entries: OrderedDict[str, tuple[ManifestEntry, ...]] = OrderedDict()
         self._records: dict[tuple, bytes] = {}
+        self._weights: dict[int, int] = {}  # per kept-files map (by id): the sum of its values' weights
 
     # ---- what a snapshot holds -------------------------------------------------------------
 
@@ -158,7 +161,7 @@ class Manifests:
         found = self._get(self._entries, manifest.manifest_path)
         if found is None:
             found = tuple(manifest.fetch_manifest_entry(io, discard_deleted=False))
-            self._put(self._entries, manifest.manifest_path, found, self.KEPT_MANIFESTS)
+            self._put(self._entries, manifest.manifest_path, found, self.KEPT_ENTRIES, len)
         return found
 
     # ---- writing -----------------------------------------------------------------------------
@@ -190,7 +193,7 @@ class Manifests:
             "schema": fmt.schema_json, "partition-spec": fmt.spec_json, "partition-spec-id": str(spec.spec_id),
             "format-version": "2", "content": "deletes" if content == ManifestContent.DELETES else "data"})
         _write(io, path, data)
-        self._put(self._entries, path, tuple(kept), self.KEPT_MANIFESTS)
+        self._put(self._entries, path, tuple(kept), self.KEPT_ENTRIES, len)
         return ManifestFile.from_args(
             manifest_path=path, manifest_length=len(data), partition_spec_id=spec.spec_id,
             content=content, sequence_number=sequence_number,
@@ -257,12 +260,19 @@ class Manifests:
                 kept.move_to_end(key)
             return found
 
-    def _put(self, kept: OrderedDict, key: str, value: Any, limit: int) -> None:
+    def _put(self, kept: OrderedDict, key: str, value: Any, limit: int, weigh=lambda value: 1) -> None:
+        """Keep `value`; the least recently used go while the kept values weigh more than `limit`."""
         with self._lock:
+            total = self._weights.get(id(kept), 0)
+            if key in kept:
+                total -= max(1, weigh(kept[key]))
             kept[key] = value
             kept.move_to_end(key)
-            while len(kept) > limit:
-                kept.popitem(last=False)
+            total += max(1, weigh(value))
+            while total > limit and len(kept) > 1:
+                _, gone = kept.popitem(last=False)
+                total -= max(1, weigh(gone))
+            self._weights[id(kept)] = total
 
 
 def _spec_json(spec: PartitionSpec) -> str:

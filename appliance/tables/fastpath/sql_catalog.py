@@ -3,6 +3,7 @@ a commit staged without deep copies and swapped in with one compare-and-set SQL 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -21,6 +22,7 @@ from pyiceberg.table.metadata import TableMetadata
 from sqlalchemy import text
 
 from appliance.core.failpoints import failpoint
+from appliance.core.wal import use_wal
 from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.transactions import staged_metadata
 
@@ -44,7 +46,10 @@ class FloeSqlCatalog(SqlCatalog):
     writing it serialises only the new snapshot (see `metadatafile`).
     """
 
-    CACHED = 16
+    # Every table a running stream commits to: with fewer than the tables committing in turn, each
+    # commit and each reload parses the table's whole metadata file again (up to max_snapshots entries).
+    # The streams' runners hold these same objects, so keeping them costs little more.
+    CACHED = 2048
 
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
@@ -56,6 +61,7 @@ class FloeSqlCatalog(SqlCatalog):
         # through SQLAlchemy Core, in a transaction of their own.
         self._sqlite = self.engine.url.database if self.engine.dialect.name == "sqlite" else None
         self._db: sqlite3.Connection | None = None  # opened by the first commit
+        self._inode = 0  # of the file it opened
         self._db_lock = threading.Lock()
         self._held = threading.local()  # this thread's commits held for `together`
 
@@ -198,7 +204,16 @@ class FloeSqlCatalog(SqlCatalog):
         """The commits' own SQLite connection, opened by the first; the caller holds `_db_lock`. As a
         context manager it is one transaction."""
         if self._db is None:
-            self._db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)
+            db = sqlite3.connect(self._sqlite, timeout=30, check_same_thread=False)
+            # Hundreds of streams' commits queue on this one connection: a commit in WAL mode is one fsync
+            # (about a third of a rollback journal's time here), and readers never wait for it.
+            use_wal(db)
+            self._db, self._inode = db, os.stat(self._sqlite).st_ino
+        elif not _same_file(self._sqlite, self._inode):
+            # A rollback journal refuses to write a file deleted or replaced under it; WAL would go on
+            # committing into the lost file. Refuse as it did: the streams fail, and say so.
+            raise sqlite3.OperationalError(f"attempt to write a readonly database: {self._sqlite} was deleted or "
+                                           "replaced while the engine ran (floe recover rebuilds it)")
         return self._db
 
     def _table_at(self, identifier: tuple[str, ...], location: str) -> Table:
@@ -212,3 +227,10 @@ class FloeSqlCatalog(SqlCatalog):
 
 class _RolledBack(Exception):
     """One statement of `_sql_all` changed nothing: the transaction is rolled back."""
+
+
+def _same_file(path: str, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino == inode
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,184 @@
+"""One watermark poller per Kafka cluster, for every running stream that reads from it.
+
+Each stream used to ask its partitions' watermarks itself, one request per partition at every
+poll: 500 idle streams made 2,000 requests a second and woke 500 threads four times a second.
+A poller asks a cluster's watermarks of every partition its streams read in two requests a poll
+interval (`KafkaClient.many_watermarks`), and its partitions in one metadata request every
+`PARTITIONS_TTL`; it sets a stream's `moved` event when one of its topic's watermarks changes or
+an error appears, so an idle stream sleeps until it has something to read. A failure stays the
+topic's (a topic deleted) or the cluster's (a broker down), raised in the steps of the streams
+it concerns, as the stream's own request raised it before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from appliance.core.errors import FloeError, UnforeseenError
+from appliance.kafka.client import KafkaClient, Watermarks
+from appliance.kafka.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+PARTITIONS_TTL = 30.0  # seconds a topic's partition list is kept: partitions are rarely added
+
+
+@dataclass
+class _Topic:
+    partitions: list[int] | None = None
+    looked_up: float = 0.0
+    marks: dict[int, Watermarks] = field(default_factory=dict)
+    error: FloeError | None = None
+    listeners: set[threading.Event] = field(default_factory=set)
+
+
+class ClusterPoller(threading.Thread):
+    """The watermarks of every topic its streams read on one cluster, asked together each interval."""
+
+    def __init__(self, kafka: KafkaSettings, interval: float, stopping: threading.Event) -> None:
+        super().__init__(name=f"floe-watermarks-{kafka.bootstrap}", daemon=True)
+        self.kafka = kafka
+        self.interval = interval
+        self.stopping = stopping
+        self._cond = threading.Condition()
+        self._topics: dict[str, _Topic] = {}
+        self._begun = 0  # polls begun
+        self._done = 0  # polls done
+        self._asked = False  # a caller waits for a poll begun after its call
+        self._client: KafkaClient | None = None
+        self.timeout = 10.0  # seconds a request waits for the cluster
+        self.requests = 0  # rounds of requests sent, for whoever wants to see the sharing
+
+    def subscribe(self, topic: str, moved: threading.Event) -> None:
+        with self._cond:
+            self._topics.setdefault(topic, _Topic()).listeners.add(moved)
+
+    def unsubscribe(self, topic: str, moved: threading.Event) -> None:
+        with self._cond:
+            found = self._topics.get(topic)
+            if found is not None:
+                found.listeners.discard(moved)
+                if not found.listeners:
+                    del self._topics[topic]
+
+    def watermarks(self, topic: str, fresh: bool = False) -> dict[int, Watermarks]:
+        """`topic`'s partitions' watermarks as last polled; `fresh`, or a topic never polled yet: from a
+        poll begun after this call. A failure to learn them is raised."""
+        with self._cond:
+            known = self._topics.setdefault(topic, _Topic())
+            if fresh or known.partitions is None and known.error is None:
+                want = self._begun + 1
+                self._asked = True
+                self._cond.notify_all()
+                while self._done < want:
+                    if self.stopping.is_set() and not self.is_alive():
+                        break
+                    self._cond.wait(1.0)
+            if known.error is not None:
+                raise known.error
+            return dict(known.marks)
+
+    def close(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+        if self.is_alive():
+            self.join(15)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            with self._cond:
+                if not self._asked:
+                    self._cond.wait(self.interval)
+                self._asked = False
+                self._begun += 1
+                names = list(self._topics)
+            found = self._poll(names) if names else {}
+            with self._cond:
+                self._apply(found)
+                self._done += 1
+                self._cond.notify_all()
+
+    def _poll(self, names: list[str]) -> dict[str, dict[int, Watermarks] | FloeError]:
+        self.requests += 1
+        try:
+            return self._ask(names)
+        except FloeError as exc:  # the cluster's: every topic's, and a fresh connection next time
+            error: FloeError = exc
+        except Exception as exc:  # noqa: BLE001 - what Floe did not foresee fails the streams, not the poller
+            log.exception("watermarks of %s", self.kafka.bootstrap)
+            error = UnforeseenError.of(exc, f"watermarks of {self.kafka.bootstrap}")
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        return {name: error for name in names}
+
+    def _ask(self, names: list[str]) -> dict[str, dict[int, Watermarks] | FloeError]:
+        if self._client is None:
+            self._client = KafkaClient(self.kafka, timeout=self.timeout)
+        now = time.monotonic()
+        with self._cond:
+            stale = [n for n in names if n in self._topics and (self._topics[n].partitions is None
+                                                                 or now - self._topics[n].looked_up > PARTITIONS_TTL)]
+        looked_up = self._client.partitions_of(stale) if stale else {}
+        out: dict[str, dict[int, Watermarks] | FloeError] = {}
+        asked: list[tuple[str, int]] = []
+        with self._cond:
+            for name in names:
+                topic = self._topics.get(name)
+                if topic is None:
+                    continue
+                if name in looked_up:
+                    if isinstance(looked_up[name], FloeError):
+                        out[name] = looked_up[name]
+                        topic.partitions = None
+                        continue
+                    topic.partitions, topic.looked_up = looked_up[name], now
+                if topic.partitions is not None:
+                    asked += [(name, p) for p in topic.partitions]
+        marks = self._client.many_watermarks(asked) if asked else {}
+        for (name, p), mark in marks.items():
+            if name in out and isinstance(out[name], FloeError):
+                continue
+            out[name] = mark if isinstance(mark, FloeError) else {**out.get(name, {}), p: mark}
+        return out
+
+    def _apply(self, found: dict[str, dict[int, Watermarks] | FloeError]) -> None:
+        for name, result in found.items():
+            topic = self._topics.get(name)
+            if topic is None:
+                continue
+            error, marks = (result, topic.marks) if isinstance(result, FloeError) else (None, result)
+            if marks != topic.marks or (error is None) != (topic.error is None):
+                for moved in topic.listeners:
+                    moved.set()
+            topic.marks, topic.error = marks, error
+
+
+class WatermarkPollers:
+    """The engine's pollers, one per cluster its streams read, started on first use."""
+
+    def __init__(self, interval: float, stopping: threading.Event) -> None:
+        self.interval = interval
+        self.stopping = stopping
+        self._lock = threading.Lock()
+        self._pollers: dict[KafkaSettings, ClusterPoller] = {}
+
+    def of(self, kafka: KafkaSettings) -> ClusterPoller:
+        with self._lock:
+            poller = self._pollers.get(kafka)
+            if poller is None or not poller.is_alive():
+                poller = self._pollers[kafka] = ClusterPoller(kafka, self.interval, self.stopping)
+                poller.start()
+            return poller
+
+    def close(self) -> None:
+        with self._lock:
+            pollers, self._pollers = list(self._pollers.values()), {}
+        for poller in pollers:
+            poller.close()

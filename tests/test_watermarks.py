@@ -1,0 +1,90 @@
+"""One watermark poller per cluster: many topics' watermarks in one round of requests, streams woken when
+their topic moves, a topic's failure its own (issue 32). No Spark."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from appliance.core.errors import BrokerUnreachable, TopicNotFound
+from appliance.ingest.watermarks import ClusterPoller, WatermarkPollers
+from appliance.kafka.client import KafkaClient, Watermarks
+from appliance.kafka.settings import KafkaSettings
+
+from conftest import wait_for
+
+
+def topics(n: int) -> list[str]:
+    tag = uuid.uuid4().hex[:8]
+    return [f"wm_{tag}_{i}" for i in range(n)]
+
+
+def test_many_watermarks_match_the_per_partition_requests(broker):
+    names = topics(3)
+    for i, name in enumerate(names):
+        broker.produce(name, [b"{}"] * (5 + i), partition=0)
+        broker.produce(name, [b"{}"] * i, partition=2)
+    kafka = KafkaSettings.create(broker.bootstrap)
+    with KafkaClient(kafka) as client:
+        found = client.many_watermarks([(n, p) for n in names for p in range(4)] + [("wm_missing", 0)])
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "t", "log_level": 0})
+    try:
+        for name in names:
+            for p in range(4):
+                low, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10, cached=False)
+                assert found[name, p] == Watermarks(low, high)
+    finally:
+        consumer.close()
+    assert isinstance(found["wm_missing", 0], TopicNotFound)
+
+
+def test_one_poll_serves_every_topic_and_wakes_the_streams_whose_topic_moved(broker):
+    names = topics(30)
+    for name in names:
+        broker.produce(name, [b"{}"], partition=0)
+    stopping = threading.Event()
+    poller = ClusterPoller(KafkaSettings.create(broker.bootstrap), 0.25, stopping)
+    moved = {name: threading.Event() for name in names}
+    for name in names:
+        poller.subscribe(name, moved[name])
+    poller.start()
+    try:
+        assert poller.watermarks(names[0], fresh=True)[0] == Watermarks(0, 1)
+        rounds = poller.requests
+        marks = [poller.watermarks(name) for name in names]  # what the last poll saw: no request of their own
+        assert poller.requests <= rounds + 1
+        assert all(m[0].high == 1 for m in marks)
+        for event in moved.values():
+            event.clear()
+        broker.produce(names[7], [b"{}"] * 3, partition=0)
+        wait_for(moved[names[7]].is_set, 10, what="the moved topic's stream woken")
+        assert poller.watermarks(names[7], fresh=True)[0] == Watermarks(0, 4)
+        assert not any(moved[n].is_set() for n in names if n != names[7])
+        # A missing topic fails its own streams alone.
+        poller.subscribe("wm_missing_topic", threading.Event())
+        with pytest.raises(TopicNotFound):
+            poller.watermarks("wm_missing_topic", fresh=True)
+        assert poller.watermarks(names[1], fresh=True)[0].high == 1
+    finally:
+        stopping.set()
+        poller.close()
+
+
+def test_a_cluster_down_fails_its_streams_with_the_broker_unreachable():
+    stopping = threading.Event()
+    pollers = WatermarkPollers(0.25, stopping)
+    kafka = KafkaSettings.create("127.0.0.1:1", {"socket.connection.setup.timeout.ms": "1000"})
+    poller = pollers.of(kafka)
+    poller.timeout = 2.0
+    assert pollers.of(kafka) is poller  # one per cluster
+    moved = threading.Event()
+    poller.subscribe("any", moved)
+    try:
+        with pytest.raises(BrokerUnreachable):
+            poller.watermarks("any", fresh=True)
+    finally:
+        stopping.set()
+        pollers.close()
