@@ -103,8 +103,10 @@ def test_stages_equal_their_queries_through_kills_compaction_and_expiry(broker, 
     rng = random.Random(seed)
     settings = load_settings()
     floe_home.mkdir(parents=True, exist_ok=True)
+    # Small batches committed every 200 ms, never held back as a trickle's: each cycle leaves small files
+    # for the compaction between kills.
     (floe_home / "floe.toml").write_text('[engine]\ncommit_interval = "200ms"\nmax_batch_messages = 600\n'
-                                         '[maintenance]\nenabled = false\n')
+                                         'trickle_messages = 0\n[maintenance]\nenabled = false\n')
     sent = {"n": 0}
     producer = broker.producer()
 
