@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import orjson
+import pytest
 
 from appliance.config.settings import load_settings
 from appliance.tables.catalog import Catalog
@@ -17,13 +19,39 @@ JAVA = ROOT / ".javaiceberg" / ".venv" / "bin" / "python"
 READ = ROOT / "scripts" / "javaiceberg" / "read.py"
 
 
-def java(metadata_location: str, sql: str = "", meta: str = "") -> list[dict]:
-    """Rows Java Iceberg reads: of `sql` over the table `t`, or of a metadata table."""
-    args = [str(JAVA), str(READ), metadata_location, "--json"] + (["--sql", sql] if sql else []) + \
-        (["--meta", meta] if meta else [])
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+class JavaReader:
+    """The reference Java Iceberg reader (`read.py --serve`): one JVM for the module's reads, not one a read."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log.open("w")
+        self.proc = subprocess.Popen([str(JAVA), str(READ), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True)
+
+    def __call__(self, metadata_location: str, sql: str = "", meta: str = "") -> list[dict]:
+        """Rows Java Iceberg reads: of `sql` over the table `t`, or of a metadata table."""
+        self.proc.stdin.write(json.dumps({"metadata_json": metadata_location, "sql": sql, "meta": meta}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()  # pytest-timeout bounds a reader that never answers
+        assert line, f"the Java reader exited: {self.proc.poll()}"
+        answer = json.loads(line)
+        assert "error" not in answer, answer["error"][-2000:]
+        return answer["rows"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        finally:
+            self.proc.kill()
+            self.proc.stdout.close()
+            self.log.close()
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory):
+    reader = JavaReader(tmp_path_factory.mktemp("javaiceberg") / "read.log")
+    yield reader
+    reader.close()
 
 
 def duckdb_rows(sql: str) -> list[dict]:
@@ -33,7 +61,7 @@ def duckdb_rows(sql: str) -> list[dict]:
 
 
 def test_java_iceberg_reads_an_upsert_table_with_position_deletes_as_duckdb_and_pyiceberg_do(broker, topic,
-                                                                                             floe_home, spark):
+                                                                                             floe_home, spark, java):
     producer = broker.producer()
 
     def send(key: int, value: dict | None) -> None:
@@ -70,7 +98,8 @@ def test_java_iceberg_reads_an_upsert_table_with_position_deletes_as_duckdb_and_
             assert floe("maintain", "ingest.j", "--compact").returncode == 0
 
 
-def test_java_iceberg_reads_partitioned_tables_and_their_evolution_as_duckdb_does(broker, topic, floe_home, spark):
+def test_java_iceberg_reads_partitioned_tables_and_their_evolution_as_duckdb_does(broker, topic, floe_home, spark,
+                                                                                   java):
     import datetime as dt
 
     producer = broker.producer()
@@ -101,7 +130,8 @@ def test_java_iceberg_reads_partitioned_tables_and_their_evolution_as_duckdb_doe
     assert one_day == duckdb_rows("select count(*) as n from ingest.pj where ts >= '2026-11-01' and ts < '2026-11-02'")
 
 
-def test_java_iceberg_reads_both_tables_of_a_dead_letter_replay_as_duckdb_does(broker, topic, floe_home, spark):
+def test_java_iceberg_reads_both_tables_of_a_dead_letter_replay_as_duckdb_does(broker, topic, floe_home, spark,
+                                                                                java):
     """A replay's move (new target rows; the dead-letter table's position deletes and its rows that
     still fail, written again) read by Java Iceberg as DuckDB reads it."""
     from test_dlq import fix_mapping, strict_stream

@@ -25,6 +25,10 @@ catalog --catalog-name (default floe): Iceberg scopes a JDBC catalog's tables by
 Trino's iceberg.jdbc-catalog.catalog-name does. The JDBC driver comes from jars/catalog/ or the
 Debian packages libxerial-sqlite-jdbc-java and libpostgresql-jdbc-java.
 
+  read.py --serve      # one JVM for many reads: a JSON request per line on stdin,
+                       # {"metadata_json": ..., "sql": ..., "meta": ...}; a JSON answer per line
+                       # on stdout, {"rows": [...]} or {"error": "..."} (local paths only)
+
 Local paths are loaded by path (Iceberg's HadoopTables, HadoopFileIO).
 s3:// (s3a://, s3n://) paths go through a catalog instead: a throw-away
 Iceberg JdbcCatalog (temporary SQLite file) with ResolvingFileIO (S3FileIO for
@@ -43,7 +47,6 @@ strings in UTC without offset, decimals are strings, binary values are
 {"$binary_hex": "..."}, NaN/Infinity are strings.
 """
 import argparse
-import base64
 import datetime
 import decimal
 import glob
@@ -240,7 +243,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Read an Iceberg table (by metadata JSON path) with Java Iceberg 1.10.2 on Spark 3.5.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("metadata_json", help="path or URI of a vN.metadata.json / NNNNN-uuid.metadata.json")
+    ap.add_argument("metadata_json", nargs="?", help="path or URI of a vN.metadata.json / NNNNN-uuid.metadata.json")
+    ap.add_argument("--serve", action="store_true",
+                    help="answer JSON requests read from stdin, one per line, in one session (local paths)")
     ap.add_argument("--sql", help='query over the temp view t, e.g. "select * from t order by id"')
     ap.add_argument("--meta", metavar="NAME",
                     help="read the metadata table NAME instead of the data: " + ", ".join(META_TABLES))
@@ -267,6 +272,10 @@ def main(argv=None):
     ap.add_argument("--s3-virtual-host", dest="s3_path_style", action="store_false",
                     help="virtual-host-style S3 addressing")
     args = ap.parse_args(argv)
+    if args.serve:
+        return serve(args)
+    if not args.metadata_json:
+        ap.error("the metadata_json argument is required (or --serve)")
     if args.jdbc_catalog:
         return read_jdbc(args)
 
@@ -334,6 +343,46 @@ def main(argv=None):
         if cat_dir:
             import shutil
             shutil.rmtree(cat_dir, ignore_errors=True)
+
+
+def serve(args):
+    """Read tables by their metadata file, one JSON request a line, in one Spark session: a JVM's start
+    paid once for a test module's reads, not once a read."""
+    spark = build_spark(args.conf, None)
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+                loc = normalize_location(request["metadata_json"])
+                rows = _read_by_path(spark, loc, request.get("sql"), request.get("meta"))
+                answer = {"rows": [row_to_dict(r) for r in rows]}
+            except (Py4JJavaError, PySparkException, KeyError, ValueError) as e:
+                msg = str(e.java_exception) if isinstance(e, Py4JJavaError) else str(e)
+                answer = {"error": msg.strip()}
+            sys.stdout.write(json.dumps(answer, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+        return 0
+    finally:
+        spark.stop()
+
+
+def _read_by_path(spark, loc, sql=None, meta=None):
+    """The rows of `sql` over the view t (the table at `loc`, or its metadata table `meta`); all of t
+    without `sql`."""
+    def load(name=None):
+        return spark.read.format("iceberg").load(f"{loc}#{name}" if name else loc)
+
+    load(meta).createOrReplaceTempView("t")
+    if not sql:
+        return spark.table("t").collect()
+    for name in META_TABLES:
+        if re.search(rf"\bt_{name}\b", sql):
+            load(name).createOrReplaceTempView(f"t_{name}")
+    return spark.sql(sql).collect()
 
 
 def read_jdbc(args):
