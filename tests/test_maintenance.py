@@ -135,9 +135,9 @@ def uri_exists(uri: str) -> bool:
 
 @pytest.mark.slow
 def test_compaction_while_the_stream_writes_keeps_every_row_once(broker, topic, floe_home, spark):
-    # One-second commits, as a stream runs by default; the engine's own maintenance is off
-    # so that this test decides when compaction runs.
-    write_config(floe_home, '[spark]\nmaster = "local[4]"\n[engine]\ncommit_interval = "1s"\n'
+    # Commits four times a second: the small files come sooner than at the default second, and the rewrite
+    # races more commits. The engine's own maintenance is off so that this test decides when compaction runs.
+    write_config(floe_home, '[spark]\nmaster = "local[4]"\n[engine]\ncommit_interval = "250ms"\n'
                             '[maintenance]\nenabled = false\n')
     settings = load_settings()
     publisher = Publisher(broker, topic)

@@ -34,6 +34,7 @@ from tui.panes.stages import StagesPane
 from tui.panes.streams import StreamsPane
 from tui.panes.tables import TablesPane
 from tui.screens.help import HelpScreen
+from tui.widgets.texts import Texts
 from tui.workers import FailureLog, ReportsFailures
 
 CSS_PATH = Path(__file__).with_name("app.tcss")
@@ -74,6 +75,7 @@ class FloeApp(ReportsFailures, App):
         self.engine_alive = False
         self.engine_starting = engine_launch is not None  # until the engine is alive or has exited
         self.failures = FailureLog()
+        self.texts = Texts(self)
         self.via: str | None = None  # FLOE_VIA before the app set it, put back when it ends
 
     def compose(self) -> ComposeResult:
@@ -132,19 +134,19 @@ class FloeApp(ReportsFailures, App):
         labels = self.query("#engine-status")
         if not labels:  # a late answer while the app shuts down
             return
-        label = labels.first(Static)
         if status.alive != getattr(self, "_shown_alive", None):
             self._shown_alive = status.alive
             self.refresh_bindings()  # the footer offers Ctrl+E only while no engine runs
         if not status.alive and self.engine_starting:
-            label.update(f"[yellow]● engine starting…[/] streams ingest once it runs — home {self.settings.home}")
+            text = f"[yellow]● engine starting…[/] streams ingest once it runs — home {self.settings.home}"
         elif status.alive:
-            label.update(f"[green]● engine running[/] pid {status.pid}, spark {status.spark_master}"
-                         f" — home {self.settings.home}")
+            text = (f"[green]● engine running[/] pid {status.pid}, spark {status.spark_master}"
+                    f" — home {self.settings.home}")
         else:
-            label.update("[red]● engine stopped[/] — streams are not ingesting; "
-                         f"Ctrl+E starts `{hints.START_ENGINE}`"
-                         f" — home {self.settings.home}")
+            text = (f"[red]● engine stopped[/] — streams are not ingesting; Ctrl+E starts `{hints.START_ENGINE}`"
+                    f" — home {self.settings.home}")
+        # Only a change repaints: an update lays the whole screen out again, once a second otherwise.
+        self.texts.set("#engine-status", text)
 
     @on(AlertsLoaded)
     def count_incidents(self, message: AlertsLoaded) -> None:

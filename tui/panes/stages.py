@@ -19,6 +19,7 @@ from tui.messages import ActionDone
 from tui.screens.confirm import ConfirmScreen
 from tui.styles import phase_text
 from tui.widgets.rows import put_row, put_rows, selected_key
+from tui.widgets.texts import Texts
 from tui.workers import ReportsFailures
 
 COLUMNS = [
@@ -70,6 +71,7 @@ class StagesPane(ReportsFailures, Vertical):
         yield table
 
     def on_mount(self) -> None:
+        self.texts = Texts(self)  # a Static's update lays the whole screen out again: only on a change
         self.load()
         self.set_interval(1.0, self.load)
 
@@ -82,7 +84,8 @@ class StagesPane(ReportsFailures, Vertical):
         table = self.query_one(DataTable)
         empty = self.query_one("#stages-empty", Static)
         empty.display = not message.stages
-        empty.update("No stages yet. Press [b]n[/b] to create one: Spark SQL over the new rows of a table.")
+        self.texts.set("#stages-empty",
+                       "No stages yet. Press [b]n[/b] to create one: Spark SQL over the new rows of a table.")
         put_rows(table, {s.name: stage_cells(s) for s in message.stages})
 
     def selected(self) -> str | None:

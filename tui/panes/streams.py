@@ -19,6 +19,7 @@ from tui.messages import ActionDone
 from tui.screens.confirm import ConfirmScreen
 from tui.styles import phase_text
 from tui.widgets.rows import put_rows, selected_key
+from tui.widgets.texts import Texts
 from tui.workers import ReportsFailures
 
 COLUMNS = [
@@ -65,6 +66,7 @@ class StreamsPane(ReportsFailures, Vertical):
         yield table
 
     def on_mount(self) -> None:
+        self.texts = Texts(self)  # a Static's update lays the whole screen out again: only on a change
         self.load()
         self.set_interval(1.0, self.load)
 
@@ -77,7 +79,7 @@ class StreamsPane(ReportsFailures, Vertical):
         table = self.query_one(DataTable)
         empty = self.query_one("#streams-empty", Static)
         empty.display = not message.streams
-        empty.update("No streams yet. Press [b]n[/b] to create one.")
+        self.texts.set("#streams-empty", "No streams yet. Press [b]n[/b] to create one.")
         put_rows(table, {s.name: stream_cells(s) for s in message.streams})
 
     def selected(self) -> str | None:
