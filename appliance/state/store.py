@@ -340,6 +340,7 @@ def _stream_row(stream: StreamDef) -> dict[str, Any]:
         "key_columns": json.dumps(list(stream.key)),
         "cdc": stream.cdc,
         "cdc_columns": int(stream.cdc_columns),
+        "kafka_columns": ",".join(stream.kafka_columns),
     }
 
 
@@ -366,4 +367,5 @@ def _stream(row: dict[str, Any]) -> StreamDef:
         key=tuple(json.loads(row.get("key_columns") or "[]")),
         cdc=row.get("cdc") or "",
         cdc_columns=bool(row.get("cdc_columns")),
+        kafka_columns=tuple(c for c in (row.get("kafka_columns") or "").split(",") if c),
     )
