@@ -11,7 +11,7 @@ import pytest
 
 from appliance.core.errors import MappingError
 from appliance.decode.keys import Keyed
-from appliance.decode.registered import AvroFormat
+from appliance.decode.registered import AvroFormat, ProtobufFormat
 from appliance.decode.rows import decode_batch
 from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import RegistrySettings
@@ -142,17 +142,20 @@ def test_an_upsert_key_from_the_key_and_a_header_dead_letters_a_message_without_
     }
 
 
-def test_a_registry_encoded_key_is_read_as_values_are(topic):
-    served = EmbeddedRegistry()
-    try:
-        key_schema = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
-        value_schema = {"type": "record", "name": "V", "fields": [{"name": "amount", "type": "double"}]}
-        keys = [avro_serializer(served, key_schema, topic + "-key")({"id": i}) for i in range(3)] + [b"\0\0\0\x7f\xff"]
-        values = [avro_serializer(served, value_schema, topic)({"amount": i / 2}) for i in range(4)]
-        fmt = AvroFormat(RegistrySettings.create(served.url))
-        out = decode_batch(batch(values, keys, [None] * 4), MAPPING, 1000, fmt=fmt)
-    finally:
-        served.close()
+@pytest.fixture(scope="module")
+def served():
+    registry = EmbeddedRegistry()
+    yield registry
+    registry.close()
+
+
+def test_a_registry_encoded_key_is_read_as_values_are(served, topic):
+    key_schema = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
+    value_schema = {"type": "record", "name": "V", "fields": [{"name": "amount", "type": "double"}]}
+    keys = [avro_serializer(served, key_schema, topic + "-key")({"id": i}) for i in range(3)] + [b"\0\0\0\x7f\xff"]
+    values = [avro_serializer(served, value_schema, topic)({"amount": i / 2}) for i in range(4)]
+    fmt = AvroFormat(RegistrySettings.create(served.url))
+    out = decode_batch(batch(values, keys, [None] * 4), MAPPING, 1000, fmt=fmt)
     assert [(r["id"], r["amount"]) for r in out.target.to_pylist()] == [(0, 0.0), (1, 0.5), (2, 1.0)]
     [reason] = out.dead_letter.column("error_message").to_pylist()
     assert reason.startswith("@key.id: the Kafka key does not decode: schema id 32767 is not in the schema registry")
@@ -184,3 +187,44 @@ def test_a_batch_without_kafka_sources_reads_only_the_value():
     assert seen == [plain]
     decode_batch(batch([b'{"amount": 1}'], [b'{"id": 1}'], [None]), MAPPING, 1000, fmt=Spy())
     assert [c.name for c in seen[1].columns] == ["amount"]
+
+
+def test_protobuf_values_with_a_protobuf_key_a_header_and_the_kafka_columns(served, topic):
+    from proto_helpers import F, message_class, proto_file, protobuf_serializer
+
+    proto_file("floe_test/kafka_sources.proto", "floe_test", {
+        "SourceKey": [("id", 1, F.TYPE_INT64)], "SourceValue": [("amount", 1, F.TYPE_DOUBLE)]})
+    key_type, value_type = message_class("floe_test.SourceKey"), message_class("floe_test.SourceValue")
+    keys = [protobuf_serializer(served, key_type, topic + "-k")(key_type(id=i)) for i in range(3)]
+    values = [protobuf_serializer(served, value_type, topic)(value_type(amount=i + 0.5)) for i in range(3)]
+    mapping = with_kafka_columns(MAPPING, ("key", "headers"))
+    fmt = ProtobufFormat(RegistrySettings.create(served.url))
+    headers = [[("tenant", b"t%d" % i)] for i in range(3)]
+    out = decode_batch(batch(values, keys, headers), mapping, 1000, fmt=fmt)
+    assert out.dead_letter.num_rows == 0
+    assert [(r["id"], r["tenant"], r["amount"], r["_kafka_key"]) for r in out.target.to_pylist()] == [
+        (i, f"t{i}", i + 0.5, keys[i]) for i in range(3)]
+
+
+def test_debezium_avro_events_keyed_by_an_avro_key_field(served, topic):
+    from appliance.decode.debezium import DebeziumFormat
+
+    row = {"type": "record", "name": "Row", "fields": [{"name": "name", "type": ["null", "string"]}]}
+    envelope = {"type": "record", "name": "Envelope", "fields": [
+        {"name": "before", "type": ["null", row], "default": None},
+        {"name": "after", "type": ["null", "Row"], "default": None}, {"name": "op", "type": "string"}]}
+    serialize = avro_serializer(served, envelope, topic)
+    key_of = avro_serializer(served, {"type": "record", "name": "Key", "fields": [{"name": "id", "type": "long"}]},
+                             topic + "-key")
+    events = [("c", None, {"name": "a"}), ("u", {"name": "a"}, {"name": "b"}), ("d", {"name": "b"}, None)]
+    values = [serialize({"op": op, "before": before, "after": after}) for op, before, after in events]
+    keys = [key_of({"id": 1}), key_of({"id": 2}), key_of({"id": 1})]
+    mapping = with_kafka_columns(Mapping.from_toml(
+        '[[columns]]\nname = "id"\ntype = "long"\nsource = "@key.id"\n'
+        '[[columns]]\nname = "name"\ntype = "string"\nsource = "name"\n'), ("key",))
+    fmt = DebeziumFormat(AvroFormat(RegistrySettings.create(served.url)), ("id",))
+    out = decode_batch(batch(values, keys, [None] * 3), mapping, 1000, fmt=fmt,
+                       keyed=Keyed(("id",), tombstones_delete=False))
+    assert out.dead_letter.num_rows == 0
+    assert [(r["id"], r["name"], r["_kafka_key"]) for r in out.target.to_pylist()] == [(2, "b", keys[1])]
+    assert out.deleted.column("id").to_pylist() == [1]
