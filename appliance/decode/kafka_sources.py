@@ -10,13 +10,14 @@ its message to the dead-letter table (stage `decode`) with a reason naming the s
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
 from appliance.decode.convert import Problem
-from appliance.decode.parsed import MessageFormat, Parsed
+from appliance.decode.parsed import MessageFormat, Parsed, extract_columns
 from appliance.kafka.records import RawBatch
 from appliance.model.columns import HEADERS_TYPE
 from appliance.model.mapping import Column, Mapping
@@ -26,8 +27,14 @@ REGISTERED = ("avro", "protobuf")
 
 
 def headers_array(headers: list[Any]) -> pa.Array:
-    """Messages' headers as the `headers` type; a message without headers has an empty list."""
-    return pa.array([[{"key": k, "value": v} for k, v in hs] if hs else [] for hs in headers], HEADERS_TYPE)
+    """Messages' headers as the `headers` type; a message without headers has an empty list. Built from
+    flat arrays of names and values and each message's offset into them, not a dict per header."""
+    flat = [h for hs in headers if hs for h in hs]
+    offsets = pa.array([0, *accumulate(len(hs) if hs else 0 for hs in headers)], pa.int32())
+    pairs = pa.StructArray.from_arrays([pa.array([h[0] for h in flat], pa.string()),
+                                        pa.array([h[1] for h in flat], pa.binary())],
+                                       fields=list(HEADERS_TYPE.value_type))
+    return pa.ListArray.from_arrays(offsets, pairs, type=HEADERS_TYPE)
 
 
 def value_mapping(mapping: Mapping) -> Mapping:
@@ -62,21 +69,26 @@ def column_values(mapping: Mapping, parsed: Parsed, raw: RawBatch, fmt: MessageF
         elif where is Origin.KEY:
             out.append(_bytes_or_text(col, [raw.keys[i] for i in good], errors))
         else:
-            out.append(_bytes_or_text(col, [last_header(raw.headers[i], col.source[2]) for i in good], errors))
+            name = col.source[2]
+            out.append(_bytes_or_text(col, [dict(hs).get(name) if hs else None for hs in
+                                            (raw.headers[i] for i in good)], errors))
     return out
 
 
 def last_header(headers: list[tuple[str, bytes | None]] | None, name: str) -> bytes | None:
-    """The value of the last header called `name` (Kafka's `Headers.lastHeader`), None without one."""
-    for key, value in reversed(headers or ()):
-        if key == name:
-            return value
-    return None
+    """The value of the last header called `name` (Kafka's `Headers.lastHeader`: a dict keeps the last
+    value of a name), None without one."""
+    return dict(headers).get(name) if headers else None
 
 
 def _bytes_or_text(col: Column, found: list[bytes | None], errors: dict[int, Problem]) -> Any:
+    array = pa.array(found, pa.binary())
     if col.ctype.kind == "binary":
-        return pa.array(found, pa.binary())
+        return array
+    try:
+        return array.cast(pa.string())  # checks that every value is UTF-8, in C
+    except pa.ArrowInvalid:
+        pass  # some value is not: find which
     out: list[str | None] = []
     for j, value in enumerate(found):
         try:
@@ -106,25 +118,37 @@ def _key_fields(columns: list[Column], keys: list[bytes | None], fmt: MessageFor
             values = values.to_pylist() if isinstance(values, (pa.Array, pa.ChunkedArray)) else values
             for n, value in zip(parsed.good, values if values is not None else [None] * len(parsed.good)):
                 column[framed[n]] = value
-    done = set(framed)
-    for j, key in enumerate(keys):
-        if j in done or not key:
-            continue
-        try:
-            obj = orjson.loads(key[5:] if key[0] == 0 and len(key) >= 5 else key)
-        except orjson.JSONDecodeError as exc:
-            errors.setdefault(j, Problem("decode", f"{names}: the Kafka key is not JSON: {exc}"))
-            continue
-        if isinstance(obj, dict) and obj.keys() == {"schema", "payload"}:  # Kafka Connect's JsonConverter
-            obj = obj["payload"]
-        for c, column in zip(columns, out):
-            column[j] = _at(obj, c.source[len(KEY):])
+    objects = _json_keys(keys, set(framed), names, errors)
+    found = extract_columns(objects, [c.source[len(KEY):] for c in columns])
+    for column, values in zip(out, found):
+        if framed:
+            for j in framed:
+                values[j] = column[j]
+        column[:] = values
     return out
 
 
-def _at(obj: Any, path: tuple[str, ...]) -> Any:
-    for step in path:
-        if obj.__class__ is not dict:
-            return None
-        obj = obj.get(step)
-    return obj
+def _json_keys(keys: list[bytes | None], skip: set[int], names: str, errors: dict[int, Problem]) -> list[dict]:
+    """The keys as JSON objects (Kafka Connect's wrapper taken off); {} for a key that is none, or not an
+    object, or not JSON (then with a `Problem` naming the sources `names`), or is to be `skip`ped."""
+    loads = orjson.loads
+    try:
+        if skip:
+            raise TypeError
+        objects = [loads(k) for k in keys]  # the usual batch: every key JSON, in one pass
+    except (orjson.JSONDecodeError, TypeError):
+        objects = []
+        for j, key in enumerate(keys):
+            if j in skip or not key:
+                objects.append(None)
+                continue
+            try:
+                objects.append(loads(key[5:] if key[0] == 0 and len(key) >= 5 else key))
+            except orjson.JSONDecodeError as exc:
+                errors.setdefault(j, Problem("decode", f"{names}: the Kafka key is not JSON: {exc}"))
+                objects.append(None)
+    return [(o["payload"] if len(o) == 2 and "payload" in o and "schema" in o else o) if o.__class__ is dict
+            else _NONE for o in objects]
+
+
+_NONE: dict = {}  # a key without fields
