@@ -149,3 +149,35 @@ def test_inference_proposes_the_json_keys_fields_the_value_lacks(broker, keyed_j
     assert created.returncode == 0, created.stderr
     assert '{ name = "region", type = "string", source = "@key.region" }' in created.stdout
     assert "@key.id" not in created.stdout  # the value's own id is the same field
+
+
+def test_a_dead_letter_of_a_header_lands_by_replay_once_a_column_reads_the_header_as_text(broker, topic, spark,
+                                                                                        tmp_path):
+    producer = broker.producer()
+    for i, tenant in enumerate((b"1", b"2", b"acme")):
+        producer.produce(topic, value=orjson.dumps({"amount": i}), headers=[("tenant", tenant)], partition=0)
+    assert producer.flush(30) == 0
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('[[columns]]\nname = "amount"\ntype = "double"\n'
+                       '[[columns]]\nname = "tenant"\ntype = "long"\nsource = "@header.tenant"\n')
+    created = floe("stream", "create", "rp", "--bootstrap", broker.bootstrap, "--topic", topic, "--table",
+                   "ingest.rp", "--mapping", str(mapping))
+    assert created.returncode == 0, created.stderr
+    run_until_caught_up(spark)
+    settings = load_settings()
+    assert run_query(settings, "select error_stage, error_message from ingest.rp_dlq").to_pylist() == [
+        {"error_stage": "schema", "error_message": "field @header.tenant: a string ('acme') where column 'tenant' "
+                                                   "is long"}]
+
+    wrong = floe("table", "alter", "ingest.rp", "add-column", "tenant_name", "string", "--source", "@nope")
+    assert wrong.returncode != 0 and len(wrong.stderr.strip().splitlines()) == 1 and "@key.FIELD" in wrong.stderr
+    assert floe("table", "alter", "ingest.rp", "add-column", "tenant_name", "string", "--source",
+                "@header.tenant").returncode == 0
+    assert floe("table", "alter", "ingest.rp", "drop-column", "tenant").returncode == 0
+    replayed = floe("dlq", "replay", "rp")
+    assert replayed.returncode == 0, replayed.stderr
+    rows = run_query(settings, "select amount, tenant_name from ingest.rp order by _kafka_offset").to_pylist()
+    assert rows == [{"amount": 0.0, "tenant_name": None}, {"amount": 1.0, "tenant_name": None},
+                    {"amount": 2.0, "tenant_name": "acme"}]  # rows written before the column was added: NULL
+    assert run_query(settings, "select count(*) n from ingest.rp_dlq").to_pylist() == [{"n": 0}]
+    assert floe("audit", "rp").returncode == 0
