@@ -228,3 +228,12 @@ def test_debezium_avro_events_keyed_by_an_avro_key_field(served, topic):
     assert out.dead_letter.num_rows == 0
     assert [(r["id"], r["name"], r["_kafka_key"]) for r in out.target.to_pylist()] == [(2, "b", keys[1])]
     assert out.deleted.column("id").to_pylist() == [1]
+
+
+def test_the_stream_detail_says_which_kafka_columns_the_table_keeps():
+    from appliance.views.streams import SourceView
+    from tui.screens.stream_detail import source_text as detail_source
+
+    view = SourceView("json", "", {}, "", "auto", (), "append", ("key", "headers"))
+    assert "kafka columns [b]key, headers[/b]" in detail_source(view)
+    assert "kafka columns" not in detail_source(SourceView("json", "", {}, "", "auto", ()))

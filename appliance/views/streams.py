@@ -176,6 +176,7 @@ class SourceView:
     schema_evolution: str
     schemas: tuple[SchemaSeen, ...]
     mode: str = "append"  # as `StreamDef.describe_mode` says it: "append", "upsert by id"...
+    kafka_columns: tuple[str, ...] = ()  # "key", "headers": kept as _kafka_key, _kafka_headers
 
 
 def source_view(state: StateStore, s: StreamDef) -> SourceView:
@@ -183,7 +184,7 @@ def source_view(state: StateStore, s: StreamDef) -> SourceView:
                             r["last_seen_at"]) for r in state.seen_schemas(s.name))
     return SourceView(s.format, s.registry.display_url if s.registry else "",
                       s.registry.masked_options() if s.registry else {}, s.subject, s.schema_evolution, seen,
-                      s.describe_mode())
+                      s.describe_mode(), s.kafka_columns)
 
 
 def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int = 60,
