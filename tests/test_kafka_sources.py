@@ -237,3 +237,11 @@ def test_the_stream_detail_says_which_kafka_columns_the_table_keeps():
     view = SourceView("json", "", {}, "", "auto", (), "append", ("key", "headers"))
     assert "kafka columns [b]key, headers[/b]" in detail_source(view)
     assert "kafka columns" not in detail_source(SourceView("json", "", {}, "", "auto", ()))
+
+
+def test_a_mapping_floe_stored_before_kafka_sources_keeps_its_at_sign_value_fields():
+    # Before sources starting with @ named the key and headers, an inferred JSON-LD field was saved so.
+    old = '[[columns]]\nname = "type"\ntype = "string"\nsource = "@type"\n'
+    assert Mapping.from_toml(old, stored=True).columns[0].source == ("@type",)
+    with pytest.raises(MappingError, match=r"""write.*\['@type'\]|as a list: \['@type'\]"""):
+        Mapping.from_toml(old)

@@ -121,7 +121,9 @@ class Mapping:
         return "\n".join(lines) + "\n" + tomli_w.dumps(doc)
 
     @classmethod
-    def from_toml(cls, text: str, origin: str = "mapping") -> Mapping:
+    def from_toml(cls, text: str, origin: str = "mapping", stored: bool = False) -> Mapping:
+        """`stored`: a mapping Floe saved itself (the state database's), perhaps before sources starting
+        with @ named the Kafka key and headers: one such as "@type" is the value's field it was then."""
         try:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -129,7 +131,7 @@ class Mapping:
         raw = doc.get("columns")
         if not isinstance(raw, list) or not raw:
             raise MappingError(f"{origin}: needs one or more [[columns]] tables with name, type and source")
-        columns = [_column_entry(entry, i, origin) for i, entry in enumerate(raw, 1)]
+        columns = [_column_entry(entry, i, origin, stored) for i, entry in enumerate(raw, 1)]
         ignore = doc.get("ignore", [])
         if not isinstance(ignore, list) or not all(isinstance(p, (str, list)) and p for p in ignore):
             raise MappingError(f"{origin}: ignore must be a list of source paths")
@@ -148,7 +150,7 @@ class Mapping:
         return cls.from_toml(text, origin=f"mapping file {p}")
 
 
-def _column_entry(entry: object, i: int, origin: str) -> Column:
+def _column_entry(entry: object, i: int, origin: str, stored: bool = False) -> Column:
     if not isinstance(entry, dict):
         raise MappingError(f"{origin}: columns entry {i} must be a table")
     unknown = set(entry) - {"name", "type", "source"}
@@ -161,7 +163,9 @@ def _column_entry(entry: object, i: int, origin: str) -> Column:
         try:
             path = parse_source(source)
         except MappingError as exc:
-            raise MappingError(f"{origin}: column {name!r}: {exc}") from None
+            if not stored:
+                raise MappingError(f"{origin}: column {name!r}: {exc}") from None
+            path = tuple(source.split("."))
     elif isinstance(source, list) and all(isinstance(p, str) for p in source):
         path = tuple(source)
     else:

@@ -353,7 +353,7 @@ def _stream(row: dict[str, Any]) -> StreamDef:
         format=row["format"],
         table=row["target_table"],
         dead_letter_table=row["dead_letter_table"],
-        mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['name']} mapping"),
+        mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['name']} mapping", stored=True),
         starting_offsets=row["starting_offsets"],
         start_positions={int(k): v for k, v in json.loads(row["start_positions"]).items()},
         paused=bool(row["paused"]),
