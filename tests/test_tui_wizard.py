@@ -390,3 +390,46 @@ async def test_bootstrap_offers_the_clusters_floe_knows_and_the_typed_value_wins
         await pilot.pause(0.2)
         assert box.value == "me:1"
 
+
+
+async def test_the_wizard_keeps_the_kafka_key_and_headers_and_maps_the_keys_own_fields(broker, topic):
+    import orjson
+
+    from appliance.model.sources import describe
+
+    producer = broker.producer()
+    for i in range(10):
+        producer.produce(topic, key=orjson.dumps({"order_id": i, "region": "eu"}), value=pizza_values(1, start=i)[0])
+    assert producer.flush(30) == 0
+    settings = load_settings()
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = await open_wizard(app, pilot)
+        await type_text(pilot, broker.bootstrap)
+        await pilot.press("enter")  # loads the topics
+        await until(pilot, lambda: "topics on" in text(screen.query_one("#source-status")), 30, "topics listed")
+        screen.query_one("#topic").value = topic  # (picking by typing is the other tests')
+        await pilot.pause()
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: screen.step == 1, 5, "target step")
+        choice = screen.query_one("#kafka-columns")
+        assert choice.value == "none"
+        choice.focus()
+        await pilot.press("enter")  # opens the list
+        await until(pilot, lambda: choice.expanded, 5, "the kafka columns list")
+        await pilot.press("down", "down", "down", "enter")  # neither, the key, the headers, both
+        await until(pilot, lambda: choice.value == "key,headers", 5, "key and headers chosen")
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: screen.step == 2, 5, "mapping step")
+        mapping = screen.query_one("#mapping-table")
+        await until(pilot, lambda: mapping.row_count == 7, 60, "inferred columns, the key's region among them")
+        rows = [mapping.get_row_at(i) for i in range(mapping.row_count)]
+        assert (str(rows[-1][0]), str(rows[-1][2])) == ("region", "@key.region")  # the value has its own order_id
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, NewStreamScreen), 60, "wizard closed after create")
+
+    info = stream_info(settings, snake_case(topic))
+    assert info.kafka_columns == ["key", "headers"]
+    saved = [(c.name, c.type, describe(c.source)) for c in Mapping.from_toml(info.mapping).columns]
+    assert saved[-3:] == [("region", "string", "@key.region"), ("_kafka_key", "binary", "@key"),
+                          ("_kafka_headers", "headers", "@headers")]

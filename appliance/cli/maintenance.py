@@ -166,7 +166,8 @@ def table_show(name: str, fmt: str) -> None:
 @click.argument("column")
 @click.argument("value", required=False)
 @click.option("--source", default=None, metavar="FIELD.PATH",
-              help="add-column: the message field that fills it (default: the field of its name).")
+              help="add-column: the message field that fills it (default: the field of its name), or @key, "
+                   "@key.FIELD, @header.NAME, @headers.")
 def table_alter(name: str, operation: str, column: str, value: str | None, source: str | None) -> None:
     """Change TABLE's schema: `add-column COLUMN TYPE`, `drop-column COLUMN`, `rename-column COLUMN NEW`;
     or its partitioning: `partition-by "day(ts), bucket(16, id)"` (`none`: unpartitioned).

@@ -44,6 +44,8 @@ def stream() -> None:
               help="Debezium change events (an upsert stream): c, r, u upsert `after`, d deletes, t truncates.")
 @click.option("--cdc-columns", is_flag=True, help="Keep each event's op, time and source position as "
               "_cdc_op, _cdc_ts, _cdc_position.")
+@click.option("--kafka-columns", default=None, metavar="key,headers",
+              help="Keep the Kafka key (_kafka_key, its bytes) and/or headers (_kafka_headers) as columns.")
 @click.option("--partition-by", default="day(_kafka_timestamp)", show_default=True,
               help="The table's partitions: day(COL), hour(COL), month(COL), year(COL), bucket(N, COL), "
                    "truncate(W, COL) or a column, comma-separated; none for no partitioning.")
@@ -51,7 +53,7 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
                   registry_options: tuple[str, ...], subject: str | None, schema_evolution: str, table: str,
                   mapping: str, starting_offsets: str, dead_letter_table: str | None,
                   kafka_options: tuple[str, ...], mode: str | None, key: str | None, cdc: str | None,
-                  cdc_columns: bool, partition_by: str) -> None:
+                  cdc_columns: bool, kafka_columns: str | None, partition_by: str) -> None:
     """Create stream NAME reading TOPIC into TABLE. Prints the mapping as TOML on stdout."""
     from appliance.control.streams import create_stream
     from appliance.kafka.settings import parse_kafka_options, parse_registry_options
@@ -62,7 +64,7 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
         kafka_options=parse_kafka_options(kafka_options), schema_registry=schema_registry,
         registry_options=parse_registry_options(registry_options), subject=subject,
         schema_evolution=schema_evolution, mode=mode, key=key,
-        cdc=cdc or "", cdc_columns=cdc_columns, partition_by=partition_by,
+        cdc=cdc or "", cdc_columns=cdc_columns, partition_by=partition_by, kafka_columns=kafka_columns or (),
     )
     s = created.stream
     how = ("from the mapping file" if not created.inferred else
@@ -133,6 +135,7 @@ def stream_show(name: str, fmt: str) -> None:
         info["key"] = ", ".join(info["key"])
         if not info["cdc"]:
             info.pop("cdc")
+    info["kafka_columns"] = ", ".join(info["kafka_columns"]) or "none"
     for key, value in info.items():
         click.echo(f"{key:18} {json.dumps(value) if isinstance(value, (dict, list)) else value}")
     if batches:

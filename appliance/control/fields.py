@@ -48,6 +48,7 @@ class Field(StrEnum):
     MAPPING = "mapping"
     MODE = "mode"
     KEY = "key"
+    KAFKA_COLUMNS = "kafka-columns"
     PARTITIONING = "partitioning"
 
 

@@ -15,6 +15,7 @@ from appliance.decode.debezium import CDC_COLUMNS, row_columns_of, unwrapped
 from appliance.kafka.client import SampledMessage
 from appliance.kafka.settings import RegistrySettings
 from appliance.model.mapping import Column, Mapping
+from appliance.model.sources import KEY
 
 
 def change_rows(sampled: list[SampledMessage]) -> list[dict[str, Any]]:
@@ -47,6 +48,20 @@ def with_cdc_columns(mapping: Mapping, cdc_columns: bool) -> Mapping:
     return Mapping(tuple(mapping.columns) + tuple(c for c in CDC_COLUMNS if c.name not in names))
 
 
+def json_keys(sampled: list[SampledMessage]) -> list[Any]:
+    """The sampled messages' Kafka keys that are JSON (Kafka Connect's wrapper taken off), decoded."""
+    out = []
+    for message in sampled:
+        key = message.key
+        if not key or (key[0] == 0 and len(key) < 5):
+            continue
+        try:
+            out.append(unwrapped(orjson.loads(key[5:] if key[0] == 0 else key)))
+        except orjson.JSONDecodeError:
+            continue
+    return out
+
+
 def kafka_key_fields(sampled: list[SampledMessage], fmt: str, registry: RegistrySettings | None) -> list[str]:
     """The field names of the sampled messages' Kafka keys, when they are records (JSON objects, or
     registry-framed Avro or Protobuf); empty when they are bare values or absent."""
@@ -73,9 +88,9 @@ def _registered_fields(key: bytes, fmt: str, registry: RegistrySettings) -> list
 
 
 def proposed_key(mapping: Mapping, key_fields: list[str]) -> tuple[str, ...]:
-    """The mapped columns that hold the Kafka key's fields (by source, else by name); empty unless
-    every field has one."""
+    """The mapped columns that hold the Kafka key's fields (by the value's field, by the key's, else by
+    name); empty unless every field has one."""
     by_source = {c.source: c.name for c in mapping.columns}
     names = {c.name for c in mapping.columns}
-    found = [by_source.get((f,)) or (f if f in names else None) for f in key_fields]
+    found = [by_source.get((f,)) or by_source.get((*KEY, f)) or (f if f in names else None) for f in key_fields]
     return tuple(found) if found and all(found) else ()

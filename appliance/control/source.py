@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.control.fields import Field, Problems
-from appliance.control.keys import change_rows, kafka_key_fields, proposed_key, row_columns
+from appliance.control.keys import change_rows, json_keys, kafka_key_fields, proposed_key, row_columns
 from appliance.core.errors import KafkaConfigError, MappingError, RegistryConfigError
 from appliance.decode.keys import is_tombstone
 from appliance.kafka.client import KafkaClient, SampledMessage
 from appliance.kafka.settings import KafkaSettings, RegistrySettings, security_options
 from appliance.model.inference import infer_mapping, sample_objects
+from appliance.model.kafka_columns import with_key_fields
 from appliance.model.mapping import Mapping
 from appliance.model.stream import REGISTRY_FORMATS
 
@@ -143,5 +144,6 @@ def infer_from_sample(topic: str, sampled: list[SampledMessage]) -> Inferred:
         raise MappingError(f"topic {topic!r} is empty: nothing to infer the columns from; "
                            "produce some messages first, or supply a mapping")
     # A tombstone (a null, or JsonConverter's wrapped null) is no row: its envelope's fields are no columns.
-    return Inferred(infer_mapping(sample_objects(m.value for m in sampled if not is_tombstone(m.value))),
-                    len(sampled))
+    # A keyed topic's JSON keys add the fields the values lack, as @key.FIELD columns.
+    mapping = infer_mapping(sample_objects(m.value for m in sampled if not is_tombstone(m.value)))
+    return Inferred(with_key_fields(mapping, json_keys(sampled)), len(sampled))

@@ -30,6 +30,7 @@ from appliance.core.vocabulary import EventKind
 from appliance.kafka.client import KafkaClient
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.inference import infer_mapping
+from appliance.model.kafka_columns import parse_kafka_columns, with_kafka_columns
 from appliance.model.keys import check_key, key_columns
 from appliance.model.mapping import Mapping
 from appliance.model.names import (
@@ -75,6 +76,7 @@ class StreamRequest:
     cdc: str = ""  # "debezium": change events (an upsert stream)
     cdc_columns: bool = False  # keep the events' op, time and source position as _cdc_* columns
     partition_by: str = DEFAULT_PARTITIONING  # the target table's partitioning, as `Partitioning.parse` reads it
+    kafka_columns: tuple[str, ...] = ()  # "key", "headers": the Kafka key and headers as _kafka_* columns
 
 
 @dataclass
@@ -88,9 +90,14 @@ class CreatedStream:
 def check_request(name: str, topic: str, table: str, dead_letter_table: str, format: str = "json",
                   starting_offsets: str = "earliest", registry: RegistrySettings | None = None,
                   schema_evolution: str = "auto", mode: str = "append", key: tuple[str, ...] = (),
-                  cdc: str = "", cdc_columns: bool = False, partition_by: str = DEFAULT_PARTITIONING) -> Problems:
+                  cdc: str = "", cdc_columns: bool = False, partition_by: str = DEFAULT_PARTITIONING,
+                  kafka_columns: tuple[str, ...] = ()) -> Problems:
     """What is wrong with a stream request itself, by field, before any broker or table is asked."""
     problems: Problems = {}
+    try:
+        parse_kafka_columns(kafka_columns)
+    except MappingError as exc:
+        problems[Field.KAFKA_COLUMNS] = str(exc)
     for where, check in ((Field.STREAM, lambda: check_stream_name(name)),
                          (Field.TABLE, lambda: (check_table_name(table), refuse_system(table))),
                          (Field.DEAD_LETTER_TABLE, lambda: (check_table_name(dead_letter_table),
@@ -140,15 +147,21 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
                   schema_registry: str | None = None, registry_options: dict[str, str] | None = None,
                   subject: str | None = None, schema_evolution: str = "auto", mode: str | None = None,
                   key: str | tuple[str, ...] | list[str] = (), cdc: str = "", cdc_columns: bool = False,
-                  partition_by: str = DEFAULT_PARTITIONING) -> CreatedStream:
+                  partition_by: str = DEFAULT_PARTITIONING,
+                  kafka_columns: str | tuple[str, ...] | list[str] = ()) -> CreatedStream:
     """Create stream `name`. `mapping` is "auto" (inferred from a sample of the topic, or for Avro and
     Protobuf read from the registry's schema), the path of a TOML mapping file, or a `Mapping`
     already built (the UI's edited one). `mode` "upsert" (implied by `cdc`) keeps each `key`'s newest
-    row (`key`: "id", "id, tenant" or a list of column names); no key: the Kafka key's fields."""
+    row (`key`: "id", "id, tenant" or a list of column names); no key: the Kafka key's fields.
+    `kafka_columns` ("key,headers", either or both) keeps the Kafka key and headers as columns."""
     mode = mode or ("upsert" if cdc else "append")
     key = key_columns(key)
     dead_letter_table = dead_letter_table or f"{table}{settings.dead_letter_suffix}"
     kafka, registry, problems = None, None, {}
+    try:
+        kafka_columns = parse_kafka_columns(kafka_columns)
+    except MappingError as exc:
+        problems[Field.KAFKA_COLUMNS] = str(exc)
     try:
         kafka = KafkaSettings.create(bootstrap, kafka_options)
     except KafkaConfigError as exc:
@@ -159,7 +172,8 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
         except RegistryConfigError as exc:
             problems[Field.REGISTRY] = str(exc)
     problems = {**check_request(name, topic, table, dead_letter_table, format, starting_offsets, registry,
-                                schema_evolution, mode, key, cdc, cdc_columns, partition_by), **problems}
+                                schema_evolution, mode, key, cdc, cdc_columns, partition_by,
+                                kafka_columns if not problems.get(Field.KAFKA_COLUMNS) else ()), **problems}
     raise_problems(problems)
     if isinstance(mapping, Mapping):
         given: Mapping | None = mapping
@@ -171,7 +185,8 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
                                           starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
                                           format=format, registry=registry, subject=subject or "",
                                           schema_evolution=schema_evolution, mode=mode, key=key, cdc=cdc,
-                                          cdc_columns=cdc_columns, partition_by=partition_by))
+                                          cdc_columns=cdc_columns, partition_by=partition_by,
+                                          kafka_columns=kafka_columns))
 
 
 @audited("stream create", "request.name")
@@ -184,7 +199,7 @@ def _create(settings: Settings, request: StreamRequest) -> CreatedStream:
     raise_problems(check_request(request.name, request.topic, request.table, request.dead_letter_table,
                                  request.format, request.starting_offsets, request.registry,
                                  request.schema_evolution, request.mode, request.key, request.cdc,
-                                 request.cdc_columns, request.partition_by))
+                                 request.cdc_columns, request.partition_by, request.kafka_columns))
     ensure_home(settings)
     with StateStore(settings.state_db) as state:
         _check_free(state, request)
@@ -219,6 +234,7 @@ def _resolve(settings: Settings, request: StreamRequest) -> tuple[StreamDef, int
             mapping = with_cdc_columns(mapping, request.cdc_columns)
         if request.format in REGISTRY_FORMATS and not subject:
             subject = default_subject(request.topic)
+        mapping = with_kafka_columns(mapping, request.kafka_columns)
     key = request.key
     if request.mode == "upsert":
         key = key or proposed_key(mapping, kafka_key_fields(sample, request.format, request.registry))
@@ -237,7 +253,7 @@ def _resolve(settings: Settings, request: StreamRequest) -> tuple[StreamDef, int
         start_positions={p: (w.low if earliest else w.high) for p, w in marks.items()},
         paused=False, created_at=now(), registry=request.registry, subject=subject,
         schema_evolution=request.schema_evolution, mode=request.mode, key=tuple(key), cdc=request.cdc,
-        cdc_columns=request.cdc_columns,
+        cdc_columns=request.cdc_columns, kafka_columns=request.kafka_columns,
     ), sampled
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from appliance.config.settings import Settings
 from appliance.control.audit import audited
+from appliance.core.errors import MappingError
 from appliance.core.vocabulary import EventKind
 from appliance.model.names import check_identifier, check_table_name
 from appliance.model.partitioning import Partitioning
+from appliance.model.sources import parse_source, source_problem
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
 from appliance.tables.evolution import add_column, drop_column, ensure_bindings, rename_column, set_partitioning
@@ -36,7 +38,9 @@ def alter_table(settings: Settings, name: str, operation: str, column: str, valu
             table = ensure_bindings(settings, table, stream.mapping)
         if operation == "add-column":
             check_identifier(column, "column")
-            path = tuple(source.split(".")) if source else None
+            path = parse_source(source) if source else None
+            if path and (why := source_problem(column, value or "", path)):
+                raise MappingError(why)
             add_column(settings, table, column, value or "", path)
             done = f"added column {column} ({value})" + (f" filled from field {source}" if source else "")
         elif operation == "drop-column":

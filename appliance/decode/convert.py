@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from appliance.decode.values import Invalid, Mismatch, Unfit, Wider, converter, kind_of
 from appliance.model.changes import SchemaChange
 from appliance.model.mapping import Column
+from appliance.model.sources import describe
 from appliance.model.types import ColumnType
 
 UTC = dt.timezone.utc
@@ -157,7 +158,7 @@ def _one(col: Column, ctype: ColumnType, value: Any, i: int, errors: dict[int, P
 
 
 def _path(col: Column) -> str:
-    return ".".join(col.source)
+    return describe(col.source)
 
 
 # Arrow types a column's values may come in and be cast from without a look at each value:

@@ -20,10 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from appliance.decode.convert import Problem, convert_values
+from appliance.decode.kafka_sources import last_header
 from appliance.decode.parsed import MessageFormat, Op
 from appliance.mergeonread.precedence import UNKNOWN, newest
 from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP
 from appliance.model.mapping import Column, Mapping
+from appliance.model.sources import KEY, Origin, describe, from_kafka, origin
 
 
 @dataclass(frozen=True)
@@ -77,21 +79,29 @@ def _null_payload(value: bytes) -> bool:
     return isinstance(event, dict) and event.keys() == {"schema", "payload"} and event["payload"] is None
 
 
-def missing_key(table: pa.Table, columns: tuple[str, ...]) -> list[tuple[int, str]]:
-    """Rows whose key is incomplete (a key column null), with the reason."""
+def missing_key(table: pa.Table, columns: list[Column]) -> list[tuple[int, str]]:
+    """Rows whose key is incomplete (a key column null), with the reason (naming a Kafka source)."""
     out: list[tuple[int, str]] = []
-    for name in columns:
-        nulls = table.column(name).is_null().to_pylist()
-        out += [(i, f"key column {name!r} is null: the row has no key") for i, null in enumerate(nulls) if null]
+    for col in columns:
+        nulls = table.column(col.name).is_null().to_pylist()
+        where = f" (source {describe(col.source)} has no value)" if from_kafka(col.source) else ""
+        out += [(i, f"key column {col.name!r} is null{where}: the row has no key") for i, null in enumerate(nulls)
+                if null]
     return sorted(dict(out).items())
 
 
 def tombstone_keys(keys: list[bytes | None], fmt: MessageFormat | None, columns: list[Column],
-                   max_message_bytes: int) -> tuple[list[pa.Array], list[int], dict[int, str]]:
+                   max_message_bytes: int, headers: list[Any] | None = None
+                   ) -> tuple[list[pa.Array], list[int], dict[int, str]]:
     """The key columns' values of tombstones, read from their Kafka keys: a JSON object holding them
     (by the column's source path, else its name), the bare JSON value when there is one key column,
-    or a registry-framed Avro or Protobuf record. Returns the arrays, the positions (in `keys`) they
+    or a registry-framed Avro or Protobuf record; a column whose source is the key itself or a header
+    (`@key`, `@header.NAME`) as ingestion reads it. Returns the arrays, the positions (in `keys`) they
     hold, and the positions whose key cannot be read, with the reason."""
+    whole = {k: c for k, c in enumerate(columns) if origin(c.source) in (Origin.KEY, Origin.HEADER)}
+    if whole:  # read from the raw key and headers, the others from the key's fields as below
+        return _with_raw_sources(keys, fmt, columns, max_message_bytes, headers, whole)
+    columns = [Column(c.name, c.type, c.source[len(KEY):]) if from_kafka(c.source) else c for c in columns]
     bad: dict[int, str] = {}
     rows: dict[int, list[Any]] = {}
     framed = [i for i, k in enumerate(keys) if k and k[0] == 0 and fmt is not None and fmt.name != "json"]
@@ -126,6 +136,38 @@ def tombstone_keys(keys: list[bytes | None], fmt: MessageFormat | None, columns:
         arrays = [a.filter(keep) for a in arrays]
         order = [i for j, i in enumerate(order) if j not in errors]
     return arrays, order, bad
+
+
+def _with_raw_sources(keys: list[bytes | None], fmt: MessageFormat | None, columns: list[Column],
+                      max_message_bytes: int, headers: list[Any] | None, whole: dict[int, Column]
+                      ) -> tuple[list[pa.Array], list[int], dict[int, str]]:
+    rest = [c for k, c in enumerate(columns) if k not in whole]
+    arrays, order, bad = tombstone_keys(keys, fmt, rest, max_message_bytes) if rest else \
+        ([], list(range(len(keys))), {})
+    headers = headers or [None] * len(keys)
+    errors: dict[int, Problem] = {}
+    raw = {k: [keys[i] if c.source == KEY else last_header(headers[i], c.source[2]) for i in order]
+           for k, c in whole.items()}
+    texts = {k: v if c.ctype.kind == "binary" else [_text(b, c, j, errors) for j, b in enumerate(v)]
+             for (k, c), v in zip(whole.items(), raw.values())}
+    arrays_of = iter(arrays)
+    out = [convert_values(c, texts[k], len(order), errors) if k in whole else next(arrays_of)
+           for k, c in enumerate(columns)]
+    missing = {j for k in whole for j, v in enumerate(raw[k]) if v is None}
+    for j in sorted(missing | set(errors)):
+        bad[order[j]] = (f"tombstone's {describe(next(c.source for k, c in whole.items() if raw[k][j] is None))} "
+                         "is missing: it names no row to delete") if j in missing else \
+            f"tombstone's key: {errors[j].message}"
+    keep = [j for j in range(len(order)) if j not in missing and j not in errors]
+    return [a.take(pa.array(keep, pa.int64())) for a in out], [order[j] for j in keep], bad
+
+
+def _text(value: bytes | None, col: Column, j: int, errors: dict[int, Problem]) -> str | None:
+    try:
+        return None if value is None else value.decode()
+    except UnicodeDecodeError as exc:
+        errors.setdefault(j, Problem("decode", f"{describe(col.source)} is not UTF-8 text ({exc.reason})"))
+        return None
 
 
 def _json_key(key: bytes | None, columns: list[Column]) -> tuple[list[Any], str]:

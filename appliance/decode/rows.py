@@ -22,13 +22,13 @@ import pyarrow.compute as pc
 from appliance.core.errors import FloeError
 from appliance.decode.convert import Problem, convert_values
 from appliance.decode.json_format import JsonFormat
+from appliance.decode.kafka_sources import column_values, headers_array, value_mapping
 from appliance.decode.keys import CODES, OP, Keyed, missing_key, newest_per_key, tombstone_keys, tombstones
 from appliance.decode.parsed import Conflict, MessageFormat, Op
 from appliance.kafka.records import RawBatch
 from appliance.model.changes import Evolution, SchemaChange
 from appliance.model.columns import (
     DEAD_LETTER_SCHEMA,
-    HEADERS_TYPE,
     INGESTED_AT,
     KAFKA_OFFSET,
     KAFKA_PARTITION,
@@ -36,6 +36,7 @@ from appliance.model.columns import (
     UTC_MICROS,
 )
 from appliance.model.mapping import Column, Mapping
+from appliance.model.sources import describe, from_kafka
 
 UTC = dt.timezone.utc
 SOURCE = "__floe_source"  # while an upsert batch is reduced: a row of the target, or -1 - a tombstone
@@ -45,12 +46,6 @@ log = logging.getLogger(__name__)
 def _millis_to_ts(millis: list[int | None]) -> pa.Array:
     arr = pa.array(millis, pa.int64())
     return pc.multiply(arr, 1000).cast(UTC_MICROS)
-
-
-def _headers_array(headers: list[Any]) -> pa.Array:
-    # A message without headers has an empty list, as it always had in Floe's tables.
-    rows = [[{"key": k, "value": v} for k, v in hs] if hs else [] for hs in headers]
-    return pa.array(rows, HEADERS_TYPE)
 
 
 @dataclass
@@ -137,13 +132,16 @@ def _isolated(raw: RawBatch, attempt: Callable[[RawBatch], Decoded], ingested_at
 
 def _decode(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime,
             fmt: MessageFormat | None, evolve: bool) -> Decoded:
-    parsed = (fmt or JsonFormat()).parse(raw.values, max_message_bytes, mapping)
+    parsed = (fmt or JsonFormat()).parse(raw.values, max_message_bytes, value_mapping(mapping))
     good, bad = parsed.good, list(parsed.bad)
     errors: dict[int, Problem] = {}
     wider = dict(parsed.wider) if evolve else None
     columns = list(mapping.columns)
-    values = _settled(columns, parsed.values(columns), parsed.conflicts, errors, evolve)
-    arrays = [convert_values(c, v, len(good), errors, wider, parsed.widen_by_value or c.name in parsed.wider)
+    found = column_values(mapping, parsed, raw, fmt, max_message_bytes, errors)
+    values = _settled(columns, found, parsed.conflicts, errors, evolve)
+    # A key's or header's text has no writer schema: any value it holds may widen its column.
+    arrays = [convert_values(c, v, len(good), errors, wider,
+                             parsed.widen_by_value or c.name in parsed.wider or from_kafka(c.source))
               for c, v in zip(columns, values)]
     changes = set(parsed.changes.values())
     if not evolve:  # a field that became a record or a union: with evolution, its parts are new columns
@@ -184,7 +182,7 @@ def _keyed(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at:
     key_columns = keyed.key_columns(mapping)
     keys = [c.name for c in key_columns]
     target, ops = decoded.target, decoded.ops or [Op.UPSERT] * decoded.target.num_rows
-    unkeyed = {i: why for i, why in missing_key(target, tuple(keys)) if ops[i] is not Op.TRUNCATE}
+    unkeyed = {i: why for i, why in missing_key(target, key_columns) if ops[i] is not Op.TRUNCATE}
     bad = []
     if unkeyed:
         partitions = target.column(KAFKA_PARTITION.name).to_pylist()
@@ -198,7 +196,8 @@ def _keyed(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at:
     if unkeyed:
         entries = entries.filter(pa.array([i not in unkeyed for i in range(target.num_rows)]))
     if stones and keyed.tombstones_delete:
-        arrays, held, why = tombstone_keys([raw.keys[i] for i in stones], fmt, key_columns, max_message_bytes)
+        arrays, held, why = tombstone_keys([raw.keys[i] for i in stones], fmt, key_columns, max_message_bytes,
+                                           [raw.headers[i] for i in stones])
         bad += [(stones[j], "key", reason) for j, reason in why.items()]
         found = pa.Table.from_arrays(arrays + [pa.array([raw.partitions[stones[j]] for j in held], pa.int32()),
                                                pa.array([raw.offsets[stones[j]] for j in held], pa.int64()),
@@ -234,7 +233,7 @@ def _settled(columns: list[Column], values: list[Any], conflicts: list[Conflict]
         if k is None or values[k] is None:
             continue
         column = values[k].to_pylist() if isinstance(values[k], (pa.Array, pa.ChunkedArray)) else list(values[k])
-        field_path = ".".join(columns[k].source)
+        field_path = describe(columns[k].source)
         for position in conflict.positions:
             if column[position] is None:
                 continue
@@ -259,7 +258,7 @@ def _dead_letters(raw: RawBatch, bad: list[tuple[int, str, str]], ingested_at: d
         + [
             pa.array([raw.keys[i] for i in rows], pa.binary()),
             pa.array([raw.values[i] for i in rows], pa.binary()),
-            _headers_array([raw.headers[i] for i in rows]),
+            headers_array([raw.headers[i] for i in rows]),
             pa.array([b[1] for b in bad], pa.string()),
             pa.array([b[2] for b in bad], pa.string()),
             pa.array([ingested_at] * len(rows), INGESTED_AT.arrow_type),

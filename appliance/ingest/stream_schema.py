@@ -20,6 +20,7 @@ from appliance.core.errors import FloeError
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.model.changes import ChangeKind, Evolution, SchemaChange
 from appliance.model.mapping import Mapping
+from appliance.model.sources import describe
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
 from appliance.tables.evolution import SOURCES_KEY, ensure_bindings, evolve, evolved, mapping_of
@@ -104,7 +105,7 @@ def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None) 
                 f"`{hints.EVOLVE_STREAM.format(stream=stream.name)}` adds it")
     # Iceberg widens only int to long, float to double and a decimal's precision: a column that must hold
     # another kind of value is dropped (older rows then read NULL in it) and added again, as text.
-    source = next((".".join(c.source) for c in (mapping or stream.mapping).columns if c.name == change.column), None)
+    source = next((describe(c.source) for c in (mapping or stream.mapping).columns if c.name == change.column), None)
     return (f"column {change.column} is {change.column_type} but messages now carry {change.seen} there: those "
             f"messages go to {stream.dead_letter_table} with error_stage 'schema'. Fix the producer, or make the "
             f"column text: `{hints.DROP_COLUMN.format(table=stream.table, column=change.column)}` (its older values "

@@ -20,6 +20,7 @@ from pyiceberg.types import IcebergType
 from appliance.core.errors import InvalidName, MappingError
 from appliance.model.columns import INGESTED_AT, KAFKA_COLUMNS, RESERVED_COLUMNS
 from appliance.model.names import check_identifier
+from appliance.model.sources import parse_source, source_problem, source_text
 from appliance.model.types import TYPE_HELP, ColumnType, UnknownType, parse_type
 
 
@@ -59,8 +60,8 @@ def column_problems(columns: Iterable[tuple[str, str, tuple[str, ...]]]) -> dict
             problems[i] = f"column {name!r} appears more than once"
         elif not _known_type(type_):
             problems[i] = f"column {name!r}: unknown type {type_!r} (use one of {TYPE_HELP})"
-        elif not source or not all(isinstance(p, str) and p for p in source):
-            problems[i] = f"column {name!r}: source must name a field, e.g. \"customer.id\""
+        elif why := source_problem(name, type_, source):
+            problems[i] = why
     return problems
 
 
@@ -109,17 +110,20 @@ class Mapping:
     def to_toml(self, header: str = "") -> str:
         doc: dict = {
             "columns": [
-                {"name": c.name, "type": c.type, "source": _source_text(c.source)} for c in self.columns
+                {"name": c.name, "type": c.type, "source": source_text(c.source)} for c in self.columns
             ]
         }
         if self.ignored:
-            doc["ignore"] = [_source_text(p) for p in self.ignored]
+            doc["ignore"] = [source_text(p) for p in self.ignored]
         lines = [f"# {line}" for line in header.splitlines()] if header else []
-        lines.append(f"# types: {TYPE_HELP}; source is a dotted path into the message")
+        lines.append(f"# types: {TYPE_HELP}; source is a dotted path into the message's value, or @key, "
+                     "@key.FIELD, @header.NAME, @headers")
         return "\n".join(lines) + "\n" + tomli_w.dumps(doc)
 
     @classmethod
-    def from_toml(cls, text: str, origin: str = "mapping") -> Mapping:
+    def from_toml(cls, text: str, origin: str = "mapping", stored: bool = False) -> Mapping:
+        """`stored`: a mapping Floe saved itself (the state database's), perhaps before sources starting
+        with @ named the Kafka key and headers: one such as "@type" is the value's field it was then."""
         try:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -127,12 +131,12 @@ class Mapping:
         raw = doc.get("columns")
         if not isinstance(raw, list) or not raw:
             raise MappingError(f"{origin}: needs one or more [[columns]] tables with name, type and source")
-        columns = [_column_entry(entry, i, origin) for i, entry in enumerate(raw, 1)]
+        columns = [_column_entry(entry, i, origin, stored) for i, entry in enumerate(raw, 1)]
         ignore = doc.get("ignore", [])
         if not isinstance(ignore, list) or not all(isinstance(p, (str, list)) and p for p in ignore):
             raise MappingError(f"{origin}: ignore must be a list of source paths")
         try:
-            return cls(tuple(columns), tuple(_parse_source(p) if isinstance(p, str) else tuple(p) for p in ignore))
+            return cls(tuple(columns), tuple(parse_source(p) if isinstance(p, str) else tuple(p) for p in ignore))
         except MappingError as exc:
             raise MappingError(f"{origin}: {exc}") from None
 
@@ -146,7 +150,7 @@ class Mapping:
         return cls.from_toml(text, origin=f"mapping file {p}")
 
 
-def _column_entry(entry: object, i: int, origin: str) -> Column:
+def _column_entry(entry: object, i: int, origin: str, stored: bool = False) -> Column:
     if not isinstance(entry, dict):
         raise MappingError(f"{origin}: columns entry {i} must be a table")
     unknown = set(entry) - {"name", "type", "source"}
@@ -156,17 +160,15 @@ def _column_entry(entry: object, i: int, origin: str) -> Column:
     if not isinstance(name, str) or not isinstance(type_, str):
         raise MappingError(f"{origin}: columns entry {i} needs a string name and type")
     if isinstance(source, str):
-        path = _parse_source(source)
+        try:
+            path = parse_source(source)
+        except MappingError as exc:
+            if not stored:
+                raise MappingError(f"{origin}: column {name!r}: {exc}") from None
+            path = tuple(source.split("."))
     elif isinstance(source, list) and all(isinstance(p, str) for p in source):
         path = tuple(source)
     else:
         raise MappingError(f"{origin}: column {name!r}: source must be a string or a list of strings")
     return Column(name, parse_type(type_).name if _known_type(type_) else type_, path)
 
-
-def _source_text(path: tuple[str, ...]) -> str | list[str]:
-    return ".".join(path) if not any("." in p for p in path) else list(path)
-
-
-def _parse_source(text: str) -> tuple[str, ...]:
-    return tuple(p for p in text.split(".")) if text else ()

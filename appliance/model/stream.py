@@ -36,6 +36,7 @@ class StreamDef:
     key: tuple[str, ...] = ()  # upsert: the key columns
     cdc: str = ""  # "debezium": the messages are change events (an upsert stream)
     cdc_columns: bool = False  # keep the event's op, time and source position as _cdc_* columns
+    kafka_columns: tuple[str, ...] = ()  # "key", "headers": the Kafka key and headers as _kafka_* columns
 
     @property
     def evolves(self) -> bool:

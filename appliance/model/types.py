@@ -4,6 +4,7 @@ Simple types are named (`long`, `timestamptz`, `uuid`...); three take parameters
 `decimal(P,S)`, `list<T>` and `map<K,V>`, which nest (`list<map<string,double>>`). A type
 is written the way Iceberg prints it, without spaces; `json` keeps any value as its JSON
 text in a string column.
+`headers` is a message's Kafka headers, a list of key/value structs (the `@headers` source fills it).
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ from pyiceberg.types import (
     ListType,
     LongType,
     MapType,
+    NestedField,
     StringType,
+    StructType,
     TimestampType,
     TimestamptzType,
     TimeType,
     UUIDType,
 )
+
+from appliance.model.columns import HEADERS_TYPE
 
 # name -> (Iceberg type, Arrow type)
 SIMPLE: dict[str, tuple[IcebergType, pa.DataType]] = {
@@ -85,7 +90,7 @@ class ColumnType:
 
     @property
     def nested(self) -> bool:
-        return self.kind in ("list", "map")
+        return self.kind in ("list", "map", "headers")
 
     @property
     def arrow(self) -> pa.DataType:
@@ -95,6 +100,8 @@ class ColumnType:
             return pa.list_(pa.field("element", self.element.arrow))
         if self.kind == "map":
             return pa.map_(self.key.arrow, self.element.arrow)
+        if self.kind == "headers":
+            return HEADERS_TYPE
         return SIMPLE[self.kind][1]
 
     def iceberg(self, next_id: Callable[[], int]) -> IcebergType:
@@ -108,6 +115,11 @@ class ColumnType:
             key_id, value_id = next_id(), next_id()
             return MapType(key_id, self.key.iceberg(next_id), value_id, self.element.iceberg(next_id),
                            value_required=False)
+        if self.kind == "headers":
+            element_id, key_id, value_id = next_id(), next_id(), next_id()
+            return ListType(element_id, StructType(NestedField(key_id, "key", StringType(), required=False),
+                                                   NestedField(value_id, "value", BinaryType(), required=False)),
+                            element_required=False)
         return SIMPLE[self.kind][0]
 
 
@@ -128,7 +140,7 @@ def _split_pair(text: str) -> tuple[str, str]:
 def parse_type(text: str) -> ColumnType:
     """A column type from its name, e.g. `long`, `decimal(10,2)`, `list<string>`; one-line errors."""
     t = "".join((text or "").split()).lower()
-    if t in SIMPLE:
+    if t in SIMPLE or t == "headers":
         return ColumnType(t)
     if m := _DECIMAL.match(t):
         precision, scale = int(m.group(1)), int(m.group(2))
@@ -159,6 +171,8 @@ def of_iceberg(t: IcebergType) -> ColumnType:
     """The column type of an Iceberg type (a string column is `string`; a fixed one `binary`)."""
     if isinstance(t, DecimalType):
         return ColumnType("decimal", t.precision, t.scale)
+    if isinstance(t, ListType) and _is_headers(t.element_type):
+        return ColumnType("headers")
     if isinstance(t, ListType):
         return ColumnType("list", element=of_iceberg(t.element_type))
     if isinstance(t, MapType):
@@ -169,6 +183,11 @@ def of_iceberg(t: IcebergType) -> ColumnType:
     if type(t).__name__ == "FixedType":
         return ColumnType("binary")
     raise UnknownType(f"Iceberg type {t} has no column type in Floe")
+
+
+def _is_headers(t: IcebergType) -> bool:
+    return isinstance(t, StructType) and [(f.name, type(f.field_type)) for f in t.fields] == [
+        ("key", StringType), ("value", BinaryType)]
 
 
 # Iceberg's allowed promotions: a column of the first type may become the second.

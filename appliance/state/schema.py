@@ -18,6 +18,8 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             "schema_registry": str, "registry_options": str, "subject": str, "schema_evolution": str,
             # upsert streams: the mode, the key columns (JSON list), Debezium change events, _cdc_* columns
             "mode": str, "key_columns": str, "cdc": str, "cdc_columns": int,
+            # the Kafka key and headers kept as columns: "key", "headers" or "key,headers"
+            "kafka_columns": str,
         },
         "name", [],
     ),

@@ -356,6 +356,7 @@ def _stream_row(stream: StreamDef) -> dict[str, Any]:
         "key_columns": json.dumps(list(stream.key)),
         "cdc": stream.cdc,
         "cdc_columns": int(stream.cdc_columns),
+        "kafka_columns": ",".join(stream.kafka_columns),
     }
 
 
@@ -376,7 +377,7 @@ def _stream_of(items: tuple) -> StreamDef:
         format=row["format"],
         table=row["target_table"],
         dead_letter_table=row["dead_letter_table"],
-        mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['name']} mapping"),
+        mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['name']} mapping", stored=True),
         starting_offsets=row["starting_offsets"],
         start_positions={int(k): v for k, v in json.loads(row["start_positions"]).items()},
         paused=bool(row["paused"]),
@@ -390,4 +391,5 @@ def _stream_of(items: tuple) -> StreamDef:
         key=tuple(json.loads(row.get("key_columns") or "[]")),
         cdc=row.get("cdc") or "",
         cdc_columns=bool(row.get("cdc_columns")),
+        kafka_columns=tuple(c for c in (row.get("kafka_columns") or "").split(",") if c),
     )

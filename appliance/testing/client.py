@@ -118,7 +118,8 @@ class FloeClient:
         `mode="append"|"upsert"`, `key="id"` (or "id, tenant", or a list of column names; default:
         the Kafka key's fields), `cdc="debezium"`, `cdc_columns=True`, `starting_offsets="earliest"|
         "latest"`, `dead_letter_table="ns.table"`, `schema_evolution="auto"|"off"`,
-        `partition_by="day(ts)"` (or "none"), `kafka_options={...}`, `schema_registry=URL`,
+        `partition_by="day(ts)"` (or "none"), `kafka_columns="key,headers"` (either or both),
+        `kafka_options={...}`, `schema_registry=URL`,
         `registry_options={...}`, `subject="..."`. Returns what was created (`.stream`, `.mapping_file`)."""
         from appliance.control.streams import create_stream
 

@@ -203,6 +203,7 @@ class SourceView:
     schema_evolution: str
     schemas: tuple[SchemaSeen, ...]
     mode: str = "append"  # as `StreamDef.describe_mode` says it: "append", "upsert by id"...
+    kafka_columns: tuple[str, ...] = ()  # "key", "headers": kept as _kafka_key, _kafka_headers
 
 
 def source_view(state: StateStore, s: StreamDef) -> SourceView:
@@ -210,7 +211,7 @@ def source_view(state: StateStore, s: StreamDef) -> SourceView:
                             r["last_seen_at"]) for r in state.seen_schemas(s.name))
     return SourceView(s.format, s.registry.display_url if s.registry else "",
                       s.registry.masked_options() if s.registry else {}, s.subject, s.schema_evolution, seen,
-                      s.describe_mode())
+                      s.describe_mode(), s.kafka_columns)
 
 
 def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int = 60,
@@ -257,6 +258,7 @@ class StreamInfo:
     mode: str  # append, or upsert (with `key`, and `cdc` for change events)
     key: list[str]
     cdc: str
+    kafka_columns: list[str]  # "key", "headers": kept as the _kafka_key and _kafka_headers columns
     table: str
     dead_letter_table: str
     starting_offsets: str
@@ -302,7 +304,8 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         name=s.name, id=s.id, phase=phase_of(s, status), topic=s.topic, bootstrap=s.kafka.bootstrap,
         kafka_options=s.kafka.masked_options(), format=s.format, schema_registry=source.registry,
         registry_options=source.registry_options, subject=source.subject, schema_evolution=s.schema_evolution,
-        schemas_seen=list(source.schemas), mode=s.mode, key=list(s.key), cdc=s.cdc, table=s.table,
+        schemas_seen=list(source.schemas), mode=s.mode, key=list(s.key), cdc=s.cdc, kafka_columns=list(s.kafka_columns),
+        table=s.table,
         dead_letter_table=s.dead_letter_table, starting_offsets=s.starting_offsets, committed_offsets=offsets,
         rows_total=status.rows_total, dead_letter_total=status.dead_letter_total, lag=status.lag,
         last_commit_at=status.last_commit_at, last_error=status.last_error, recent_batches=batches,

@@ -78,6 +78,8 @@ def source_text(source) -> str:
     if source.schemas:
         seen = ", ".join(f"v{s.version}" if s.version is not None else f"id {s.schema}" for s in source.schemas)
         parts.append(f"versions seen {escape(seen)}")
+    if source.kafka_columns:
+        parts.append(f"kafka columns [b]{escape(', '.join(source.kafka_columns))}[/b]")
     parts.append(f"schema evolution [b]{escape(source.schema_evolution)}[/b]")
     return "   ".join(parts)
 

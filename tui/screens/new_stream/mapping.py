@@ -21,6 +21,7 @@ from appliance.control.fields import failure
 from appliance.control.source import SourceForm, columns_for
 from appliance.kafka.settings import KafkaSettings
 from appliance.model.mapping import Column, Mapping, column_problems
+from appliance.model.sources import describe
 from appliance.model.types import SIMPLE
 from tui.screens.new_stream.messages import (
     ColumnsInferred,
@@ -153,7 +154,7 @@ class MappingStep(ReportsFailures, FormStep):
         table = self.query_one("#mapping-table", DataTable)
         table.clear()
         for key, col in columns.items():
-            table.add_row(Text(col.name), col.type, Text(".".join(col.source)), key=key)
+            table.add_row(Text(col.name), col.type, Text(describe(col.source)), key=key)
         self.check()
         self.load_editor()
 

@@ -297,7 +297,7 @@ class NewStreamScreen(ReportsFailures, Screen[str | None]):
                              registry=form.registry(), subject=columns.subject,
                              mode="upsert" if upsert else "append", key=self.keys.key() if upsert else (),
                              cdc=form.cdc, cdc_columns=self.keys.cdc_columns(),
-                             partition_by=self.target.partition_by())
+                             partition_by=self.target.partition_by(), kafka_columns=self.target.kafka_columns())
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="wizard-create", description="wizard: create stream")
     def create(self, settings: Settings, request: StreamRequest) -> None:

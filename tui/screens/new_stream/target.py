@@ -1,4 +1,5 @@
-"""Step 2 of the wizard: the Iceberg tables the rows go to, the stream's name, where it starts.
+"""Step 2 of the wizard: the Iceberg tables the rows go to, the stream's name, where it starts, and
+whether the Kafka key and headers are columns of the table too (`--kafka-columns`).
 
 Names are checked as they are typed: their spelling at once (`appliance.control.targets.check_target`),
 and whether another stream or a stage has them (`taken_names`) in a worker, since that reads the state
@@ -50,6 +51,12 @@ class TargetStep(ReportsFailures, FormStep):
                                                    value="earliest", allow_blank=False, id="offsets"), "offsets")
             yield field("Partition by (none: unpartitioned)", Input(DEFAULT_PARTITIONING, id="partitioning"),
                         "partitioning")
+        with Horizontal(classes="row"):
+            yield field("Kafka key and headers as columns",
+                        Select([("neither", "none"), ("the key's bytes: _kafka_key", "key"),
+                                ("the headers: _kafka_headers", "headers"),
+                                ("both: _kafka_key and _kafka_headers", "key,headers")],
+                               value="none", allow_blank=False, id="kafka-columns"), "kafka-columns")
 
     def value(self, widget_id: str) -> str:
         return self.query_one(f"#{widget_id}", Input).value.strip()
@@ -62,6 +69,10 @@ class TargetStep(ReportsFailures, FormStep):
 
     def partition_by(self) -> str:
         return self.value("partitioning")
+
+    def kafka_columns(self) -> tuple[str, ...]:
+        chosen = str(self.query_one("#kafka-columns", Select).value)
+        return () if chosen == "none" else tuple(chosen.split(","))
 
     def propose_partitioning(self, text: str) -> None:
         """The partitioning the inferred columns propose, unless the user typed their own."""
