@@ -50,9 +50,7 @@ def run_in_tasks(spark, work: Callable[[int], object], n: int) -> list:
 def _lost(exc: Exception) -> Exception:
     """The job's failure as a `SparkTaskLost` naming Spark's reason in one line (a Py4J error's first
     line of its Java cause); anything not from the JVM as itself."""
-    from py4j.protocol import Py4JJavaError
-
-    if not isinstance(exc, Py4JJavaError):
+    if not hasattr(exc, "java_exception"):  # py4j's Py4JJavaError, as PySpark raises it
         return exc
     try:
         reason = str(exc.java_exception.toString())
