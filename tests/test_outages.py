@@ -194,6 +194,9 @@ def test_seaweedfs_killed_under_a_running_engine_then_a_kill_and_a_start_while_i
         back = events("dependency_back")
         # Another may come and go as SeaweedFS comes up (its S3 a moment after its REST catalog): each is told.
         assert any(m.startswith(f"{waits_for} is back after") for m in back), back
+        # The killed engine's outage is closed by the next engine's start: no `down` without its end.
+        assert any(m.startswith(f"{waits_for}: the wait since ") and m.endswith("the engine that waited is gone; "
+                                                                              "this one looks again") for m in back)
     finally:
         if engine.poll() is None:
             os.killpg(engine.pid, signal.SIGKILL)
@@ -203,7 +206,7 @@ def test_seaweedfs_killed_under_a_running_engine_then_a_kill_and_a_start_while_i
 def test_an_outage_is_told_once_and_ends_when_the_last_one_waiting_on_it_gets_through(floe_home):
     from appliance.config.settings import ensure_home, load_settings
     from appliance.core.errors import CatalogUnavailable, SchemaError, WarehouseError
-    from appliance.ingest.outages import Outages
+    from appliance.ingest.outages import Outages, close_left_over
     from appliance.state.store import StateStore
 
     settings = load_settings()
@@ -224,6 +227,13 @@ def test_an_outage_is_told_once_and_ends_when_the_last_one_waiting_on_it_gets_th
         kinds = [(e.kind, e.message.split(" ")[0]) for e in reversed(state.events())]
         assert kinds == [("dependency_down", "catalog"), ("dependency_back", "catalog"),
                          ("dependency_down", "warehouse"), ("dependency_back", "warehouse")]
+
+        # An engine gone while it waited (killed) leaves its row; the next one closes it with an event.
+        assert outages.failed(state, "c", CatalogUnavailable("sql catalog at x cannot be reached"))
+        close_left_over(state, "the engine that waited is gone; this one looks again")
+        assert state.outages() == []
+        assert state.events()[0].kind == "dependency_back" and state.events()[0].message.startswith(
+            "catalog: the wait since ")
 
 
 def test_a_catalog_drivers_failure_is_an_outage_a_refusal_or_neither(floe_home):

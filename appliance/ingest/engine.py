@@ -31,7 +31,7 @@ from appliance.core.polling import backoff
 from appliance.core.vocabulary import EngineState, EventKind, StreamPhase
 from appliance.ingest.indexes import keep_only, save_all
 from appliance.ingest.jobs import BatchJobs
-from appliance.ingest.outages import Outages
+from appliance.ingest.outages import Outages, close_left_over
 from appliance.ingest.watermarks import WatermarkPollers
 from appliance.ingest.worker import OUTAGE_BACKOFF, Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
@@ -124,7 +124,7 @@ class Engine:
         everything its topic held when the engine started, then return."""
         with EngineLock(self.settings):
             with contextlib.suppress(sqlite3.Error):  # a full disk: the rows follow once it can write
-                self.state.clear_outages()  # a previous engine's: this one finds its own
+                close_left_over(self.state, "the engine that waited is gone; this one looks again")
             self._open_catalog()  # a setting or a credential a person must fix: one line, before Spark starts
             if not until_caught_up and self.metrics_port is not None:
                 # Before Spark: a port in use is one line at once, not after a JVM's start.
@@ -215,7 +215,7 @@ class Engine:
             self.jobs.close()
         with contextlib.suppress(sqlite3.Error):
             self._heartbeat(EngineState.STOPPED)
-            self.state.clear_outages()
+            close_left_over(self.state, "the engine stopped")
             self.state.add_event(EventKind.ENGINE_STOPPED, "engine stopped")
         self._observers_stop.set()  # the system tables export what is left, the engine's stop included
         for thread in (self.system_tables, self.alerts):

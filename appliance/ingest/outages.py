@@ -31,6 +31,16 @@ def dependency_of(exc: BaseException) -> str | None:
     return exc.dependency if isinstance(exc, FloeError) else None
 
 
+def close_left_over(state: StateStore, why: str) -> None:
+    """Close the outages the state database still holds from an engine that is gone (killed while it
+    waited, or stopped), each with an event: every `dependency_down` gets its end in the events. A
+    dependency still down is told again by the first who meets it."""
+    for outage in state.outages():
+        state.add_event(EventKind.DEPENDENCY_BACK, f"{outage.dependency}: the wait since {outage.since} ended: {why}",
+                        level=EventLevel.INFO)
+    state.clear_outages()
+
+
 @dataclass
 class _Outage:
     message: str
