@@ -281,6 +281,18 @@ def fill(disk, leave: int) -> None:
     os.truncate(disk / "ballast", max(0, os.path.getsize(disk / "ballast") - max(0, leave - free)))
 
 
+def engine_gone() -> bool:
+    from appliance.config.settings import load_settings
+    from appliance.core.errors import EngineBusy
+    from appliance.ingest.engine import EngineLock
+
+    try:
+        with EngineLock(load_settings()):
+            return True
+    except EngineBusy:
+        return False
+
+
 def integrity(path) -> str:
     import sqlite3
 
@@ -318,5 +330,18 @@ def test_a_full_disk_under_floe_home_loses_nothing_corrupts_nothing_and_the_engi
         wait_for(lambda: not engine.workers or all(w.done for w in engine.workers.values()), 60,
                  what="the engine stopped")
         assert integrity(home / "state.db") == "ok" and integrity(home / "catalog.db") == "ok"
+
+        wait_for(engine_gone, 60, 0.2, what="the engine's run over, its lock released")
+
+        # An engine started on a disk already full: it runs and waits, and lands what came once space returns.
+        fill(disk, leave=256 << 10)
+        feed.send(100)
+        engine = running_engine()
+        wait_for(lambda: (w := engine.workers.get("c")) and w.failing and w.failing.attempts >= 2, 120, 0.5,
+                 what="the new engine's stream failing on the full disk, and trying again")
+        assert not engine.stopping.is_set()
+        (disk / "ballast").unlink()
+        wait_for(lambda: landed_exactly(feed), 180, 1.0, what="every message sent, landed once, after a full start")
+        assert floe("audit", "c").returncode == 0
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
