@@ -72,3 +72,14 @@ def test_a_catalog_name_other_engines_cannot_use_is_one_line_naming_it(floe_home
     with pytest.raises(ConfigError, match=r"floe\.toml: catalog\.name must be letters, digits") as error:
         load_settings()
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("value", ['"soon"', "0", "-3"])
+def test_a_rest_request_timeout_that_is_no_deadline_is_one_line_naming_it(floe_home, value):
+    floe_home.mkdir(parents=True)
+    (floe_home / "floe.toml").write_text(f'[catalog]\ntype = "rest"\nuri = "http://127.0.0.1:9"\n'
+                                         f'request-timeout = {value}\n')
+    with pytest.raises(ConfigError, match=r"floe\.toml: catalog\.request-timeout must be a number of seconds above "
+                                          r"0 \(a REST request's deadline\); it is ") as error:
+        load_settings()
+    assert "\n" not in str(error.value)

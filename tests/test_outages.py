@@ -203,6 +203,26 @@ def test_seaweedfs_killed_under_a_running_engine_then_a_kill_and_a_start_while_i
             engine.wait(30)
 
 
+def test_a_rest_catalog_frozen_at_the_engines_start_is_an_outage_waited_out_not_a_hang(
+        broker, topic, floe_home, seaweed, running_engine, hook):
+    """A REST service that accepts connections and never answers (SIGSTOP): each request's deadline
+    (`request-timeout`) makes it an outage the engine waits out, where PyIceberg alone would wait forever."""
+    props = {**seaweed.rest_properties(), "credential": f"{seaweed.access_key}:{seaweed.secret_key}",
+             "request-timeout": "2"}
+    configure(floe_home, '[catalog]\ntype = "rest"\n' + "".join(f'"{k}" = "{v}"\n' for k, v in props.items()))
+    feed = start_feeding(broker, topic, hook)
+    with feed:
+        seaweed.freeze()
+        try:
+            running_engine()
+            wait_for(lambda: waiting_for("catalog"), 120, 0.5, what="floe status naming the catalog")
+            wait_for(lambda: hook.received, 30, what="the dependency_down notification")
+        finally:
+            seaweed.thaw()
+        feed.send(100)  # arrives as the catalog answers again
+    resumed_exactly_once(feed, hook, "catalog")
+
+
 def test_an_outage_is_told_once_and_ends_when_the_last_one_waiting_on_it_gets_through(floe_home):
     from appliance.config.settings import ensure_home, load_settings
     from appliance.core.errors import CatalogUnavailable, SchemaError, WarehouseError

@@ -91,7 +91,18 @@ def catalog_settings(raw: dict[str, Any], source: str) -> CatalogSettings:
         raise ConfigError(f"{source}: catalog.type must be one of {', '.join(TYPES)}; it is {said}")
     if kind in ("sql", "rest") and not props.get("uri"):
         raise ConfigError(f"{source}: catalog.uri is needed by a {kind} catalog")
+    if kind == "rest" and "request-timeout" in props:
+        _positive_seconds(props["request-timeout"], f"{source}: catalog.request-timeout")
     return CatalogSettings(tuple(sorted(props.items())), name)
+
+
+def _positive_seconds(value: str, where: str) -> None:
+    try:
+        ok = float(value) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"{where} must be a number of seconds above 0 (a REST request's deadline); it is {value!r}")
 
 
 def _name(name: Any, source: str) -> str:

@@ -38,6 +38,7 @@ from appliance.tables.commits import commit_lock
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.fastpath.transactions import transaction
 from appliance.tables.iceberg_schemas import same_columns
+from appliance.tables.rest_catalog import TimedRestCatalog
 from appliance.tables.storage import describe, storage_errors
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ def open_catalog(settings: Settings) -> IcebergCatalog:
     try:
         if settings.catalog.kind == "sql":
             return FloeSqlCatalog(name, **props)
+        if settings.catalog.kind == "rest":
+            return TimedRestCatalog(name, **props)
         return load_catalog(name, **props)
     except FloeError:
         raise
