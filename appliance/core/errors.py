@@ -91,6 +91,10 @@ class InvalidRequest(FloeError):
         return cls("; ".join(dict.fromkeys(problems.values())), problems)
 
 
+class TopicPatternError(InvalidName):
+    """A pattern stream's regular expression or table template cannot be used (the message says which)."""
+
+
 class StreamNotFound(FloeError):
     """No stream has that name."""
 

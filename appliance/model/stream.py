@@ -36,10 +36,20 @@ class StreamDef:
     key: tuple[str, ...] = ()  # upsert: the key columns
     cdc: str = ""  # "debezium": the messages are change events (an upsert stream)
     cdc_columns: bool = False  # keep the event's op, time and source position as _cdc_* columns
+    # A pattern stream: every topic whose whole name matches `topic_pattern` into the table `table_template`
+    # names (`model/patterns.py`); `topic` and `table` then hold the pattern and the template, and each topic
+    # is a member (`state` table `stream_members`) with its own tables, mapping and offsets.
+    topic_pattern: str = ""
+    table_template: str = ""
+    partition_by: str = ""  # a pattern stream's: the partitioning of the tables its later topics get
 
     @property
     def evolves(self) -> bool:
         return self.schema_evolution == "auto"
+
+    @property
+    def is_pattern(self) -> bool:
+        return bool(self.topic_pattern)
 
     @property
     def upserts(self) -> bool:
