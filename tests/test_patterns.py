@@ -84,7 +84,8 @@ def test_pattern_stream_cli_create_show_list_pause_resume_delete(broker):
     both = floe("stream", "create", "inv", "--bootstrap", broker.bootstrap, "--topic", "x", "--topic-pattern", "x",
                 "--table", "cdc.{topic}")
     assert both.returncode != 0 and "one of them" in both.stderr
-    assert not StateStore(load_settings().state_db).streams(), "a refused create records nothing"
+    with StateStore(load_settings().state_db) as state:
+        assert not state.streams(), "a refused create records nothing"
 
     created = floe("stream", "create", "inv", "--bootstrap", broker.bootstrap, "--topic-pattern",
                    rf"{prefix}\.inventory\.(.*)", "--table", "cdc.{1}", "--cdc", "debezium")
@@ -103,17 +104,122 @@ def test_pattern_stream_cli_create_show_list_pause_resume_delete(broker):
     [row] = json.loads(floe("stream", "list", "--format", "json").stdout)
     assert (row["name"], row["table"]) == ("inv", "cdc.{1} (2 tables)")
 
+    # A topic gone from the cluster (as the next look at its topics finds): its ingest stops, its table stays.
+    from appliance.control.patterns import take_topics
+
+    with StateStore(load_settings().state_db) as state:
+        take_topics(load_settings(), state, state.stream("inv"), [f"{prefix}.inventory.Orders"], "earliest")
+        [gone] = [e for e in state.events("inv") if e.kind == "topic_removed"]
+    assert gone.message == f"topic {prefix}.inventory.customers left the cluster: its ingest stopped, table " \
+                           "cdc.customers stays"
+    shown = json.loads(floe("stream", "show", "inv", "--format", "json").stdout)
+    assert [t["state"].split(" at ")[0] for t in shown["topics"]] == ["reading", "removed"]
+    assert "cdc.customers" in Catalog(load_settings()).list_tables()
+
     clash = floe("stream", "create", "one", "--bootstrap", broker.bootstrap, "--topic", f"{prefix}.other.things",
                  "--table", "cdc.orders")
     assert clash.returncode != 0 and "already written by stream 'inv'" in clash.stderr  # a topic's table is taken
 
     assert floe("stream", "pause", "inv").returncode == 0
-    assert StateStore(load_settings().state_db).stream("inv").paused
+    with StateStore(load_settings().state_db) as state:
+        assert state.stream("inv").paused
     assert floe("stream", "resume", "inv").returncode == 0
-    assert not StateStore(load_settings().state_db).stream("inv").paused
+    with StateStore(load_settings().state_db) as state:
+        assert not state.stream("inv").paused
     deleted = floe("stream", "delete", "inv", "--drop-tables")
     assert deleted.returncode == 0, deleted.stderr
     assert "the tables of its topics dropped" in deleted.stderr
     assert Catalog(load_settings()).list_tables() == []
     with StateStore(load_settings().state_db) as state:
         assert state.streams() == [] and state.all_members() == []
+
+
+class Inventory:
+    """Debezium change events into topics of one database, and each topic's rows as they stand now."""
+
+    def __init__(self, broker, prefix: str) -> None:
+        self.producer, self.prefix = broker.producer(), prefix
+        self.rows: dict[str, dict[int, dict]] = {}  # by table name, key -> row
+        self.lsn = 0
+
+    def change(self, table: str, key: int, name: str | None) -> None:
+        """Key `key` of `table` set to `name` (None: deleted, then its tombstone)."""
+        rows, self.lsn = self.rows.setdefault(table, {}), self.lsn + 1
+        before, after = rows.get(key), None if name is None else {"id": key, "name": name, "lsn": self.lsn}
+        op = "d" if after is None else "u" if before else "c"
+        event = {"op": op, "before": before, "after": after, "source": {"ts_ms": self.lsn, "lsn": self.lsn},
+                 "ts_ms": self.lsn}
+        topic = f"{self.prefix}.inventory.{table}"
+        self.producer.produce(topic, key=orjson.dumps({"id": key}), value=orjson.dumps(event), partition=key % 2)
+        if after is None:
+            self.producer.produce(topic, key=orjson.dumps({"id": key}), value=None, partition=key % 2)
+            rows.pop(key, None)
+        else:
+            rows[key] = after
+
+    def history(self, table: str, round: int) -> None:
+        for key in range(1, 9):
+            self.change(table, key, f"{table}-{key}-r{round}")
+        self.change(table, 3 + round, None)
+        for n in range(20):
+            self.change(table, 2, f"{table}-2-r{round}-{n}")
+        assert self.producer.flush(30) == 0
+
+
+def _table_rows(table: str) -> dict[int, dict]:
+    """The table's rows read by DuckDB (`floe query`), checked against PyIceberg's reading."""
+    result = floe("query", f"select id, name, lsn from {table}", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    by_duckdb = [json.loads(line) for line in result.stdout.splitlines()]
+    by_pyiceberg = Catalog(load_settings()).table(table).scan(selected_fields=("id", "name", "lsn")).to_arrow()
+    assert sorted(by_duckdb, key=lambda r: r["id"]) == sorted(by_pyiceberg.to_pylist(), key=lambda r: r["id"])
+    assert len(by_duckdb) == len({r["id"] for r in by_duckdb}), f"{table}: a key twice"
+    return {r["id"]: r for r in by_duckdb}
+
+
+def _tables_hold(inventory: Inventory) -> bool:
+    tables = set(Catalog(load_settings()).list_tables())
+    return all(f"cdc.{t}" in tables and _table_rows(f"cdc.{t}") == rows for t, rows in inventory.rows.items())
+
+
+@pytest.mark.slow
+def test_a_pattern_over_debezium_topics_through_a_kill_and_a_topic_that_appears_while_it_runs(
+        broker, running_engine, floe_home):
+    from appliance.core.polling import poll
+
+    from conftest import floe_process, wait_for
+
+    inventory = Inventory(broker, f"db{uuid.uuid4().hex[:6]}")
+    tables = [f"t{i}" for i in range(5)]
+    for table in tables:
+        inventory.history(table, 0)
+    created = floe("stream", "create", "inv", "--bootstrap", broker.bootstrap, "--topic-pattern",
+                   rf"{inventory.prefix}\.inventory\.(.*)", "--table", "cdc.{1}", "--cdc", "debezium")
+    assert created.returncode == 0, created.stderr
+    assert len(created.stdout.splitlines()) == 5
+
+    # Killed just after the first topic's upsert commit of a batch: the other topics' batches ran, uncommitted.
+    killed = floe_process("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "upsert_committed"})
+    assert killed.returncode == -9, killed.stderr
+    with StateStore(load_settings().state_db) as state:
+        committed = [m for m in state.members("inv").values()
+                     if Catalog(load_settings()).table(m.table).metadata.current_snapshot_id is not None]
+    assert 1 <= len(committed) < 5, "the kill fell between two topics' commits"
+
+    for table in tables:
+        inventory.history(table, 1)
+    engine = running_engine()
+    inventory.history("late", 0)  # a topic that appears while the engine runs
+    poll(lambda: "cdc.late" in Catalog(load_settings()).list_tables(), 60, 0.5, "the new topic's table",
+         error=AssertionError)
+    wait_for(lambda: _tables_hold(inventory), 120, 1.0, "every table holding its topic's rows")
+    engine.stop()
+    with StateStore(load_settings().state_db) as state:
+        batches = [b for b in state.recent_batches("inv", 1000) if b.messages]
+    assert engine.jobs.jobs_run < len(batches), "the topics' batches share Spark jobs"
+    audited = floe("audit", "inv", "--format", "json")
+    assert audited.returncode == 0, audited.stdout
+    assert sorted(r["table"] for r in json.loads(audited.stdout)) == sorted(f"cdc.{t}" for t in [*tables, "late"])
+    with StateStore(load_settings().state_db) as state:
+        added = [e.message for e in state.events("inv") if e.kind == "topic_added"]
+    assert f"topic {inventory.prefix}.inventory.late -> cdc.late (3 columns)" in added and len(added) == 6
