@@ -9,14 +9,13 @@ import uuid
 
 import orjson
 import pytest
+from conftest import floe
 
 from appliance.config.settings import load_settings
 from appliance.core.errors import InvalidName, TopicPatternError
 from appliance.model.patterns import Member, TopicPattern, changed_topics
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
-
-from conftest import floe
 
 
 def test_a_topic_names_its_table_by_the_template_made_a_valid_name():
@@ -185,9 +184,9 @@ def _tables_hold(inventory: Inventory) -> bool:
 @pytest.mark.slow
 def test_a_pattern_over_debezium_topics_through_a_kill_and_a_topic_that_appears_while_it_runs(
         broker, running_engine, floe_home):
-    from appliance.core.polling import poll
-
     from conftest import floe_process, wait_for
+
+    from appliance.core.polling import poll
 
     inventory = Inventory(broker, f"db{uuid.uuid4().hex[:6]}")
     tables = [f"t{i}" for i in range(5)]
@@ -223,3 +222,27 @@ def test_a_pattern_over_debezium_topics_through_a_kill_and_a_topic_that_appears_
     with StateStore(load_settings().state_db) as state:
         added = [e.message for e in state.events("inv") if e.kind == "topic_added"]
     assert f"topic {inventory.prefix}.inventory.late -> cdc.late (3 columns)" in added and len(added) == 6
+
+
+async def test_the_ui_shows_a_pattern_stream_as_one_stream_with_its_tables(broker):
+    from tui.app import FloeApp
+
+    from tui_helpers import screen_text, until
+
+    prefix = f"db{uuid.uuid4().hex[:6]}"
+    producer = broker.producer()
+    for table in ("customers", "orders", "lines"):
+        key, value = _debezium(0, 1, "x")
+        producer.produce(f"{prefix}.inventory.{table}", key=key, value=value)
+    assert producer.flush(30) == 0
+    created = floe("stream", "create", "inv", "--bootstrap", broker.bootstrap, "--topic-pattern",
+                   rf"{prefix}\.inventory\.(.*)", "--table", "cdc.{1}", "--cdc", "debezium")
+    assert created.returncode == 0, created.stderr
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(200, 40)) as pilot:
+        table = app.query_one("#streams-table")
+        await until(pilot, lambda: table.row_count == 1, 30, "one row for the pattern stream")
+        table.focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: "3 tables: cdc.customers, cdc.lines, cdc.orders" in screen_text(app), 30,
+                    "the stream's detail naming its tables")

@@ -40,9 +40,7 @@ def audit_stream(settings: Settings, name: str) -> AuditReport:
     with StateStore(settings.state_db) as state:
         stream = state.stream(name)
         expired = state.expired_offsets(stream.id)
-    if stream.is_pattern:
-        raise FloeError(f"stream {name} reads a topic pattern: `floe audit {name}` audits each of its topics")
-    return audit_of(settings, stream, expired)
+    return audit_of(settings, stream.single("this audit", f"`floe audit {name}` audits each of its topics"), expired)
 
 
 def audit_streams(settings: Settings, name: str) -> tuple[bool, list[AuditReport]]:

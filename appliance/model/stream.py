@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from appliance.core.errors import NotForPatterns
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
 
@@ -50,6 +51,13 @@ class StreamDef:
     @property
     def is_pattern(self) -> bool:
         return bool(self.topic_pattern)
+
+    def single(self, what: str, instead: str = "") -> StreamDef:
+        """This stream, if it reads one topic; a pattern stream raises NotForPatterns saying `what` it cannot."""
+        if self.is_pattern:
+            raise NotForPatterns(f"stream {self.name} reads a topic pattern: {what} works on a single topic's stream"
+                                 + (f"; {instead}" if instead else ""))
+        return self
 
     @property
     def upserts(self) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 from appliance.core.clock import now
 from appliance.core.errors import TableConflict
 from appliance.model.mapping import Mapping
-from appliance.model.patterns import Member
+from appliance.model.patterns import Member, member_stream
 from appliance.model.stream import StreamDef
 
 
@@ -37,6 +37,18 @@ class MemberRecords:
 
     def _rows(self, table: str, where: str | None = None, args: list[Any] | None = None, **kwargs: Any):
         raise NotImplementedError
+
+    def streams(self) -> list[StreamDef]:
+        raise NotImplementedError
+
+    def table_writers(self) -> list[StreamDef]:
+        """Every stream as the tables it writes see it: a pattern stream as one stream per topic it took (its
+        tables, id and mapping), so that whatever asks who writes a table asks once."""
+        out: list[StreamDef] = []
+        for stream in self.streams():
+            out += [member_stream(stream, m) for m in self.members(stream.name).values()] if stream.is_pattern \
+                else [stream]
+        return out
 
     def add_member(self, member: Member) -> None:
         try:

@@ -31,6 +31,7 @@ from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.alerting import AlertRecords
 from appliance.state.history import HistoryRecords
+from appliance.state.members import MemberRecords
 from appliance.state.outages import OutageRecords
 from appliance.state.records import (
     BatchRecord,
@@ -40,7 +41,6 @@ from appliance.state.records import (
     RunRecord,
     StreamStatus,
 )
-from appliance.state.members import MemberRecords
 from appliance.state.requests import EngineRequests
 from appliance.state.schema import migrate, prepare, use_wal
 from appliance.state.sqlite import Database
