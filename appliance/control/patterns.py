@@ -10,6 +10,8 @@ as the stream's member.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +21,14 @@ from appliance.control.fields import Field, raise_problems
 from appliance.control.streams import StreamRequest, _create_tables, _resolve, check_request
 from appliance.control.targets import DEFAULT_PARTITIONING, conflicts
 from appliance.core.clock import now
-from appliance.core.errors import FloeError, InvalidName, KafkaConfigError, RegistryConfigError, TableConflict
+from appliance.core.errors import (
+    FloeError,
+    InvalidName,
+    KafkaConfigError,
+    RegistryConfigError,
+    TableConflict,
+    TopicNotFound,
+)
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.kafka.client import KafkaClient
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
@@ -29,6 +38,8 @@ from appliance.model.partitioning import Partitioning
 from appliance.model.patterns import Member, TopicPattern, changed_topics
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -107,18 +118,28 @@ def discover_members(settings: Settings, stream: StreamDef) -> list[Member]:
     (read from their earliest offsets) and those gone from the cluster are stopped."""
     with StateStore(settings.state_db) as state:
         with KafkaClient(stream.kafka, group=stream.group, timeout=settings.sample_timeout) as client:
-            topics = client.topics()
-        take_topics(settings, state, stream, topics, "earliest")
+            take_topics(settings, state, stream, client.topics(), "earliest", lambda topic: _gone(client, topic))
         return [m for m in state.members(stream.name).values() if m.active]
 
 
+def _gone(client: KafkaClient, topic: str) -> bool:
+    """A topic missing from the cluster's listing, asked for by name: only a topic the cluster says it does
+    not know is gone (a listing from a broker that is still loading its metadata stops nothing)."""
+    try:
+        client.partitions(topic)
+    except TopicNotFound:
+        return True
+    return False
+
+
 def take_topics(settings: Settings, state: StateStore, stream: StreamDef, topics: list[str],
-                starting_offsets: str) -> list[str]:
-    """Members made of the matching topics not yet taken, members stopped whose topic is gone; the matching
-    topics left waiting (no message yet, or a reason told once as an event)."""
+                starting_offsets: str, gone_indeed: Callable[[str], bool] = lambda topic: True) -> list[str]:
+    """Members made of the matching topics not yet taken, members stopped whose topic is gone (`gone_indeed`
+    asks the cluster again); the matching topics left waiting (no message yet, a dependency down for now, or
+    a reason told once as an event)."""
     pattern = TopicPattern(stream.topic_pattern, stream.table_template)
     new, gone = changed_topics(pattern, state.members(stream.name), topics)
-    for topic in gone:
+    for topic in filter(gone_indeed, gone):
         state.remove_member(stream.name, topic)
         table = state.members(stream.name)[topic].table
         state.add_event(EventKind.TOPIC_REMOVED, f"topic {topic} left the cluster: its ingest stopped, table "
@@ -128,9 +149,10 @@ def take_topics(settings: Settings, state: StateStore, stream: StreamDef, topics
         try:
             member = _take(settings, state, stream, topic, starting_offsets)
         except FloeError as exc:
-            if exc.retryable:
-                raise  # a dependency down: the stream's worker waits it out
             waiting.append(f"{topic}: {exc}")
+            if exc.retryable:  # a dependency down (a registry, say): taken at a later look, the others go on
+                log.warning("stream %s: topic %s not taken for now: %s", stream.name, topic, exc)
+                continue
             if state.note_change(stream.name, f"topic {topic} skipped: {exc}"):  # told once
                 state.add_event(EventKind.TOPIC_SKIPPED, f"topic {topic} matches but is not taken: {exc}",
                                 stream.name, EventLevel.WARNING)
