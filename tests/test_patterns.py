@@ -5,17 +5,19 @@ against a real broker; bad input as one line."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 
 import orjson
 import pytest
-from conftest import floe
 
 from appliance.config.settings import load_settings
 from appliance.core.errors import InvalidName, TopicPatternError
 from appliance.model.patterns import Member, TopicPattern, changed_topics
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
+
+from conftest import floe
 
 
 def test_a_topic_names_its_table_by_the_template_made_a_valid_name():
@@ -183,10 +185,12 @@ def _tables_hold(inventory: Inventory) -> bool:
 
 @pytest.mark.slow
 def test_a_pattern_over_debezium_topics_through_a_kill_and_a_topic_that_appears_while_it_runs(
-        broker, running_engine, floe_home):
-    from conftest import floe_process, wait_for
-
+        broker, floe_home, spark):
+    from appliance.control.patterns import discover_members
     from appliance.core.polling import poll
+    from appliance.ingest.engine import Engine
+
+    from conftest import floe_process, run_until_caught_up, wait_for
 
     inventory = Inventory(broker, f"db{uuid.uuid4().hex[:6]}")
     tables = [f"t{i}" for i in range(5)]
@@ -207,15 +211,22 @@ def test_a_pattern_over_debezium_topics_through_a_kill_and_a_topic_that_appears_
 
     for table in tables:
         inventory.history(table, 1)
-    engine = running_engine()
+    engine = Engine(load_settings(), spark=spark, discover=discover_members)  # as `floe run` makes it
+    running = threading.Thread(target=engine.run, daemon=True)
+    running.start()
     inventory.history("late", 0)  # a topic that appears while the engine runs
     poll(lambda: "cdc.late" in Catalog(load_settings()).list_tables(), 60, 0.5, "the new topic's table",
          error=AssertionError)
     wait_for(lambda: _tables_hold(inventory), 120, 1.0, "every table holding its topic's rows")
     engine.stop()
+    running.join(120)
     with StateStore(load_settings().state_db) as state:
         batches = [b for b in state.recent_batches("inv", 1000) if b.messages]
     assert engine.jobs.jobs_run < len(batches), "the topics' batches share Spark jobs"
+    inventory.history("t3", 2)
+    inventory.history("late", 1)
+    run_until_caught_up(spark)  # `floe run --until-caught-up`: every topic read to where it stood at the start
+    assert _tables_hold(inventory)
     audited = floe("audit", "inv", "--format", "json")
     assert audited.returncode == 0, audited.stdout
     assert sorted(r["table"] for r in json.loads(audited.stdout)) == sorted(f"cdc.{t}" for t in [*tables, "late"])
