@@ -105,11 +105,17 @@ def test_pattern_stream_cli_create_show_list_pause_resume_delete(broker):
     [row] = json.loads(floe("stream", "list", "--format", "json").stdout)
     assert (row["name"], row["table"]) == ("inv", "cdc.{1} (2 tables)")
 
-    # A topic gone from the cluster (as the next look at its topics finds): its ingest stops, its table stays.
-    from appliance.control.patterns import take_topics
+    # A topic gone from the cluster (as the next look at its topics finds): its ingest stops, its table stays;
+    # missing from a listing only, while the cluster still knows it by name, it stays.
+    from appliance.control.patterns import _gone, take_topics
+    from appliance.kafka.client import KafkaClient
 
-    with StateStore(load_settings().state_db) as state:
-        take_topics(load_settings(), state, state.stream("inv"), [f"{prefix}.inventory.Orders"], "earliest")
+    with StateStore(load_settings().state_db) as state, KafkaClient(state.stream("inv").kafka) as client:
+        listed = [f"{prefix}.inventory.Orders"]
+        take_topics(load_settings(), state, state.stream("inv"), listed, "earliest", lambda t: _gone(client, t))
+        assert all(m.active for m in state.members("inv").values())
+        assert _gone(client, f"{prefix}.inventory.never_made")  # what a deleted topic's name gets
+        take_topics(load_settings(), state, state.stream("inv"), listed, "earliest")  # the cluster's word taken
         [gone] = [e for e in state.events("inv") if e.kind == "topic_removed"]
     assert gone.message == f"topic {prefix}.inventory.customers left the cluster: its ingest stopped, table " \
                            "cdc.customers stays"
