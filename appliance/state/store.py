@@ -33,6 +33,7 @@ from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.alerting import AlertRecords
 from appliance.state.history import HistoryRecords
+from appliance.state.members import MemberRecords
 from appliance.state.outages import OutageRecords
 from appliance.state.records import (
     BatchRecord,
@@ -50,7 +51,8 @@ from appliance.state.stages import StageRecords
 from appliance.state.upkeep import UpkeepRecords
 
 
-class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords, OutageRecords):
+class StateStore(StageRecords, MemberRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords,
+                 OutageRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and
@@ -149,6 +151,7 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, Upk
     def remove_stream(self, name: str) -> None:
         self.stream(name)
         with self.db.conn:
+            self.forget_members(name)
             self.db["expired_offsets"].delete_where("stream_id = (select id from streams where name = ?)", [name])
             self.db["streams"].delete(name)
             self.db["stream_status"].delete_where("name = ?", [name])
@@ -342,7 +345,7 @@ def _stream_row(stream: StreamDef) -> dict[str, Any]:
         "format": stream.format,
         "target_table": stream.table,
         "dead_letter_table": stream.dead_letter_table,
-        "mapping": stream.mapping.to_toml(),
+        "mapping": stream.mapping.to_toml() if stream.mapping.columns else "",  # a pattern's: each topic's own
         "starting_offsets": stream.starting_offsets,
         "start_positions": json.dumps({str(k): v for k, v in stream.start_positions.items()}),
         "paused": int(stream.paused),
@@ -357,6 +360,9 @@ def _stream_row(stream: StreamDef) -> dict[str, Any]:
         "cdc": stream.cdc,
         "cdc_columns": int(stream.cdc_columns),
         "kafka_columns": ",".join(stream.kafka_columns),
+        "topic_pattern": stream.topic_pattern,
+        "table_template": stream.table_template,
+        "partition_by": stream.partition_by,
     }
 
 
@@ -377,7 +383,8 @@ def _stream_of(items: tuple) -> StreamDef:
         format=row["format"],
         table=row["target_table"],
         dead_letter_table=row["dead_letter_table"],
-        mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['name']} mapping", stored=True),
+        mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['name']} mapping", stored=True)
+        if row["mapping"] else Mapping.of_table(()),
         starting_offsets=row["starting_offsets"],
         start_positions={int(k): v for k, v in json.loads(row["start_positions"]).items()},
         paused=bool(row["paused"]),
@@ -392,4 +399,7 @@ def _stream_of(items: tuple) -> StreamDef:
         cdc=row.get("cdc") or "",
         cdc_columns=bool(row.get("cdc_columns")),
         kafka_columns=tuple(c for c in (row.get("kafka_columns") or "").split(",") if c),
+        topic_pattern=row.get("topic_pattern") or "",
+        table_template=row.get("table_template") or "",
+        partition_by=row.get("partition_by") or "",
     )

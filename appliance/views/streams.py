@@ -18,6 +18,7 @@ from appliance.model.stream import StreamDef
 from appliance.state.records import BatchRecord, StreamStatus, StreamSummary
 from appliance.state.store import StateStore
 from appliance.views.engine import Shown, engine_health, shown
+from appliance.views.patterns import TopicView, committed_of, topic_views
 
 RECENT = dt.timedelta(minutes=2)  # batches read for the last-minute figures and the throughput line
 
@@ -40,12 +41,13 @@ class StreamView:
     last_error: str  # while the stream is failing; "" otherwise
     throughput: list[float] = field(default_factory=list)  # messages/s, one value per 5 s, oldest first
     shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
+    tables: list[str] = field(default_factory=list)  # a pattern stream's: each topic's table
 
     def summary(self) -> dict[str, Any]:
         """The row `floe stream list` prints."""
         return {
             "name": self.name, "state": self.shown.state, "was": self.shown.was, "topic": self.topic,
-            "table": self.table,
+            "table": f"{self.table} ({len(self.tables)} tables)" if self.tables else self.table,
             "rows": self.rows_total, "dead_letters": self.dead_letters_total, "lag": self.lag,
             "last_commit": self.last_commit_at or "", "last_error": self.last_error,
         }
@@ -79,6 +81,7 @@ def _stream_view(recent: list[BatchRecord], s: StreamDef | StreamSummary, st: St
         topic=s.topic,
         table=s.table,
         dead_letter_table=s.dead_letter_table,
+        tables=[m.table for m in state.members(s.name).values()] if s.is_pattern else [],
         messages_per_s=0.0 if s.paused else st.messages_per_s,
         rows_last_minute=sum(b.rows for b in minute),
         dead_letters_last_minute=sum(b.dead_letter_rows for b in minute),
@@ -269,8 +272,10 @@ class StreamInfo:
     last_commit_at: str | None
     last_error: str
     recent_batches: list[BatchRecord]
-    mapping: str  # TOML, as saved in mappings/NAME.toml
+    mapping: str  # TOML, as saved in mappings/NAME.toml ("" for a pattern stream's: each topic has its own)
     shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
+    topic_pattern: str = ""  # a pattern stream's: `topic` and `table` are then the pattern and the template
+    topics: list[TopicView] = field(default_factory=list)  # a pattern stream's topics and their tables
 
     def as_dict(self) -> dict[str, Any]:
         """As `floe stream show --format json` prints it: `state` (and `was`) as `floe status` has them."""
@@ -281,25 +286,16 @@ class StreamInfo:
 
 
 def stream_info(settings: Settings, name: str) -> StreamInfo:
-    # The committed offsets are read from the table itself (its snapshots are the truth): from its metadata
-    # file where that is cheap, else through the catalog, imported only then (PyIceberg's tables cost).
-    from appliance.tables.metadata_json import NOT_HERE, committed_offsets_of
-
+    # The committed offsets are read from the table itself (its snapshots are the truth); a pattern stream's,
+    # from each of its topics' tables.
     with StateStore(settings.state_db) as state:
         s = state.stream(name)
         status = state.status(name)
         batches = state.recent_batches(name, 5)
         source = source_view(state, s)
         up = engine_health(settings, state).up
-    try:
-        offsets: dict[int, int] | str | None = committed_offsets_of(settings, s.table, s.id)
-        if offsets is NOT_HERE:
-            from appliance.tables.catalog import Catalog
-            from appliance.tables.snapshots import committed_offsets
-
-            offsets = committed_offsets(Catalog(settings).table(s.table), s.id)
-    except Exception as exc:  # the table may have been dropped by hand
-        offsets = f"unavailable: {exc}"
+        members = state.members(name)
+    offsets = None if s.is_pattern else committed_of(settings, s.table, s.id)
     return StreamInfo(
         name=s.name, id=s.id, phase=phase_of(s, status), topic=s.topic, bootstrap=s.kafka.bootstrap,
         kafka_options=s.kafka.masked_options(), format=s.format, schema_registry=source.registry,
@@ -309,5 +305,6 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         dead_letter_table=s.dead_letter_table, starting_offsets=s.starting_offsets, committed_offsets=offsets,
         rows_total=status.rows_total, dead_letter_total=status.dead_letter_total, lag=status.lag,
         last_commit_at=status.last_commit_at, last_error=status.last_error, recent_batches=batches,
-        mapping=s.mapping_toml(), shown=shown(phase_of(s, status), up),
+        mapping=s.mapping_toml() if s.mapping.columns else "", shown=shown(phase_of(s, status), up),
+        topic_pattern=s.topic_pattern, topics=topic_views(settings, members) if s.is_pattern else [],
     )
