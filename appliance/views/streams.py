@@ -72,7 +72,8 @@ def throughput_series(batches: list[BatchRecord], now: dt.datetime, buckets: int
 
 
 def _stream_view(recent: list[BatchRecord], s: StreamDef | StreamSummary, st: StreamStatus, now: dt.datetime,
-                 engine_up: bool) -> StreamView:
+                 engine_up: bool, tables: list[str] | None = None) -> StreamView:
+    """`tables`: a pattern stream's, each of its topics' table."""
     minute = [b for b in recent if (age(b.committed_at, now) or 1e9) <= 60]
     phase = phase_of(s, st)
     return StreamView(
@@ -81,7 +82,7 @@ def _stream_view(recent: list[BatchRecord], s: StreamDef | StreamSummary, st: St
         topic=s.topic,
         table=s.table,
         dead_letter_table=s.dead_letter_table,
-        tables=[m.table for m in state.members(s.name).values()] if s.is_pattern else [],
+        tables=tables or [],
         messages_per_s=0.0 if s.paused else st.messages_per_s,
         rows_last_minute=sum(b.rows for b in minute),
         dead_letters_last_minute=sum(b.dead_letter_rows for b in minute),
@@ -102,8 +103,11 @@ def streams_overview(settings: Settings) -> list[StreamView]:
         statuses = state.statuses()
         up = engine_health(settings, state).up
         recent = state.recent_batches_by_stream((now - RECENT).isoformat(timespec="milliseconds"))
-        return [_stream_view(recent.get(s.name, []), s, statuses.get(s.name) or StreamStatus(s.name), now, up)
-                for s in state.stream_summaries()]
+        tables: dict[str, list[str]] = {}  # the pattern streams' members: one query for all
+        for member in state.all_members():
+            tables.setdefault(member.stream, []).append(member.table)
+        return [_stream_view(recent.get(s.name, []), s, statuses.get(s.name) or StreamStatus(s.name), now, up,
+                             tables.get(s.name)) for s in state.stream_summaries()]
 
 
 SORTS = {  # `floe stream list --sort`: each key, and whether the largest comes first
@@ -224,7 +228,8 @@ def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int
         now = utcnow()
         s = state.stream(name)
         recent = state.batches_since(name, (now - RECENT).isoformat(timespec="milliseconds"))
-        view = _stream_view(recent, s, state.status(name), now, engine_health(settings, state).up)
+        view = _stream_view(recent, s, state.status(name), now, engine_health(settings, state).up,
+                            [m.table for m in state.members(name).values()] if s.is_pattern else None)
         # Enough batches to cover the window (one a second at most per stream by default) and the table.
         history = state.recent_batches(name, limit=max(batches, int(buckets * width * 2)))
         source = source_view(state, s)
