@@ -129,12 +129,13 @@ def running_engine(spark):
     stopped at the end."""
     from appliance.config.settings import load_settings
     from appliance.control.answers import Answers
+    from appliance.control.patterns import discover_members
     from appliance.ingest.engine import Engine
 
     engines = []
 
     def start(**kwargs):
-        engine = Engine(load_settings(), spark=spark, **{"answers": Answers, **kwargs})
+        engine = Engine(load_settings(), spark=spark, **{"answers": Answers, "discover": discover_members, **kwargs})
         thread = threading.Thread(target=engine.run, daemon=True)
         thread.start()
         engines.append((engine, thread))
@@ -150,10 +151,11 @@ def run_until_caught_up(spark) -> None:
     """`floe run --until-caught-up` in this process, on the session's SparkSession: what the command does
     between its start and its exit (a stream or stage that fails raises FloeError naming it)."""
     from appliance.cli.base import settings
+    from appliance.control.patterns import discover_members
     from appliance.ingest.engine import Engine
 
     with command_logging():  # its log in FLOE_HOME's logs/floe.log, as the command's
-        Engine(settings(), spark=spark).run(until_caught_up=True)
+        Engine(settings(), spark=spark, discover=discover_members).run(until_caught_up=True)
 
 
 def run_until_killed(seconds: float, feed: Callable[[threading.Event], None]) -> None:

@@ -24,6 +24,7 @@ from appliance.config.settings import Settings
 from appliance.core.errors import FloeError, QueryError
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.model.columns import ERROR_MESSAGE, ERROR_STAGE, KAFKA_OFFSET, KAFKA_PARTITION
+from appliance.model.patterns import member_stream
 from appliance.model.stream import StreamDef
 from appliance.query.connection import one_line, open_connection
 from appliance.state.store import StateStore
@@ -36,10 +37,26 @@ REASONS = 10
 
 
 def audit_stream(settings: Settings, name: str) -> AuditReport:
-    started = time.monotonic()
     with StateStore(settings.state_db) as state:
         stream = state.stream(name)
         expired = state.expired_offsets(stream.id)
+    return audit_of(settings, stream.single("this audit", f"`floe audit {name}` audits each of its topics"), expired)
+
+
+def audit_streams(settings: Settings, name: str) -> tuple[bool, list[AuditReport]]:
+    """(a pattern stream?, its audits): a stream's one; a pattern stream's, one per topic it took (those gone
+    from the cluster included)."""
+    with StateStore(settings.state_db) as state:
+        stream = state.stream(name)
+        if not stream.is_pattern:
+            return False, [audit_of(settings, stream, state.expired_offsets(stream.id))]
+        members = [(member_stream(stream, m), state.expired_offsets(m.id)) for m in state.members(name).values()]
+    return True, [audit_of(settings, member, expired) for member, expired in members]
+
+
+def audit_of(settings: Settings, stream: StreamDef, expired: list[tuple[int, int, int]]) -> AuditReport:
+    started = time.monotonic()
+    name = stream.name
     catalog = Catalog(settings)
     with warehouse_io(settings, f"read stream {name}'s tables"):
         target, dead = _tables(catalog, stream)

@@ -23,6 +23,7 @@ def run(until_caught_up: bool, spark_master: str | None, metrics_port: int | Non
 
     from appliance.config.settings import spark_master_or_error
     from appliance.control.answers import Answers
+    from appliance.control.patterns import discover_members
     from appliance.ingest.engine import Engine
     from appliance.spark.session import check_java
 
@@ -30,7 +31,7 @@ def run(until_caught_up: bool, spark_master: str | None, metrics_port: int | Non
     check_java()  # before saying "starting": a machine without Java gets one line
     if spark_master:
         loaded = replace(loaded, spark_master=spark_master_or_error(spark_master, "--spark-master"))
-    engine = Engine(loaded, metrics_port=metrics_port, answers=Answers)
+    engine = Engine(loaded, metrics_port=metrics_port, answers=Answers, discover=discover_members)
     stop = threading.Event()
     install_stop(stop)
     threading.Thread(target=lambda: (stop.wait(), engine.stop()), daemon=True).start()

@@ -201,8 +201,12 @@ def audit(stream: str, fmt: str) -> None:
 
     Exit code: 0 when all holds, 1 otherwise (a gap, a duplicate, or an error).
     """
-    from appliance.auditor import audit_stream
+    from appliance.auditor import audit_streams
 
-    report = audit_stream(settings(), stream)
-    click.echo(json.dumps(report.to_dict(), indent=2) if fmt == "json" else report.render())
-    sys.exit(0 if report.ok else 1)
+    pattern, reports = audit_streams(settings(), stream)  # a pattern stream's: one per topic, a list in JSON
+    if fmt == "json":
+        found = [r.to_dict() for r in reports]
+        click.echo(json.dumps(found if pattern else found[0], indent=2))
+    else:
+        click.echo("\n".join(r.render() for r in reports) if reports else f"stream {stream} has taken no topic yet")
+    sys.exit(0 if all(r.ok for r in reports) else 1)

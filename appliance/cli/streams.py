@@ -19,7 +19,11 @@ def stream() -> None:
 @stream.command("create")
 @click.argument("name")
 @click.option("--bootstrap", required=True, help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT].")
-@click.option("--topic", required=True, help="Topic to ingest.")
+@click.option("--topic", default=None, help="Topic to ingest.")
+@click.option("--topic-pattern", default=None, metavar="REGEX",
+              help="Ingest every topic whose whole name matches REGEX, each into its own table: --table is then a "
+                   "template of {topic} and the pattern's groups {1}, {2}... (e.g. cdc.{1}); topics that appear "
+                   "later are taken while the engine runs.")
 @click.option("--format", "fmt", default="json", show_default=True, help="Message format: json, avro or protobuf.")
 @click.option("--schema-registry", default=None, metavar="URL",
               help="Schema registry (Confluent's API: Confluent, Redpanda, Karapace); needed for avro and protobuf.")
@@ -49,7 +53,8 @@ def stream() -> None:
 @click.option("--partition-by", default="day(_kafka_timestamp)", show_default=True,
               help="The table's partitions: day(COL), hour(COL), month(COL), year(COL), bucket(N, COL), "
                    "truncate(W, COL) or a column, comma-separated; none for no partitioning.")
-def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_registry: str | None,
+def stream_create(name: str, bootstrap: str, topic: str | None, topic_pattern: str | None, fmt: str,
+                  schema_registry: str | None,
                   registry_options: tuple[str, ...], subject: str | None, schema_evolution: str, table: str,
                   mapping: str, starting_offsets: str, dead_letter_table: str | None,
                   kafka_options: tuple[str, ...], mode: str | None, key: str | None, cdc: str | None,
@@ -58,6 +63,17 @@ def stream_create(name: str, bootstrap: str, topic: str, fmt: str, schema_regist
     from appliance.control.streams import create_stream
     from appliance.kafka.settings import parse_kafka_options, parse_registry_options
 
+    if (topic is None) == (topic_pattern is None):
+        raise click.UsageError("give --topic or --topic-pattern (one of them)")
+    if topic_pattern is not None:
+        from appliance.cli.patterns import create_pattern
+
+        create_pattern(name, bootstrap=bootstrap, topic_pattern=topic_pattern, table=table, format=fmt,
+                       mapping=mapping, starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
+                       kafka_options=parse_kafka_options(kafka_options), schema_registry=schema_registry,
+                       registry_options=parse_registry_options(registry_options), schema_evolution=schema_evolution,
+                       mode=mode, key=key or (), cdc=cdc or "", cdc_columns=cdc_columns, partition_by=partition_by)
+        return
     created = create_stream(
         settings(), name, bootstrap=bootstrap, topic=topic, table=table, format=fmt, mapping=mapping,
         starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
@@ -123,6 +139,11 @@ def stream_show(name: str, fmt: str) -> None:
         return
     info["state"] = Shown(info["state"], info.pop("was")).text
     mapping = info.pop("mapping")
+    topics = info.pop("topics")
+    if not info["topic_pattern"]:
+        info.pop("topic_pattern")
+    else:
+        info.pop("committed_offsets")  # each topic's, below
     batches = info.pop("recent_batches")
     seen = info.pop("schemas_seen")
     if info["format"] == "json" and not info["schema_registry"]:
@@ -149,8 +170,13 @@ def stream_show(name: str, fmt: str) -> None:
             where = f"{v['subject']} version {v['version']}" if v["subject"] else "subject unknown"
             click.echo(f"  id {v['schema']}  {where}  {v['messages']} messages  first {v['first_seen_at']}  "
                        f"last {v['last_seen_at']}")
-    click.echo("mapping:")
-    click.echo(mapping, nl=False)
+    if topics:
+        from appliance.cli.patterns import echo_topics
+
+        echo_topics(topics)
+    if mapping:
+        click.echo("mapping:")
+        click.echo(mapping, nl=False)
 
 
 @stream.command("update")
@@ -196,4 +222,6 @@ def stream_delete(name: str, drop_tables: bool) -> None:
 
     s = delete_stream(settings(), name, drop_tables)
     kept = "dropped" if drop_tables else "kept"
-    err(f"deleted stream {name}; tables {s.table} and {s.dead_letter_table} {kept}")
+    tables = f"the tables of its topics {kept}" if s.is_pattern else \
+        f"tables {s.table} and {s.dead_letter_table} {kept}"
+    err(f"deleted stream {name}; {tables}")

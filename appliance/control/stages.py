@@ -82,7 +82,7 @@ def _check_names(state: StateStore, catalog: Catalog, name: str, source: str, ta
     if any(s.name == name for s in state.streams()):
         raise StageExists(f"a stream is named {name!r}: stages and streams share their names' events; "
                           "choose another")
-    for stream in state.streams():
+    for stream in state.table_writers():
         if table in (stream.table, stream.dead_letter_table):
             raise TableConflict(f"table {table} is written by stream {stream.name!r}")
         if source == stream.table and stream.upserts:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from appliance.config.settings import Settings, ensure_home
 from appliance.control.audit import audited
@@ -273,8 +274,9 @@ def _mapping_of(request: StreamRequest, sample: list) -> tuple[Mapping, int, str
     return inferred.mapping, inferred.sampled, ""
 
 
-def _create_tables(settings: Settings, state: StateStore, stream: StreamDef, partitioning: Partitioning) -> None:
-    """Both tables (or existing ones that fit) and the definition, or nothing at all."""
+def _create_tables(settings: Settings, state: StateStore, stream: StreamDef, partitioning: Partitioning,
+                   record: Callable[[StreamDef], None] | None = None) -> None:
+    """Both tables (or existing ones that fit) and the definition (`record`: a pattern's member), or nothing."""
     catalog = Catalog(settings)
     target = target_iceberg_schema(stream.mapping)
     try:
@@ -291,7 +293,7 @@ def _create_tables(settings: Settings, state: StateStore, stream: StreamDef, par
             if catalog.ensure_table(name, schema, layout)[1]:
                 created.append(name)
         ensure_bindings(settings, catalog.table(stream.table), stream.mapping)
-        state.add_stream(stream)
+        (record or state.add_stream)(stream)
     except BaseException:
         for name in created:  # leave nothing behind from a failed create
             catalog.drop(name)
@@ -330,17 +332,18 @@ def update_stream(settings: Settings, name: str, schema_evolution: str | None = 
 def delete_stream(settings: Settings, name: str, drop_tables: bool = False) -> StreamDef:
     with StateStore(settings.state_db) as state:
         stream = state.stream(name)
-        readers = [s.name for s in state.stages() if s.source in (stream.table, stream.dead_letter_table)]
+        tables = state.tables_of(stream)  # a pattern stream's: every topic's two
+        readers = [s.name for s in state.stages() if s.source in tables]
         if drop_tables and readers:
             raise TableConflict(f"stage {readers[0]!r} reads {name}'s tables: delete it first, or keep the tables")
         state.remove_stream(name)
         state.add_event(EventKind.STREAM_DELETED, "deleted" + (" with its tables" if drop_tables else ""), name)
     if drop_tables:
         catalog = Catalog(settings)
-        catalog.drop(stream.table)
-        catalog.drop(stream.dead_letter_table)
+        for table in tables:
+            catalog.drop(table)
         with StateStore(settings.state_db) as state:
-            state.forget_table(stream.table)
-            state.forget_table(stream.dead_letter_table)
+            for table in tables:
+                state.forget_table(table)
     mapping_path(settings, name).unlink(missing_ok=True)
     return stream

@@ -31,7 +31,7 @@ def alter_table(settings: Settings, name: str, operation: str, column: str, valu
     catalog = Catalog(settings)
     catalog.check_exists(name)
     with StateStore(settings.state_db) as state:
-        writers = [s for s in state.streams() if s.table == name]
+        writers = [s for s in state.table_writers() if s.table == name]
     with warehouse_io(settings, f"alter table {name}"):
         table = catalog.table(name)
         for stream in writers:  # a table from before sources were recorded: record them first

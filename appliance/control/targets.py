@@ -87,7 +87,7 @@ def conflicts(state: StateStore, name: str, table: str, dead_letter_table: str) 
                                   "choose another")
     for where, wanted in ((Field.TABLE, table), (Field.DEAD_LETTER_TABLE, dead_letter_table)):
         by_stage = next((s.name for s in stages if s.table == wanted), None)
-        by_stream = next((s.name for s in streams if wanted in (s.table, s.dead_letter_table)), None)
+        by_stream = next((s.name for s in state.table_writers() if wanted in (s.table, s.dead_letter_table)), None)
         if by_stage is not None:
             problems[where] = f"table {wanted} is written by stage {by_stage!r}"
         elif by_stream is not None:

@@ -91,6 +91,14 @@ class InvalidRequest(FloeError):
         return cls("; ".join(dict.fromkeys(problems.values())), problems)
 
 
+class TopicPatternError(InvalidName):
+    """A pattern stream's regular expression or table template cannot be used (the message says which)."""
+
+
+class NotForPatterns(FloeError):
+    """What a pattern stream cannot do as a whole (yet): the message says what can be done instead."""
+
+
 class StreamNotFound(FloeError):
     """No stream has that name."""
 

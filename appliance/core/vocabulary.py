@@ -128,6 +128,9 @@ class EventKind(StrEnum):
     STREAM_RESUMED = "stream_resumed"
     STREAM_DELETED = "stream_deleted"
     STREAM_FAILED = "stream_failed"
+    TOPIC_ADDED = "topic_added"  # a pattern stream took a topic that matches: its tables are made
+    TOPIC_REMOVED = "topic_removed"  # a pattern stream's topic left the cluster: its ingest stops, its tables stay
+    TOPIC_SKIPPED = "topic_skipped"  # a matching topic a pattern stream cannot take (yet): the reason
     BROKER_UNREACHABLE = "broker_unreachable"
     STREAM_RECOVERED = "stream_recovered"
     REGISTRY_UNREACHABLE = "registry_unreachable"

@@ -8,6 +8,7 @@ from typing import Callable
 
 from appliance.config.settings import Settings
 from appliance.control.answers import Answers
+from appliance.control.patterns import discover_members
 from appliance.control.processes import start_engine, stop
 from appliance.control.streams import create_stream
 from appliance.core import hints
@@ -117,7 +118,7 @@ def _with_ui(settings: Settings, ui: Callable, stop_event: threading.Event, noti
 
 def _with_status_lines(settings: Settings, stop_event: threading.Event, out: Callable[[str], None],
                        spark: object | None) -> None:
-    engine = Engine(settings, spark=spark, answers=Answers)
+    engine = Engine(settings, spark=spark, answers=Answers, discover=discover_members)
     failure: list[BaseException] = []
 
     def run_engine() -> None:

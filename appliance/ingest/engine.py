@@ -32,6 +32,7 @@ from appliance.core.vocabulary import EngineState, EventKind, StreamPhase
 from appliance.ingest.indexes import keep_only, save_all
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.outages import Outages, close_left_over
+from appliance.ingest.patterns import Discover
 from appliance.ingest.watermarks import WatermarkPollers
 from appliance.ingest.worker import OUTAGE_BACKOFF, Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
@@ -73,10 +74,14 @@ class EngineLock(FileLock):
 class Engine:
     def __init__(self, settings: Settings, spark=None, on_tick: Callable[[Engine], None] | None = None,
                  metrics_port: int | None = None,
-                 answers: Callable[[Settings, Any, threading.Event], AnswerThread] | None = None) -> None:
+                 answers: Callable[[Settings, Any, threading.Event], AnswerThread] | None = None,
+                 discover: Discover | None = None) -> None:
         """`spark`: a session to run on (tests share one); by default the engine starts and stops its own.
         `metrics_port`: serve Prometheus metrics there (0: a free port), over `[observe] metrics_port`.
-        `answers`: makes the thread answering requests (not in a one-off run); without it, none are taken."""
+        `answers`: makes the thread answering requests (not in a one-off run); without it, none are taken.
+        `discover`: takes the topics that match a pattern stream (`control/patterns.py`, given by `floe run`);
+        without it, a pattern stream reads only the topics it has taken already."""
+        self.discover = discover
         self.settings = settings
         ensure_home(settings)
         self.state = StateStore(settings.state_db)
@@ -251,7 +256,7 @@ class Engine:
         if self.jobs is None:
             self.jobs = BatchJobs(self.spark)
         shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake, self.jobs, self.committed,
-                        self.pollers, self.outages)
+                        self.pollers, self.outages, self.discover)
         worker = StreamWorker(shared, stream, until_caught_up)
         self.state.update_status(stream.name, phase=StreamPhase.STARTING)  # may fail: then no worker, yet
         self.workers[stream.name] = worker
@@ -260,7 +265,7 @@ class Engine:
     def _reconcile(self) -> None:
         """Start workers for active streams; stop those paused, deleted or redefined."""
         streams = {s.name: s for s in self.state.streams()}
-        keep_only(self.settings.home, {s.id for s in streams.values()})
+        keep_only(self.settings.home, {s.id for s in streams.values()} | {m.id for m in self.state.all_members()})
         for name, worker in list(self.workers.items()):
             current = streams.get(name)
             # A redefined stream (another id, another schema evolution setting) gets a new worker;

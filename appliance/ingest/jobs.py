@@ -50,10 +50,9 @@ def next_wake(tick: float, now: float, read: bool, commit_interval: float, poll_
 
 @dataclass
 class _Request:
-    spec: BatchSpec
-    tasks: list[list[Piece]]
+    batches: list[tuple[BatchSpec, list[list[Piece]]]]  # one worker's: a pattern stream's topics' batches
     done: threading.Event = field(default_factory=threading.Event)
-    result: BatchResult | BaseException | None = None
+    results: list[BatchResult | BaseException] = field(default_factory=list)
 
 
 class BatchJobs:
@@ -84,7 +83,15 @@ class BatchJobs:
 
     def run(self, spec: BatchSpec, tasks: list[list[Piece]]) -> BatchResult:
         """Run this batch in the next shared job; its result, or its error raised here."""
-        request = _Request(spec, tasks)
+        [result] = self.run_many([(spec, tasks)])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def run_many(self, batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> list[BatchResult | BaseException]:
+        """Several batches of one worker (a pattern stream's topics) in the next shared job: each one's result
+        or error, in order."""
+        request = _Request(batches)
         with self._cond:
             if getattr(self._step, "open", False):
                 self._step.open = False
@@ -95,9 +102,7 @@ class BatchJobs:
                 self._thread.start()
             self._cond.notify_all()
         request.done.wait()
-        if isinstance(request.result, BaseException):
-            raise request.result
-        return request.result
+        return request.results
 
     def _serve(self) -> None:
         while True:
@@ -124,10 +129,13 @@ class BatchJobs:
 
     def _run(self, batch: list[_Request]) -> None:
         self.jobs_run += 1
+        batches = [b for r in batch for b in r.batches]
         try:
-            results = run_batches(self.spark, [(r.spec, r.tasks) for r in batch], parallelism(self.spark))
+            results = run_batches(self.spark, batches, parallelism(self.spark))
         except BaseException as exc:  # the job itself failed: every stream in it retries
-            results = [exc] * len(batch)
-        for request, result in zip(batch, results):
-            request.result = result
+            results = [exc] * len(batches)
+        at = 0
+        for request in batch:
+            request.results = list(results[at:at + len(request.batches)])
+            at += len(request.batches)
             request.done.set()

@@ -26,6 +26,7 @@ from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.planning import (
     Committed,
     Expired,
+    Plan,
     advance,
     caught_up,
     lag,
@@ -51,6 +52,16 @@ MAX_EVOLUTIONS = 3  # schema updates one batch may ask for before it is given up
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """A batch planned, before its tasks run."""
+
+    plan: Plan
+    tasks: list[list]
+    started: float  # monotonic
+    started_at: str
+
+
+@dataclass(frozen=True)
 class BatchOutcome:
     messages: int
     rows: int
@@ -64,7 +75,9 @@ class StreamRunner:
     """Runs the batches of one stream. Not thread-safe: one worker thread owns it."""
 
     def __init__(self, settings: Settings, spark, catalog: Catalog, state: StateStore, stream: StreamDef,
-                 jobs: BatchJobs | None = None, pollers: WatermarkPollers | None = None) -> None:
+                 jobs: BatchJobs | None = None, pollers: WatermarkPollers | None = None,
+                 kafka: KafkaClient | None = None) -> None:
+        """`kafka`: a client shared with other runners (a pattern stream's), which this one never closes."""
         self.settings = settings
         # The cluster's shared poller asks the watermarks; without one, the stream asks them itself.
         self.poller = pollers.of(stream.kafka) if pollers is not None else None
@@ -73,7 +86,8 @@ class StreamRunner:
         self.catalog = catalog
         self.state = state
         self.stream = stream
-        self._kafka: KafkaClient | None = None
+        self._kafka: KafkaClient | None = kafka
+        self._owns_kafka = kafka is None
         self.tables: StreamTables | None = None
         self.committed: Committed | None = None  # None: read it from the tables before the next batch
         self.landed: dict[int, frozenset[int]] = {}  # dead letters of an interrupted batch (`landed_dead_letters`)
@@ -93,7 +107,7 @@ class StreamRunner:
         return self._kafka
 
     def close(self) -> None:
-        if self._kafka is not None:
+        if self._kafka is not None and self._owns_kafka:
             self._kafka.close()
             self._kafka = None
 
@@ -141,14 +155,27 @@ class StreamRunner:
             return self._step()
 
     def _step(self) -> BatchOutcome:
+        prepared = self.prepare()
+        if prepared is None:
+            return BatchOutcome(0, 0, 0, 0, False)
+        return self.finish(prepared, self._run(prepared.tasks))
+
+    def prepare(self) -> Prepared | None:
+        """The next batch planned, its tasks cut, the target's schema as the catalog has it now; None: nothing
+        to read. Run its tasks (`spec()`: alone or in a job with other batches), then `finish` it."""
         started, started_at = time.monotonic(), now()
         plan = plan_batch(self.positions(), self.watermarks(), self.settings.engine.max_batch_messages)
         self._report_expired(plan.expired)
         if not plan.pieces:
-            return BatchOutcome(0, 0, 0, 0, False)
+            return None
         # Another client may have changed the table's schema: this batch follows it.
         self.tables.target = self.catalog.current(self.tables.target)
-        result = self._run(plan_tasks(plan.pieces, self._parallelism(), split=not self.stream.upserts))
+        return Prepared(plan, plan_tasks(plan.pieces, self._parallelism(), split=not self.stream.upserts), started,
+                        started_at)
+
+    def finish(self, prepared: Prepared, result: BatchResult) -> BatchOutcome:
+        """A batch whose tasks ran: schema changes first (their tasks run again), then the commit."""
+        plan, started, started_at = prepared.plan, prepared.started, prepared.started_at
         for _ in range(MAX_EVOLUTIONS):
             if not result.evolution:
                 break
@@ -181,7 +208,7 @@ class StreamRunner:
         return outcome
 
     def _run(self, tasks: list[list]) -> BatchResult:
-        spec = self._spec()
+        spec = self.spec()
         return self.jobs.run(spec, tasks) if self.jobs else run_batch(self.spark, spec, tasks)
 
     def _parallelism(self) -> int:
@@ -199,7 +226,7 @@ class StreamRunner:
             found = self._targets[table.name()] = (key, TableTarget.of(table))
         return found[1]
 
-    def _spec(self) -> BatchSpec:
+    def spec(self) -> BatchSpec:
         stream, engine = self.stream, self.settings.engine
         return BatchSpec(
             stream=stream.name, stream_id=stream.id, topic=stream.topic, kafka=stream.kafka, group=stream.group,

@@ -24,6 +24,7 @@ from appliance.core.secrets import scrub
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
 from appliance.ingest.jobs import BatchJobs, next_tick, next_wake
 from appliance.ingest.outages import Outages, dependency_of
+from appliance.ingest.patterns import Discover, PatternRunner
 from appliance.ingest.planning import lag
 from appliance.ingest.runner import BatchOutcome, StreamRunner
 from appliance.ingest.watermarks import WatermarkPollers
@@ -53,6 +54,7 @@ class Shared:
     committed: threading.Event | None = None  # set after each commit: stages may have rows to read
     pollers: WatermarkPollers | None = None  # one watermark poller per cluster, waking the streams it concerns
     outages: Outages | None = None  # the dependencies the engine waits for
+    discover: Discover | None = None  # a pattern stream's members, taken as topics appear (`floe run` gives it)
 
 
 @dataclass
@@ -89,8 +91,10 @@ class StreamWorker(threading.Thread):
     def run(self) -> None:
         settings = self.engine.settings
         state = StateStore(settings.state_db, durable=False)
-        runner = StreamRunner(settings, self.engine.spark, self.engine.catalog, state, self.stream, self.engine.jobs,
-                              self.engine.pollers)
+        engine = self.engine
+        runner = PatternRunner(settings, engine.spark, engine.catalog, state, self.stream, engine.jobs,
+                               engine.discover) if self.stream.is_pattern else \
+            StreamRunner(settings, engine.spark, engine.catalog, state, self.stream, engine.jobs, engine.pollers)
         if runner.poller is not None:
             runner.poller.subscribe(self.stream.topic, self.moved)
         # Across a restart: messages waited since then, or since the stream was last seen caught up.
@@ -107,7 +111,7 @@ class StreamWorker(threading.Thread):
             self.done = True
             self.engine.wake.set()
 
-    def _loop(self, runner: StreamRunner, state: StateStore) -> None:
+    def _loop(self, runner: StreamRunner | PatternRunner, state: StateStore) -> None:
         goal: dict[int, int] | None = None
         engine = self.engine.settings.engine
         tick = time.monotonic()
@@ -146,7 +150,7 @@ class StreamWorker(threading.Thread):
             if self._wait(tick - time.monotonic()):
                 return
 
-    def _failed_quietly(self, exc: Exception, runner: StreamRunner, state: StateStore) -> bool:
+    def _failed_quietly(self, exc: Exception, runner: StreamRunner | PatternRunner, state: StateStore) -> bool:
         """`_failed`, or, when the state database cannot take the report (its disk is full), a wait before the
         next attempt; True when the worker must end."""
         try:
@@ -157,7 +161,7 @@ class StreamWorker(threading.Thread):
             runner.reset()
             return self._wait(next(self.failing.pauses) if self.failing else OUTAGE_BACKOFF)
 
-    def _failed(self, exc: Exception, runner: StreamRunner, state: StateStore) -> bool:
+    def _failed(self, exc: Exception, runner: StreamRunner | PatternRunner, state: StateStore) -> bool:
         """Report and back off; True when the worker must end instead of retrying."""
         name = self.stream.name
         exc = catalog_error(self.engine.settings, state_error(exc))  # a driver's failure as an outage or a refusal

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from appliance.core.errors import NotForPatterns
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
 
@@ -37,10 +38,27 @@ class StreamDef:
     cdc: str = ""  # "debezium": the messages are change events (an upsert stream)
     cdc_columns: bool = False  # keep the event's op, time and source position as _cdc_* columns
     kafka_columns: tuple[str, ...] = ()  # "key", "headers": the Kafka key and headers as _kafka_* columns
+    # A pattern stream: every topic whose whole name matches `topic_pattern` into the table `table_template`
+    # names (`model/patterns.py`); `topic` and `table` then hold the pattern and the template, and each topic
+    # is a member (`state` table `stream_members`) with its own tables, mapping and offsets.
+    topic_pattern: str = ""
+    table_template: str = ""
+    partition_by: str = ""  # a pattern stream's: the partitioning of the tables its later topics get
 
     @property
     def evolves(self) -> bool:
         return self.schema_evolution == "auto"
+
+    @property
+    def is_pattern(self) -> bool:
+        return bool(self.topic_pattern)
+
+    def single(self, what: str, instead: str = "") -> StreamDef:
+        """This stream, if it reads one topic; a pattern stream raises NotForPatterns saying `what` it cannot."""
+        if self.is_pattern:
+            raise NotForPatterns(f"stream {self.name} reads a topic pattern: {what} works on a single topic's stream"
+                                 + (f"; {instead}" if instead else ""))
+        return self
 
     @property
     def upserts(self) -> bool:

@@ -20,8 +20,17 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             "mode": str, "key_columns": str, "cdc": str, "cdc_columns": int,
             # the Kafka key and headers kept as columns: "key", "headers" or "key,headers"
             "kafka_columns": str,
+            # pattern streams: the regular expression, the table template, the partitioning of later topics' tables
+            "topic_pattern": str, "table_template": str, "partition_by": str,
         },
         "name", [],
+    ),
+    # A pattern stream's topics, each with its own tables, id (its offsets' key), mapping and key; a topic gone
+    # from the cluster keeps its row, with `removed_at`.
+    "stream_members": (
+        {"stream": str, "topic": str, "id": str, "target_table": str, "dead_letter_table": str, "mapping": str,
+         "start_positions": str, "key_columns": str, "subject": str, "created_at": str, "removed_at": str},
+        ("stream", "topic"), [],
     ),
     "stream_status": (
         {

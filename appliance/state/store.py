@@ -8,7 +8,6 @@ kept here: they live in the Iceberg snapshots, committed with the data.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sqlite3
@@ -28,11 +27,10 @@ from appliance.core.vocabulary import (
     RunOutcome,
 )
 from appliance.core.wal import use_wal
-from appliance.kafka.settings import KafkaSettings, RegistrySettings
-from appliance.model.mapping import Mapping
 from appliance.model.stream import StreamDef
 from appliance.state.alerting import AlertRecords
 from appliance.state.history import HistoryRecords
+from appliance.state.members import MemberRecords
 from appliance.state.outages import OutageRecords
 from appliance.state.records import (
     BatchRecord,
@@ -47,10 +45,12 @@ from appliance.state.requests import EngineRequests
 from appliance.state.schema import migrate, prepare
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
+from appliance.state.stream_rows import stream_of_row, stream_row
 from appliance.state.upkeep import UpkeepRecords
 
 
-class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords, OutageRecords):
+class StateStore(StageRecords, MemberRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords,
+                 OutageRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and
@@ -93,7 +93,7 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, Upk
 
     def add_stream(self, stream: StreamDef) -> None:
         try:
-            self.db["streams"].insert(_stream_row(stream))
+            self.db["streams"].insert(stream_row(stream))
         except sqlite3.IntegrityError:
             raise StreamExists(f"stream {stream.name!r} already exists") from None
 
@@ -101,10 +101,10 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, Upk
         rows = list(self._rows("streams", "name = ?", [name]))
         if not rows:
             raise StreamNotFound(f"no stream named {name!r} (see `{hints.LIST_STREAMS}`)")
-        return _stream(rows[0])
+        return stream_of_row(rows[0])
 
     def streams(self) -> list[StreamDef]:
-        return [_stream(r) for r in self._rows("streams", order_by="name")]
+        return [stream_of_row(r) for r in self._rows("streams", order_by="name")]
 
     def stream_summaries(self) -> list[StreamSummary]:
         """Every stream's name, topic, tables and pause, by name: what `floe status` and lists need, without
@@ -149,6 +149,7 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, Upk
     def remove_stream(self, name: str) -> None:
         self.stream(name)
         with self.db.conn:
+            self.forget_members(name)
             self.db["expired_offsets"].delete_where("stream_id = (select id from streams where name = ?)", [name])
             self.db["streams"].delete(name)
             self.db["stream_status"].delete_where("name = ?", [name])
@@ -330,66 +331,3 @@ class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, Upk
             " and m.started_at >= r.taken_at) order by r.id",
             [table, since],
         )]
-
-
-def _stream_row(stream: StreamDef) -> dict[str, Any]:
-    return {
-        "name": stream.name,
-        "id": stream.id,
-        "topic": stream.topic,
-        "bootstrap": stream.kafka.bootstrap,
-        "kafka_options": json.dumps(stream.kafka.option_dict),
-        "format": stream.format,
-        "target_table": stream.table,
-        "dead_letter_table": stream.dead_letter_table,
-        "mapping": stream.mapping.to_toml(),
-        "starting_offsets": stream.starting_offsets,
-        "start_positions": json.dumps({str(k): v for k, v in stream.start_positions.items()}),
-        "paused": int(stream.paused),
-        "created_at": stream.created_at,
-        "updated_at": now(),
-        "schema_registry": stream.registry.url if stream.registry else None,
-        "registry_options": json.dumps(dict(stream.registry.options)) if stream.registry else None,
-        "subject": stream.subject,
-        "schema_evolution": stream.schema_evolution,
-        "mode": stream.mode,
-        "key_columns": json.dumps(list(stream.key)),
-        "cdc": stream.cdc,
-        "cdc_columns": int(stream.cdc_columns),
-        "kafka_columns": ",".join(stream.kafka_columns),
-    }
-
-
-def _stream(row: dict[str, Any]) -> StreamDef:
-    return _stream_of(tuple(row.items()))
-
-
-@functools.lru_cache(maxsize=4096)
-def _stream_of(items: tuple) -> StreamDef:
-    """A stream's definition from its row, parsed once per distinct row: the engine reads every stream's
-    row each half second, and a mapping's TOML costs far more than the read (hundreds of streams)."""
-    row = dict(items)
-    return StreamDef(
-        name=row["name"],
-        id=row["id"],
-        topic=row["topic"],
-        kafka=KafkaSettings(row["bootstrap"], tuple(sorted(json.loads(row["kafka_options"]).items()))),
-        format=row["format"],
-        table=row["target_table"],
-        dead_letter_table=row["dead_letter_table"],
-        mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['name']} mapping", stored=True),
-        starting_offsets=row["starting_offsets"],
-        start_positions={int(k): v for k, v in json.loads(row["start_positions"]).items()},
-        paused=bool(row["paused"]),
-        created_at=row["created_at"],
-        registry=RegistrySettings(row["schema_registry"], tuple(sorted(json.loads(row["registry_options"] or "{}")
-                                                                       .items())))
-        if row.get("schema_registry") else None,
-        subject=row.get("subject") or "",
-        schema_evolution=row.get("schema_evolution") or "auto",
-        mode=row.get("mode") or "append",
-        key=tuple(json.loads(row.get("key_columns") or "[]")),
-        cdc=row.get("cdc") or "",
-        cdc_columns=bool(row.get("cdc_columns")),
-        kafka_columns=tuple(c for c in (row.get("kafka_columns") or "").split(",") if c),
-    )

@@ -139,9 +139,10 @@ class FloeClient:
     def run_until_caught_up(self) -> None:
         """`floe run --until-caught-up`: every stream reads what its topic holds now, then every stage
         catches up. A stream or stage that fails raises FloeError naming it."""
+        from appliance.control.patterns import discover_members
         from appliance.ingest.engine import Engine
 
-        Engine(self.settings, spark=self.spark).run(until_caught_up=True)
+        Engine(self.settings, spark=self.spark, discover=discover_members).run(until_caught_up=True)
 
     # ---- reading ----
 

@@ -34,15 +34,18 @@ def _preview(raw: bytes | None, total: int | None) -> tuple[str, bool]:
 
 
 def dead_letters(settings: Settings, name: str, limit: int = 20, preview_bytes: int = 512) -> list[DeadLetter]:
-    """The stream's most recent dead-letter rows, newest first, from its dead-letter table."""
+    """The stream's most recent dead-letter rows, newest first, from its dead-letter table (a pattern stream's:
+    from each of its topics')."""
     with StateStore(settings.state_db) as state:
-        table = state.stream(name).dead_letter_table
-    namespace, _, short = table.partition(".")
-    sql = (
+        state.stream(name)
+        tables = [s.dead_letter_table for s in state.table_writers() if s.name == name]
+    if not tables:
+        return []
+    selects = [
         "select _ingested_at, _kafka_partition, _kafka_offset, _kafka_timestamp, error_stage, error_message,"
         f" raw_value[1:{int(preview_bytes)}] as raw_preview, octet_length(raw_value) as raw_bytes"
-        f' from "{namespace}"."{short}" order by _ingested_at desc, _kafka_offset desc limit {int(limit)}'
-    )
+        f' from "{namespace}"."{short}"' for namespace, _, short in (t.partition(".") for t in tables)]
+    sql = f"{' union all '.join(selects)} order by _ingested_at desc, _kafka_offset desc limit {int(limit)}"
     out = []
     for row in run_query(settings, sql).to_pylist():
         text, truncated = _preview(row["raw_preview"], row["raw_bytes"])

@@ -70,7 +70,7 @@ def _view(stage: StageDef, status: StageStatus, streams: list[StreamDef], stages
 
 def stages_overview(settings: Settings) -> list[StageView]:
     with StateStore(settings.state_db) as state:
-        stages, streams, statuses = state.stages(), state.streams(), state.stage_statuses()
+        stages, streams, statuses = state.stages(), state.table_writers(), state.stage_statuses()
         up = engine_health(settings, state).up
     return [_view(s, statuses.get(s.name, StageStatus(s.name)), streams, stages, up) for s in stages]
 
@@ -94,7 +94,7 @@ class StageInfo:
 
 def stage_info(settings: Settings, name: str, runs: int = 10) -> StageInfo:
     with StateStore(settings.state_db) as state:
-        stage, streams, stages = state.stage(name), state.streams(), state.stages()
+        stage, streams, stages = state.stage(name), state.table_writers(), state.stages()
         status = state.stage_status(name)
         recent = state.stage_runs(name, runs)
         up = engine_health(settings, state).up

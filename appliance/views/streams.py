@@ -18,6 +18,7 @@ from appliance.model.stream import StreamDef
 from appliance.state.records import BatchRecord, StreamStatus, StreamSummary
 from appliance.state.store import StateStore
 from appliance.views.engine import Shown, engine_health, shown
+from appliance.views.patterns import TopicView, committed_of, topic_views
 
 RECENT = dt.timedelta(minutes=2)  # batches read for the last-minute figures and the throughput line
 
@@ -40,12 +41,13 @@ class StreamView:
     last_error: str  # while the stream is failing; "" otherwise
     throughput: list[float] = field(default_factory=list)  # messages/s, one value per 5 s, oldest first
     shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
+    tables: list[str] = field(default_factory=list)  # a pattern stream's: each topic's table
 
     def summary(self) -> dict[str, Any]:
         """The row `floe stream list` prints."""
         return {
             "name": self.name, "state": self.shown.state, "was": self.shown.was, "topic": self.topic,
-            "table": self.table,
+            "table": f"{self.table} ({len(self.tables)} tables)" if self.tables else self.table,
             "rows": self.rows_total, "dead_letters": self.dead_letters_total, "lag": self.lag,
             "last_commit": self.last_commit_at or "", "last_error": self.last_error,
         }
@@ -70,7 +72,8 @@ def throughput_series(batches: list[BatchRecord], now: dt.datetime, buckets: int
 
 
 def _stream_view(recent: list[BatchRecord], s: StreamDef | StreamSummary, st: StreamStatus, now: dt.datetime,
-                 engine_up: bool) -> StreamView:
+                 engine_up: bool, tables: list[str] | None = None) -> StreamView:
+    """`tables`: a pattern stream's, each of its topics' table."""
     minute = [b for b in recent if (age(b.committed_at, now) or 1e9) <= 60]
     phase = phase_of(s, st)
     return StreamView(
@@ -79,6 +82,7 @@ def _stream_view(recent: list[BatchRecord], s: StreamDef | StreamSummary, st: St
         topic=s.topic,
         table=s.table,
         dead_letter_table=s.dead_letter_table,
+        tables=tables or [],
         messages_per_s=0.0 if s.paused else st.messages_per_s,
         rows_last_minute=sum(b.rows for b in minute),
         dead_letters_last_minute=sum(b.dead_letter_rows for b in minute),
@@ -99,8 +103,11 @@ def streams_overview(settings: Settings) -> list[StreamView]:
         statuses = state.statuses()
         up = engine_health(settings, state).up
         recent = state.recent_batches_by_stream((now - RECENT).isoformat(timespec="milliseconds"))
-        return [_stream_view(recent.get(s.name, []), s, statuses.get(s.name) or StreamStatus(s.name), now, up)
-                for s in state.stream_summaries()]
+        tables: dict[str, list[str]] = {}  # the pattern streams' members: one query for all
+        for member in state.all_members():
+            tables.setdefault(member.stream, []).append(member.table)
+        return [_stream_view(recent.get(s.name, []), s, statuses.get(s.name) or StreamStatus(s.name), now, up,
+                             tables.get(s.name)) for s in state.stream_summaries()]
 
 
 SORTS = {  # `floe stream list --sort`: each key, and whether the largest comes first
@@ -221,7 +228,8 @@ def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int
         now = utcnow()
         s = state.stream(name)
         recent = state.batches_since(name, (now - RECENT).isoformat(timespec="milliseconds"))
-        view = _stream_view(recent, s, state.status(name), now, engine_health(settings, state).up)
+        view = _stream_view(recent, s, state.status(name), now, engine_health(settings, state).up,
+                            [m.table for m in state.members(name).values()] if s.is_pattern else None)
         # Enough batches to cover the window (one a second at most per stream by default) and the table.
         history = state.recent_batches(name, limit=max(batches, int(buckets * width * 2)))
         source = source_view(state, s)
@@ -269,8 +277,10 @@ class StreamInfo:
     last_commit_at: str | None
     last_error: str
     recent_batches: list[BatchRecord]
-    mapping: str  # TOML, as saved in mappings/NAME.toml
+    mapping: str  # TOML, as saved in mappings/NAME.toml ("" for a pattern stream's: each topic has its own)
     shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
+    topic_pattern: str = ""  # a pattern stream's: `topic` and `table` are then the pattern and the template
+    topics: list[TopicView] = field(default_factory=list)  # a pattern stream's topics and their tables
 
     def as_dict(self) -> dict[str, Any]:
         """As `floe stream show --format json` prints it: `state` (and `was`) as `floe status` has them."""
@@ -281,25 +291,16 @@ class StreamInfo:
 
 
 def stream_info(settings: Settings, name: str) -> StreamInfo:
-    # The committed offsets are read from the table itself (its snapshots are the truth): from its metadata
-    # file where that is cheap, else through the catalog, imported only then (PyIceberg's tables cost).
-    from appliance.tables.metadata_json import NOT_HERE, committed_offsets_of
-
+    # The committed offsets are read from the table itself (its snapshots are the truth); a pattern stream's,
+    # from each of its topics' tables.
     with StateStore(settings.state_db) as state:
         s = state.stream(name)
         status = state.status(name)
         batches = state.recent_batches(name, 5)
         source = source_view(state, s)
         up = engine_health(settings, state).up
-    try:
-        offsets: dict[int, int] | str | None = committed_offsets_of(settings, s.table, s.id)
-        if offsets is NOT_HERE:
-            from appliance.tables.catalog import Catalog
-            from appliance.tables.snapshots import committed_offsets
-
-            offsets = committed_offsets(Catalog(settings).table(s.table), s.id)
-    except Exception as exc:  # the table may have been dropped by hand
-        offsets = f"unavailable: {exc}"
+        members = state.members(name)
+    offsets = None if s.is_pattern else committed_of(settings, s.table, s.id)
     return StreamInfo(
         name=s.name, id=s.id, phase=phase_of(s, status), topic=s.topic, bootstrap=s.kafka.bootstrap,
         kafka_options=s.kafka.masked_options(), format=s.format, schema_registry=source.registry,
@@ -309,5 +310,6 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         dead_letter_table=s.dead_letter_table, starting_offsets=s.starting_offsets, committed_offsets=offsets,
         rows_total=status.rows_total, dead_letter_total=status.dead_letter_total, lag=status.lag,
         last_commit_at=status.last_commit_at, last_error=status.last_error, recent_batches=batches,
-        mapping=s.mapping_toml(), shown=shown(phase_of(s, status), up),
+        mapping=s.mapping_toml() if s.mapping.columns else "", shown=shown(phase_of(s, status), up),
+        topic_pattern=s.topic_pattern, topics=topic_views(settings, members) if s.is_pattern else [],
     )

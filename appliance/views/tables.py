@@ -147,7 +147,7 @@ def catalogue(settings: Settings) -> Catalogue:
     writers: dict[str, Writer] = {}
     try:
         with StateStore(settings.state_db) as state:
-            for s in state.streams():
+            for s in state.table_writers():
                 writers[s.table] = Writer(s.name, False)
                 writers[s.dead_letter_table] = Writer(s.name, True)
     except sqlite3.Error:  # only labels: the tables are worth listing without them

@@ -26,7 +26,7 @@ from appliance.control.streams import set_paused
 from appliance.core.vocabulary import StreamPhase
 from appliance.state.records import BatchRecord
 from appliance.views.dead_letters import DeadLetter, dead_letters
-from appliance.views.streams import StreamDetail, stream_detail
+from appliance.views.streams import StreamDetail, StreamView, stream_detail
 from tui.format import age, clock, count, number, one_line
 from tui.messages import ActionDone
 from tui.screens.audit_report import AuditScreen
@@ -48,6 +48,7 @@ DEAD_COLUMNS = [
     ("time", "Ingested"), ("where", "Partition/offset"), ("stage", "Stage"), ("error", "Error"), ("value", "Raw value"),
 ]
 DEAD_LETTER_LIMIT = 20
+TABLES_SHOWN = 8  # a pattern stream's tables named in the title; the rest counted
 DLQ_RETRY_SECONDS = 10.0
 
 
@@ -82,6 +83,17 @@ def source_text(source) -> str:
         parts.append(f"kafka columns [b]{escape(', '.join(source.kafka_columns))}[/b]")
     parts.append(f"schema evolution [b]{escape(source.schema_evolution)}[/b]")
     return "   ".join(parts)
+
+
+def title_text(v: StreamView, bootstrap: str) -> str:
+    """Topic and tables; a pattern stream's: its pattern and every table its topics landed in."""
+    if v.tables:
+        shown = ", ".join(v.tables[:TABLES_SHOWN]) + (f" and {len(v.tables) - TABLES_SHOWN} more"
+                                                      if len(v.tables) > TABLES_SHOWN else "")
+        return (f"[b]{escape(v.name)}[/b]  topics matching [b]{escape(v.topic)}[/b] → {len(v.tables)} tables: "
+                f"[b]{escape(shown)}[/b]  [dim](each with its dead-letter table; broker {escape(bootstrap)})[/]")
+    return (f"[b]{escape(v.name)}[/b]  topic [b]{escape(v.topic)}[/b] → table [b]{escape(v.table)}[/b]"
+            f"  [dim](dead letters → {escape(v.dead_letter_table)}; broker {escape(bootstrap)})[/]")
 
 
 class StreamDetailScreen(ReportsFailures, Screen):
@@ -181,11 +193,7 @@ class StreamDetailScreen(ReportsFailures, Screen):
         v = d.view
         self.paused = v.phase == StreamPhase.PAUSED
         self.dead_letter_table = v.dead_letter_table
-        self.texts.set(
-            "#detail-title",
-            f"[b]{escape(v.name)}[/b]  topic [b]{escape(v.topic)}[/b] → table [b]{escape(v.table)}[/b]"
-            f"  [dim](dead letters → {escape(v.dead_letter_table)}; broker {escape(d.kafka_bootstrap)})[/]",
-        )
+        self.texts.set("#detail-title", title_text(v, d.kafka_bootstrap))
         state = phase_text(v.phase)
         self.texts.set(
             "#detail-stats",
