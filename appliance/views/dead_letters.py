@@ -44,7 +44,7 @@ def dead_letters(settings: Settings, name: str, limit: int = 20, preview_bytes: 
         f' from "{namespace}"."{short}" order by _ingested_at desc, _kafka_offset desc limit {int(limit)}'
     )
     out = []
-    for row in run_query(settings, sql).to_pylist():
+    for row in run_query(settings, sql, tables=[table]).to_pylist():  # its one table, of however many
         text, truncated = _preview(row["raw_preview"], row["raw_bytes"])
         out.append(DeadLetter(
             ingested_at=row["_ingested_at"],

@@ -128,6 +128,32 @@ def select_streams(views: list[StreamView], name: str | None = None, state: str 
     return sorted(picked, key=key, reverse=largest_first)
 
 
+@dataclass(frozen=True)
+class StreamTotals:
+    """Every stream at once, as the UI's summary line says it: how many in each shown state (`stopped` with the
+    engine down), their messages a second and lag added up, and the streams with errors (failing, or with dead
+    letters in the last minute)."""
+
+    streams: int
+    states: dict[str, int]  # shown state -> streams, largest first
+    messages_per_s: float
+    lag: int
+    with_errors: int
+
+
+def stream_totals(views: list[StreamView]) -> StreamTotals:
+    states: dict[str, int] = {}
+    for v in views:
+        states[v.shown.state] = states.get(v.shown.state, 0) + 1
+    return StreamTotals(
+        streams=len(views),
+        states=dict(sorted(states.items(), key=lambda kv: (-kv[1], kv[0]))),
+        messages_per_s=sum(v.messages_per_s for v in views),
+        lag=sum(v.lag or 0 for v in views),
+        with_errors=sum(1 for v in views if v.last_error or v.dead_letters_last_minute),
+    )
+
+
 def known_brokers(settings: Settings) -> list[str]:
     """The bootstrap servers the streams read, the newest stream's first, each once: what a new stream
     most likely reads too."""
