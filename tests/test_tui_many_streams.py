@@ -169,3 +169,22 @@ async def test_a_refresh_that_narrows_cells_of_every_row_measures_each_changed_c
             data_table.measure = real
         assert str(table.get_cell("s499", "commit")) == "9s ago"
         assert measured < 5 * STREAMS, measured
+
+
+def test_a_streams_dead_letters_are_read_from_its_own_table_alone(floe_home):
+    """The detail's dead letters open their one table, not the catalog's hundreds: another table that cannot be
+    read (its metadata gone) does not stop them."""
+    import shutil
+
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.iceberg_schemas import dead_letter_iceberg_schema
+    from appliance.views.dead_letters import dead_letters
+
+    settings = load_settings()
+    ensure_home(settings)
+    fill(settings, 4)
+    catalog = Catalog(settings)
+    catalog.ensure_table("sales.orders_003_dlq", dead_letter_iceberg_schema())
+    other, _ = catalog.ensure_table("sales.orders_001_dlq", dead_letter_iceberg_schema())
+    shutil.rmtree(other.location().removeprefix("file://") + "/metadata")
+    assert dead_letters(settings, "orders_003") == []

@@ -37,11 +37,10 @@ def put_rows(table: DataTable, rows: dict[str, dict[str, str]]) -> None:
 
 def put_ordered_rows(table: DataTable, rows: dict[str, dict[str, str]], key_column: str) -> None:
     """The table holds exactly `rows`, in their order, in place (`key_column`'s cell holds each row's key); the
-    cursor stays on the row it was on, wherever that row moved. Only when most rows go at once (a filter
-    typed) is the table emptied and filled again: removing rows one by one costs the square of their number."""
+    cursor stays on the row it was on, wherever that row moved. Only when many rows go at once (a filter
+    typed) is the table emptied and filled again: removing rows one by one costs rows times rows removed."""
     chosen = selected_key(table)
-    gone = sum(1 for key in table.rows if key.value not in rows)
-    if gone > 32 and gone * 2 > table.row_count:
+    if sum(1 for key in table.rows if key.value not in rows) > 32:
         table.clear()
     put_rows(table, rows)
     if any(table.get_row_index(key) != i for i, key in enumerate(rows)):
