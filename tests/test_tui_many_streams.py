@@ -75,7 +75,7 @@ async def test_500_streams_summed_filtered_sorted_and_refreshed_in_place(floe_ho
         for sort in ("rate", "lag", "errors", "name"):
             await pilot.press("s")
             order = [v.name for v in select_streams(views, sort=sort)]
-            await until(pilot, lambda: keys(table) == order, 10, f"sorted by {sort}")
+            await until(pilot, lambda order=order: keys(table) == order, 10, f"sorted by {sort}")
             assert f"sorted by {sort}" in text(app.query_one("#streams-order"))
             assert keys(table)[table.cursor_row] == "clicks_400", sort
         assert keys(table)[:2] == ["clicks_000", "clicks_002"] and table.cursor_row == 200
@@ -136,8 +136,8 @@ async def test_a_refresh_that_narrows_cells_of_every_row_measures_each_changed_c
     """A DataTable asked to fit a cell narrower than its column measures the whole column again: with every
     row's age narrower at once (500 rows: "10s ago" -> "9s ago"), that was 500 x 500 cells measured per
     refresh, seconds of the UI thread each second. `put_rows` measures only what may widen a column."""
-    from textual.app import App
     import textual.widgets._data_table as data_table
+    from textual.app import App
 
     from tui.widgets.rows import put_rows
 
