@@ -91,14 +91,14 @@ async def test_500_streams_summed_filtered_sorted_and_refreshed_in_place(floe_ho
         scroll = table.scroll_y
         assert scroll > 0  # row 200 of 500 is below the first screen
         timings: list[float] = []
-        show = pane.show
+        present = pane.present
 
         def timed() -> None:
             started = time.perf_counter()
-            show()
+            present()
             timings.append(time.perf_counter() - started)
 
-        pane.show = timed
+        pane.present = timed
         with StateStore(settings.state_db) as state:
             state.update_status("clicks_400", phase="failed", last_error="disk on fire")
         await until(pilot, lambda: "failed" in cell(table, "clicks_400", "state"), 20, "the changed row")

@@ -112,11 +112,11 @@ class StreamsPane(ReportsFailures, Vertical):
         self.post_message(StreamsLoaded(streams_overview(self.app.settings)))
 
     @on(StreamsLoaded)
-    def loaded(self, message: StreamsLoaded) -> None:
+    def show(self, message: StreamsLoaded) -> None:
         self.views = message.streams
-        self.show()
+        self.present()
 
-    def show(self) -> None:
+    def present(self) -> None:
         """The rows the filter picks, in the chosen order, and the lines above them; on the UI thread."""
         if self.views is None:
             return
@@ -134,7 +134,7 @@ class StreamsPane(ReportsFailures, Vertical):
 
     def action_sort(self) -> None:
         self.sort = SORT_CYCLE[(SORT_CYCLE.index(self.sort) + 1) % len(SORT_CYCLE)]
-        self.show()
+        self.present()
 
     def action_filter(self) -> None:
         self.query_one(NameFilter).open()
@@ -147,7 +147,7 @@ class StreamsPane(ReportsFailures, Vertical):
 
     @on(Input.Changed, "#streams-filter")
     def filter_changed(self) -> None:
-        self.show()
+        self.present()
 
     @on(Input.Submitted, "#streams-filter")
     def filter_kept(self) -> None:
