@@ -69,6 +69,16 @@ def test_light_commands_import_nothing_heavy(a_stream, monkeypatch, args, ran):
     assert heavy(modules, HEAVY + ICEBERG_TABLES) == []
 
 
+@pytest.mark.parametrize("args", [["status"], ["stream", "list"], ["stream", "list", "--format", "json"]])
+def test_status_and_stream_list_parse_no_mapping_so_import_no_arrow_nor_iceberg_types(a_stream, monkeypatch, args):
+    """They read names, states and figures, never a definition's mapping: Arrow's and PyIceberg's types (a
+    third of their CPU, 0.9 s -> 0.6 s measured with 500 streams on a loaded machine) stay out."""
+    monkeypatch.setenv("FLOE_HOME", str(a_stream))
+    modules = loaded_by(*args)
+    assert "appliance.state.store" in modules
+    assert heavy(modules, ("pyarrow", "pyiceberg", "appliance.model.mapping")) == []
+
+
 def test_stream_show_reads_the_offsets_off_the_metadata_file_and_imports_nothing_heavy(a_stream, monkeypatch,
                                                                                         spark):
     from appliance.config.settings import load_settings

@@ -15,7 +15,7 @@ import sqlite3
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from appliance.core import hints
 from appliance.core.clock import now
@@ -29,8 +29,6 @@ from appliance.core.vocabulary import (
 )
 from appliance.core.wal import use_wal
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
-from appliance.model.mapping import Mapping
-from appliance.model.stream import StreamDef
 from appliance.state.alerting import AlertRecords
 from appliance.state.history import HistoryRecords
 from appliance.state.outages import OutageRecords
@@ -48,6 +46,9 @@ from appliance.state.schema import migrate, prepare
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
 from appliance.state.upkeep import UpkeepRecords
+
+if TYPE_CHECKING:  # a definition's mapping is Arrow's and PyIceberg's types: `floe status` and lists need neither
+    from appliance.model.stream import StreamDef
 
 
 class StateStore(StageRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords, OutageRecords):
@@ -368,6 +369,9 @@ def _stream(row: dict[str, Any]) -> StreamDef:
 def _stream_of(items: tuple) -> StreamDef:
     """A stream's definition from its row, parsed once per distinct row: the engine reads every stream's
     row each half second, and a mapping's TOML costs far more than the read (hundreds of streams)."""
+    from appliance.model.mapping import Mapping
+    from appliance.model.stream import StreamDef
+
     row = dict(items)
     return StreamDef(
         name=row["name"],

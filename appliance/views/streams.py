@@ -9,15 +9,17 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.config.settings import Settings
 from appliance.core.clock import age, utcnow
 from appliance.core.vocabulary import StreamPhase
-from appliance.model.stream import StreamDef
 from appliance.state.records import BatchRecord, StreamStatus, StreamSummary
 from appliance.state.store import StateStore
 from appliance.views.engine import Shown, engine_health, shown
+
+if TYPE_CHECKING:  # imported where definitions are parsed, not by `floe stream list`
+    from appliance.model.stream import StreamDef
 
 RECENT = dt.timedelta(minutes=2)  # batches read for the last-minute figures and the throughput line
 
