@@ -2,8 +2,8 @@
 import Spark, DuckDB, Textual, pandas or PyIceberg's catalogs and tables (each costs a quarter to half a
 second of start-up on 2 cores; `floe stream list` takes about 0.3 s without them, 0.9 s with them).
 
-PyIceberg's types (and pyarrow) are allowed: a stream's mapping is made of them, and together they cost
-about 0.1 s. `floe stream show` reads the committed offsets from the table's own snapshots, which takes the
+PyIceberg's types (and pyarrow) are allowed where a stream's mapping is read (it is made of them), but not by
+`floe status` and `floe stream list`, which read no mapping: with them, each cost a third more CPU. `floe stream show` reads the committed offsets from the table's own snapshots, which takes the
 catalog and PyIceberg's file IO (which brings pandas through pyarrow.dataset), so it is held only to
 Spark, DuckDB and Textual.
 """
