@@ -10,38 +10,9 @@ import time
 import pytest
 
 from appliance.config.settings import ensure_home, load_settings
-from appliance.core.clock import now
-from appliance.kafka.settings import KafkaSettings
-from appliance.model.mapping import Mapping
-from appliance.model.stream import StreamDef
-from appliance.state.records import BatchRecord
-from appliance.state.store import StateStore
 
 from commands import floe
-
-MAPPING = Mapping.from_toml('[[columns]]\nname = "id"\ntype = "long"\nsource = "id"\n')
-STREAMS = 500
-
-
-def fill(settings, n: int = STREAMS) -> None:
-    """`n` streams over two namespaces: every tenth failing, every seventh paused, each with recent batches."""
-    with StateStore(settings.state_db) as state:
-        for i in range(n):
-            name = f"{'orders' if i % 2 else 'clicks'}_{i:03d}"
-            ns = "sales" if i % 2 else "web"
-            state.add_stream(StreamDef(name=name, id=f"id-{i}", topic=name, kafka=KafkaSettings.create("b:9092"),
-                                       format="json", table=f"{ns}.{name}", dead_letter_table=f"{ns}.{name}_dlq",
-                                       mapping=MAPPING, starting_offsets="earliest", start_positions={0: 0},
-                                       paused=i % 7 == 0, created_at=now()))
-            failing = i % 10 == 3
-            state.update_status(name, phase="failed" if failing else "running", lag=i, rows_total=i * 100,
-                                messages_per_s=float(i % 50), dead_letter_total=i % 4,
-                                last_error="broker unreachable" if failing else "", last_commit_at=now())
-            for _ in range(3):
-                state.record_batch(BatchRecord(stream=name, started_at=now(), committed_at=now(), duration_ms=5,
-                                               messages=2, rows=2, dead_letter_rows=0, bytes=100,
-                                               target_snapshot_id=1, dead_letter_snapshot_id=None, offsets="{}",
-                                               lag=0))
+from many_streams import STREAMS, engine_up, fill
 
 
 @pytest.fixture
@@ -49,9 +20,7 @@ def many(floe_home):
     settings = load_settings()
     ensure_home(settings)
     fill(settings)
-    # The engine is up (a fresh heartbeat): states are shown as written, not `stopped`.
-    with StateStore(settings.state_db) as state:
-        state.engine_heartbeat(4242, "local[2]", "running", now(), ())
+    engine_up(settings)  # states are shown as written, not `stopped`
     return settings
 
 

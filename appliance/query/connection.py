@@ -31,10 +31,14 @@ def statement(sql: str) -> str:
     return EVERY_TABLE if _SHOW_TABLES.fullmatch(sql) else sql
 
 
-def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with a view for every table of the catalog."""
+def connect(settings: Settings, tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view for every table of the catalog, or for `tables` alone (a read of one
+    stream's table need not load the hundreds of tables a catalog may hold)."""
     con = open_connection(settings)
-    attach_catalog(con, settings)
+    if tables is None:
+        attach_catalog(con, settings)
+    else:
+        attach_tables(con, settings, tables)
     return con
 
 
@@ -87,24 +91,30 @@ def attach_catalog(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[s
     catalog = open_catalog(settings)
     names = []
     for ns in catalog.list_namespaces():
-        schema = ns[0]
-        con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        for ident in catalog.list_tables(ns):
-            name = ".".join(ident)
-            with warehouse_io(settings, f"read table {name}"):
-                table = catalog.load_table(name)
-            view = f'"{ident[0]}"."{ident[1]}"'
-            if table.current_snapshot() is None:
-                # No snapshot yet, so no metadata to scan: an empty table of the same columns.
-                drop(con, ident[0], ident[1], unless="table")
-                con.register("__floe_empty", table.schema().as_arrow().empty_table())
-                con.execute(f"CREATE OR REPLACE TABLE {view} AS SELECT * FROM __floe_empty")
-                con.unregister("__floe_empty")
-            else:
-                drop(con, ident[0], ident[1], unless="view")
-                location = table.metadata_location.replace("'", "''")
-                con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM iceberg_scan('{location}')")
-            names.append(name)
+        con.execute(f'CREATE SCHEMA IF NOT EXISTS "{ns[0]}"')  # an empty namespace too
+        names += [".".join(ident) for ident in catalog.list_tables(ns)]
+    return attach_tables(con, settings, names, catalog)
+
+
+def attach_tables(con: duckdb.DuckDBPyConnection, settings: Settings, names: list[str], catalog=None) -> list[str]:
+    """Create or replace a view for each of the tables `names` (NAMESPACE.TABLE); returns their names."""
+    catalog = catalog or open_catalog(settings)
+    for name in names:
+        namespace, _, short = name.partition(".")
+        con.execute(f'CREATE SCHEMA IF NOT EXISTS "{namespace}"')
+        with warehouse_io(settings, f"read table {name}"):
+            table = catalog.load_table(name)
+        view = f'"{namespace}"."{short}"'
+        if table.current_snapshot() is None:
+            # No snapshot yet, so no metadata to scan: an empty table of the same columns.
+            drop(con, namespace, short, unless="table")
+            con.register("__floe_empty", table.schema().as_arrow().empty_table())
+            con.execute(f"CREATE OR REPLACE TABLE {view} AS SELECT * FROM __floe_empty")
+            con.unregister("__floe_empty")
+        else:
+            drop(con, namespace, short, unless="view")
+            location = table.metadata_location.replace("'", "''")
+            con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM iceberg_scan('{location}')")
     return names
 
 
@@ -113,8 +123,9 @@ def one_line(exc: BaseException) -> str:
     return lines[0] if lines else exc.__class__.__name__
 
 
-def run_query(settings: Settings, sql: str) -> pa.Table:
-    con = connect(settings)
+def run_query(settings: Settings, sql: str, tables: list[str] | None = None) -> pa.Table:
+    """`sql` on a fresh connection with a view for every table, or for `tables` alone."""
+    con = connect(settings, tables)
     try:
         result = con.execute(statement(sql))
         if result.description is None:

@@ -7,9 +7,10 @@ import datetime as dt
 import decimal
 import io
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:  # tables come in from DuckDB's answers; `floe stream list` prints records without Arrow
+    import pyarrow as pa
 
 
 def cell_text(value: Any) -> str:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.core.clock import now
 from appliance.core.errors import TableConflict
-from appliance.model.mapping import Mapping
-from appliance.model.patterns import Member, member_stream
-from appliance.model.stream import StreamDef
+
+if TYPE_CHECKING:  # a member's mapping is Arrow's and PyIceberg's types: `floe status` and lists need neither
+    from appliance.model.patterns import Member
+    from appliance.model.stream import StreamDef
 
 
 def _row(member: Member) -> dict[str, Any]:
@@ -22,6 +23,9 @@ def _row(member: Member) -> dict[str, Any]:
 
 
 def _member(row: dict[str, Any]) -> Member:
+    from appliance.model.mapping import Mapping
+    from appliance.model.patterns import Member
+
     return Member(stream=row["stream"], topic=row["topic"], id=row["id"], table=row["target_table"],
                   dead_letter_table=row["dead_letter_table"],
                   mapping=Mapping.from_toml(row["mapping"], origin=f"stream {row['stream']} topic {row['topic']}"),
@@ -44,6 +48,8 @@ class MemberRecords:
     def table_writers(self) -> list[StreamDef]:
         """Every stream as the tables it writes see it: a pattern stream as one stream per topic it took (its
         tables, id and mapping), so that whatever asks who writes a table asks once."""
+        from appliance.model.patterns import member_stream
+
         out: list[StreamDef] = []
         for stream in self.streams():
             out += [member_stream(stream, m) for m in self.members(stream.name).values()] if stream.is_pattern \
@@ -59,6 +65,13 @@ class MemberRecords:
     def members(self, stream: str) -> dict[str, Member]:
         """The stream's members by topic, those whose topic is gone included."""
         return {r["topic"]: _member(r) for r in self._rows("stream_members", "stream = ?", [stream], order_by="topic")}
+
+    def member_tables(self) -> dict[str, list[str]]:
+        """Each pattern stream's members' target tables, by stream: no mapping parsed (lists of hundreds)."""
+        out: dict[str, list[str]] = {}
+        for stream, table in self.db.execute("select stream, target_table from stream_members order by stream, topic"):
+            out.setdefault(stream, []).append(table)
+        return out
 
     def all_members(self) -> list[Member]:
         return [_member(r) for r in self._rows("stream_members", order_by="stream, topic")]

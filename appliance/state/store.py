@@ -14,7 +14,7 @@ import sqlite3
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from appliance.core import hints
 from appliance.core.clock import now
@@ -27,7 +27,6 @@ from appliance.core.vocabulary import (
     RunOutcome,
 )
 from appliance.core.wal import use_wal
-from appliance.model.stream import StreamDef
 from appliance.state.alerting import AlertRecords
 from appliance.state.history import HistoryRecords
 from appliance.state.members import MemberRecords
@@ -47,6 +46,9 @@ from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
 from appliance.state.stream_rows import stream_of_row, stream_row
 from appliance.state.upkeep import UpkeepRecords
+
+if TYPE_CHECKING:  # a definition's mapping is Arrow's and PyIceberg's types: `floe status` and lists need neither
+    from appliance.model.stream import StreamDef
 
 
 class StateStore(StageRecords, MemberRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords,
@@ -210,9 +212,10 @@ class StateStore(StageRecords, MemberRecords, EngineRequests, AlertRecords, Hist
                                                         [stream, since], order_by="id")]
 
     def recent_batches_by_stream(self, since: str) -> dict[str, list[BatchRecord]]:
-        """Every stream's batches committed at or after `since`, oldest first: one query, not one per stream."""
+        """Every stream's batches committed at or after `since`, oldest first: one query, not one per stream, on
+        the index of `committed_at` (ordered by id, SQLite would scan every batch the state database keeps)."""
         out: dict[str, list[BatchRecord]] = {}
-        for r in self._rows("batches", "committed_at >= ?", [since], order_by="id"):
+        for r in self._rows("batches", "committed_at >= ?", [since], order_by="committed_at, id"):
             out.setdefault(r["stream"], []).append(BatchRecord.of(r))
         return out
 

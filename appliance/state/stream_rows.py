@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.core.clock import now
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
-from appliance.model.stream import StreamDef
+
+if TYPE_CHECKING:  # a definition's mapping is Arrow's and PyIceberg's types: `floe status` and lists need neither
+    from appliance.model.stream import StreamDef
 
 
 def stream_row(stream: StreamDef) -> dict[str, Any]:
@@ -51,6 +53,7 @@ def _stream_of(items: tuple) -> StreamDef:
     """A stream's definition from its row, parsed once per distinct row: the engine reads every stream's
     row each half second, and a mapping's TOML costs far more than the read (hundreds of streams)."""
     from appliance.model.mapping import Mapping  # Arrow's and PyIceberg's types: only where a mapping is read
+    from appliance.model.stream import StreamDef
 
     row = dict(items)
     return StreamDef(

@@ -47,7 +47,7 @@ def dead_letters(settings: Settings, name: str, limit: int = 20, preview_bytes: 
         f' from "{namespace}"."{short}"' for namespace, _, short in (t.partition(".") for t in tables)]
     sql = f"{' union all '.join(selects)} order by _ingested_at desc, _kafka_offset desc limit {int(limit)}"
     out = []
-    for row in run_query(settings, sql).to_pylist():
+    for row in run_query(settings, sql, tables=tables).to_pylist():  # its own tables, of however many
         text, truncated = _preview(row["raw_preview"], row["raw_bytes"])
         out.append(DeadLetter(
             ingested_at=row["_ingested_at"],

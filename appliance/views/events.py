@@ -82,7 +82,7 @@ def events_feed(settings: Settings, stream: str | None = None, limit: int = 200)
             for e in state.events(stream, limit)
         ]
         bursts = dead_letter_bursts(state, stream)
-        names = {s.name for s in state.streams()} | state.event_streams()
+        names = {s.name for s in state.stream_summaries()} | state.event_streams()  # no mapping parsed
     # Stable sort: recorded events keep their id order within one millisecond.
     merged = sorted(recorded + bursts, key=lambda e: e.at, reverse=True)
     return EventsFeed(events=merged[:limit], streams=sorted(names))

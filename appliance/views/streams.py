@@ -9,16 +9,18 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.config.settings import Settings
 from appliance.core.clock import age, utcnow
 from appliance.core.vocabulary import StreamPhase
-from appliance.model.stream import StreamDef
 from appliance.state.records import BatchRecord, StreamStatus, StreamSummary
 from appliance.state.store import StateStore
 from appliance.views.engine import Shown, engine_health, shown
 from appliance.views.patterns import TopicView, committed_of, topic_views
+
+if TYPE_CHECKING:  # imported where definitions are parsed, not by `floe stream list`
+    from appliance.model.stream import StreamDef
 
 RECENT = dt.timedelta(minutes=2)  # batches read for the last-minute figures and the throughput line
 
@@ -103,9 +105,7 @@ def streams_overview(settings: Settings) -> list[StreamView]:
         statuses = state.statuses()
         up = engine_health(settings, state).up
         recent = state.recent_batches_by_stream((now - RECENT).isoformat(timespec="milliseconds"))
-        tables: dict[str, list[str]] = {}  # the pattern streams' members: one query for all
-        for member in state.all_members():
-            tables.setdefault(member.stream, []).append(member.table)
+        tables = state.member_tables()  # the pattern streams' members: one query for all
         return [_stream_view(recent.get(s.name, []), s, statuses.get(s.name) or StreamStatus(s.name), now, up,
                              tables.get(s.name)) for s in state.stream_summaries()]
 
@@ -133,6 +133,32 @@ def select_streams(views: list[StreamView], name: str | None = None, state: str 
               and (namespace is None or v.table.rsplit(".", 1)[0] == namespace)]
     key, largest_first = SORTS[sort]
     return sorted(picked, key=key, reverse=largest_first)
+
+
+@dataclass(frozen=True)
+class StreamTotals:
+    """Every stream at once, as the UI's summary line says it: how many in each shown state (`stopped` with the
+    engine down), their messages a second and lag added up, and the streams with errors (failing, or with dead
+    letters in the last minute)."""
+
+    streams: int
+    states: dict[str, int]  # shown state -> streams, largest first
+    messages_per_s: float
+    lag: int
+    with_errors: int
+
+
+def stream_totals(views: list[StreamView]) -> StreamTotals:
+    states: dict[str, int] = {}
+    for v in views:
+        states[v.shown.state] = states.get(v.shown.state, 0) + 1
+    return StreamTotals(
+        streams=len(views),
+        states=dict(sorted(states.items(), key=lambda kv: (-kv[1], kv[0]))),
+        messages_per_s=sum(v.messages_per_s for v in views),
+        lag=sum(v.lag or 0 for v in views),
+        with_errors=sum(1 for v in views if v.last_error or v.dead_letters_last_minute),
+    )
 
 
 def known_brokers(settings: Settings) -> list[str]:
