@@ -35,10 +35,10 @@ from appliance.core.secrets import URI_PASSWORD, has_reference, scrub
 from appliance.model.names import check_table_name
 from appliance.model.partitioning import Partitioning
 from appliance.tables.commits import commit_lock
+from appliance.tables.fastpath.rest_catalog import TimedRestCatalog
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.fastpath.transactions import transaction
 from appliance.tables.iceberg_schemas import same_columns
-from appliance.tables.rest_catalog import TimedRestCatalog
 from appliance.tables.storage import describe, storage_errors
 
 log = logging.getLogger(__name__)

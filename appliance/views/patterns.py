@@ -4,9 +4,12 @@ its tables, whether it is still read, and the offsets its table has committed.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from appliance.config.settings import Settings
-from appliance.model.patterns import Member
+
+if TYPE_CHECKING:  # a member's mapping is Arrow's and PyIceberg's types: `floe stream list` needs neither
+    from appliance.model.patterns import Member
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io.pyarrow import (  # noqa: F401  (re-exported)
     _get_parquet_writer_kwargs as parquet_writer_kwargs,
@@ -35,6 +36,7 @@ HOOKS: dict[type, tuple[str, ...]] = {
     SqlCatalog: ("_convert_orm_to_iceberg", "_update_and_stage_table", "_write_metadata",
                  "_parse_metadata_version", "_load_file_io"),
     Transaction: ("_apply",),
+    RestCatalog: ("_create_session", "_create_legacy_oauth2_auth_manager"),  # fastpath/rest_catalog: deadlines
 }
 # The private attributes they read on instances (checked on live ones).
 ATTRIBUTES: dict[type, tuple[str, ...]] = {

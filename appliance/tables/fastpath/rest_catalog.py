@@ -3,7 +3,8 @@
 PyIceberg's HTTP session sends without a timeout: a REST service that accepts connections and then never
 answers (a frozen process, a hung proxy) would hold the engine's start, a command, or a commit forever.
 With a deadline, it is a `requests` Timeout, which Floe takes as the catalog being down (an outage the
-engine waits out), as it takes a refused connection.
+engine waits out), as it takes a refused connection. It overrides two of PyIceberg's private methods
+(listed in `internals.HOOKS`, checked on an upgrade).
 """
 
 from __future__ import annotations
