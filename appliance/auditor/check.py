@@ -21,6 +21,7 @@ from appliance.auditor.scans import scan_sql
 from appliance.auditor.tally import PartitionTally, runs, tally
 from appliance.auditor.upserts import audit_upserts
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.errors import FloeError, QueryError
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.model.columns import ERROR_MESSAGE, ERROR_STAGE, KAFKA_OFFSET, KAFKA_PARTITION
@@ -40,7 +41,7 @@ def audit_stream(settings: Settings, name: str) -> AuditReport:
     with StateStore(settings.state_db) as state:
         stream = state.stream(name)
         expired = state.expired_offsets(stream.id)
-    return audit_of(settings, stream.single("this audit", f"`floe audit {name}` audits each of its topics"), expired)
+    return audit_of(settings, stream.single("this audit", f"`{hints.AUDIT.format(stream=name)}` audits each of its topics"), expired)
 
 
 def audit_streams(settings: Settings, name: str) -> tuple[bool, list[AuditReport]]:

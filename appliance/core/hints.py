@@ -30,6 +30,7 @@ EVOLVE_STREAM = "floe stream update {stream} --schema-evolution auto"
 DROP_COLUMN = "floe table alter {table} drop-column {column}"
 ADD_STRING_COLUMN = "floe table alter {table} add-column {column} string"
 REPLAY = "floe dlq replay {stream}"
+AUDIT = "floe audit {stream}"
 
 # ---- queries (DuckDB, through `floe query` or the UI's Query section) ------------------------------
 LIST_TABLES = 'floe query "show tables"'
@@ -38,6 +39,13 @@ DEAD_LETTER_REASONS = ('floe query "select error_stage, error_message, count(*) 
 DEMO_QUERY = 'floe query "select status, count(*) as orders from ingest.pizza_orders group by 1"'
 TABLE_SAMPLE = "select * from {table} limit 100"
 TABLE_SAMPLE_SYNTAX = "select * from NAMESPACE.TABLE limit 100"
+
+
+def pattern_dead_letters(stream: str) -> str:
+    """How a pattern stream's dead letters are read, for now: each topic's table, which `floe stream show`
+    lists, by `floe query`."""
+    return (f"query each topic's dead-letter table, which `{SHOW_STREAM.format(stream=stream)}` lists: "
+            f'`floe query "{TABLE_SAMPLE_SYNTAX}"`')
 
 # ---- a stage's query (Spark SQL over `source`), shown in the empty stage editor ----------------------
 STAGE_EXAMPLE = ("-- for example, orders per hour:\nselect date_trunc('hour', ordered_at) as hour, count(*) as orders\n"

@@ -13,6 +13,7 @@ import codecs
 import pyarrow as pa
 
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.errors import DeadLetterFilterInvalid
 from appliance.core.vocabulary import EventKind
 from appliance.deadletters.moves import commit_purge
@@ -35,14 +36,11 @@ LISTED = [KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name, INGESTE
           ERROR_MESSAGE.name]
 
 
-# What a pattern stream does with its topics' dead letters, for now.
-PATTERN_DEAD_LETTERS = "query its topics' dead-letter tables with `floe query` (`floe stream show NAME` lists them)"
-
 def list_dead_letters(settings: Settings, name: str, where: str | None = None, limit: int = 50,
                       preview: int = 80) -> pa.Table:
     """The stream's dead letters that `where` selects, oldest offset first, with a preview of each value."""
     with StateStore(settings.state_db) as state:
-        stream = state.stream(name).single("listing dead letters", PATTERN_DEAD_LETTERS)
+        stream = state.stream(name).single("listing dead letters", hints.pattern_dead_letters(name))
     with warehouse_io(settings, f"read {stream.dead_letter_table}"):
         table = Catalog(settings).table(stream.dead_letter_table)
         rows = dead_letter_rows(settings, table, stream.created_at, where,
@@ -58,7 +56,7 @@ def purge(settings: Settings, name: str, where: str) -> tuple[int, int]:
     if check_where(where) is None:
         raise DeadLetterFilterInvalid("purge needs --where: which dead letters nobody wants")
     with StateStore(settings.state_db) as state:
-        stream = state.stream(name).single("purging dead letters", PATTERN_DEAD_LETTERS)
+        stream = state.stream(name).single("purging dead letters", hints.pattern_dead_letters(name))
         catalog = Catalog(settings)
         with warehouse_io(settings, f"purge dead letters of {name}"):
             target = catalog.table(stream.table)

@@ -17,10 +17,10 @@ import time
 from collections import Counter
 
 from appliance.config.settings import Settings
+from appliance.core import hints
 from appliance.core.errors import FloeError, ReplayConflict, SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind
-from appliance.deadletters.listing import PATTERN_DEAD_LETTERS
 from appliance.deadletters.moves import Move, check_together, commit_move
 from appliance.deadletters.report import ReplayReport
 from appliance.deadletters.selection import Selection, check_where, select
@@ -49,7 +49,7 @@ def replay(settings: Settings, name: str, where: str | None = None, dry_run: boo
     """Replay the stream's dead letters that `where` selects (all of them without it)."""
     check_where(where)
     with StateStore(settings.state_db) as state:
-        stream = state.stream(name).single("dead-letter replay", PATTERN_DEAD_LETTERS)
+        stream = state.stream(name).single("dead-letter replay", hints.pattern_dead_letters(name))
         catalog = Catalog(settings)
         with warehouse_io(settings, f"replay dead letters of {name}"):
             for attempt in range(1, ATTEMPTS + 1):

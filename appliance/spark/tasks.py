@@ -57,4 +57,6 @@ def _lost(exc: Exception) -> Exception:
     except Exception:  # noqa: BLE001 - the JVM gone with the session: its Python side still has a message
         reason = str(exc)
     reason = " ".join(reason.splitlines()[0].split()) if reason.strip() else "no reason given"
+    if "cancelled" in reason.lower():  # the job was cancelled (the engine stops): no task was lost
+        return exc
     return SparkTaskLost(f"a Spark task was lost, the batch runs again: {reason}")

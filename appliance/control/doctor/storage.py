@@ -32,7 +32,9 @@ TABLE_DATA_TODO = ("check that the catalog hands out credentials that may write 
 def describe_catalog(iceberg: Any) -> str:
     """`sql catalog at sqlite:///...`, `rest catalog floe at https://...`: its kind and where it is, a
     password in its URI masked; its name when not Floe's default (other engines must use the same)."""
-    kind = type(iceberg).__name__.lower().replace("floe", "").replace("catalog", "") or "iceberg"
+    # PyIceberg's class under Floe's own (FloeSqlCatalog is a SqlCatalog, TimedRestCatalog a RestCatalog)
+    base = next((c for c in type(iceberg).__mro__ if c.__module__.startswith("pyiceberg")), type(iceberg))
+    kind = base.__name__.lower().replace("catalog", "") or "iceberg"
     uri = mask_uri_password(iceberg.properties.get("uri", ""))
     name = f" {iceberg.name}" if iceberg.name != DEFAULT_NAME or not uri else ""
     return f"{kind} catalog{name} at {uri}" if uri else f"{kind} catalog{name}"
