@@ -156,8 +156,11 @@ class PostgresServer:
     def _start(self, port: int | None = None) -> None:
         for attempt in range(1 if port else 3):  # a port taken between choosing it and binding it: choose again
             self.port = port or _free_ports(1)[0]
+            # fsync off: a stop -m immediate kills the server, not the machine, so what it wrote is in the OS's
+            # cache. synchronous_commit stays on: off, a commit acknowledged just before `down()` could be lost,
+            # which a real server never does (a stream's table created, then gone after the restart).
             options = (f"-c listen_addresses={self.host} -p {self.port} -k {self.dir} -c fsync=off "
-                       "-c synchronous_commit=off -c full_page_writes=off")
+                       "-c full_page_writes=off")
             try:
                 self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60",
                           "start", what=f"start on port {self.port}")

@@ -29,7 +29,19 @@ async def load_and_pick_topic(pilot, screen, bootstrap: str, topic: str) -> None
     await until(pilot, lambda: "topics on" in text(status), 30, "topics listed")
     await until(pilot, lambda: select.has_focus, 5, "focus on the topic list")  # loading moves on to it
     await pilot.press("enter")  # opens the list
-    await type_text(pilot, topic)  # type-to-search
+    overlay = select.query_one("SelectOverlay")
+    await until(pilot, lambda: select.expanded and overlay.has_focus, 10, "the list open")
+
+    def highlighted() -> str | None:
+        return None if overlay.highlighted is None else str(overlay.get_option_at_index(overlay.highlighted).prompt)
+
+    for _ in range(3):  # type-to-search forgets what was typed after a pause, which a loaded machine may make
+        await type_text(pilot, topic)
+        try:
+            await until(pilot, lambda: highlighted() == topic, 10, "the typed topic highlighted")
+            break
+        except AssertionError:
+            await pilot.pause(1.5)
     await pilot.press("enter")
     await until(pilot, lambda: select.value == topic, 30, "topic picked")
 
