@@ -50,7 +50,7 @@ def test_trickles_commit_every_trickle_interval_and_land_every_message_once(brok
                 producer.produce(t, value=pizza_values(1, start=sent[t])[0], partition=0)
                 sent[t] += 1
             producer.flush(10)
-            time.sleep(0.2)
+            stop.wait(0.2)  # paces the producer: five messages a second per stream
 
     thread = threading.Thread(target=trickle)
     thread.start()

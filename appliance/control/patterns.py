@@ -18,20 +18,17 @@ from pathlib import Path
 from appliance.config.settings import Settings, ensure_home
 from appliance.control.audit import audited
 from appliance.control.fields import Field, raise_problems
-from appliance.control.streams import StreamRequest, _create_tables, _resolve, check_request
+from appliance.control.streams import StreamRequest, _create_tables, _resolve, check_request, connections
 from appliance.control.targets import DEFAULT_PARTITIONING, conflicts
 from appliance.core.clock import now
 from appliance.core.errors import (
     FloeError,
     InvalidName,
-    KafkaConfigError,
-    RegistryConfigError,
     TableConflict,
     TopicNotFound,
 )
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.kafka.client import KafkaClient
-from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.keys import key_columns
 from appliance.model.mapping import Mapping
 from appliance.model.partitioning import Partitioning
@@ -70,7 +67,7 @@ def create_pattern_stream(settings: Settings, name: str, *, bootstrap: str, topi
             problems.setdefault(Field.TOPIC if "regular expression" in str(exc) else where, str(exc))
             continue
         pattern, dead_pattern = (made, dead_pattern) if where == Field.TABLE else (pattern, made)
-    kafka, registry = _connections(bootstrap, kafka_options, schema_registry, registry_options, problems)
+    kafka, registry = connections(bootstrap, kafka_options, schema_registry, registry_options, problems)
     if pattern and dead_pattern:
         problems = {**check_request(name, topic_pattern, pattern.example(), dead_pattern.example(), format,
                                     starting_offsets, registry, schema_evolution, mode, key_columns(key), cdc,
@@ -95,22 +92,6 @@ def create_pattern_stream(settings: Settings, name: str, *, bootstrap: str, topi
                         name)
         waiting = take_topics(settings, state, stream, topics, starting_offsets)
         return CreatedPattern(stream, [m for m in state.members(name).values() if m.active], waiting)
-
-
-def _connections(bootstrap: str, kafka_options: dict[str, str] | None, schema_registry: str | None,
-                 registry_options: dict[str, str] | None, problems: dict
-                 ) -> tuple[KafkaSettings | None, RegistrySettings | None]:
-    kafka = registry = None
-    try:
-        kafka = KafkaSettings.create(bootstrap, kafka_options)
-    except KafkaConfigError as exc:
-        problems[Field.BOOTSTRAP if "bootstrap" in str(exc) else Field.PROTOCOL] = str(exc)
-    if schema_registry or registry_options:
-        try:
-            registry = RegistrySettings.create(schema_registry or "", registry_options)
-        except RegistryConfigError as exc:
-            problems[Field.REGISTRY] = str(exc)
-    return kafka, registry
 
 
 def discover_members(settings: Settings, stream: StreamDef) -> list[Member]:

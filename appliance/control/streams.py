@@ -141,6 +141,23 @@ def _mode_problems(mode: str, key: tuple[str, ...], cdc: str, cdc_columns: bool)
     return {}
 
 
+def connections(bootstrap: str, kafka_options: dict[str, str] | None, schema_registry: str | None,
+                 registry_options: dict[str, str] | None, problems: dict
+                 ) -> tuple[KafkaSettings | None, RegistrySettings | None]:
+    """The cluster's and the registry's settings, each None with its problem noted in `problems`."""
+    kafka = registry = None
+    try:
+        kafka = KafkaSettings.create(bootstrap, kafka_options)
+    except KafkaConfigError as exc:
+        problems[Field.BOOTSTRAP if "bootstrap" in str(exc) else Field.PROTOCOL] = str(exc)
+    if schema_registry or registry_options:
+        try:
+            registry = RegistrySettings.create(schema_registry or "", registry_options)
+        except RegistryConfigError as exc:
+            problems[Field.REGISTRY] = str(exc)
+    return kafka, registry
+
+
 @audited("stream create")
 def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, table: str, format: str = "json",
                   mapping: str | Path | Mapping = "auto", starting_offsets: str = "earliest",
@@ -158,20 +175,12 @@ def create_stream(settings: Settings, name: str, *, bootstrap: str, topic: str, 
     mode = mode or ("upsert" if cdc else "append")
     key = key_columns(key)
     dead_letter_table = dead_letter_table or f"{table}{settings.dead_letter_suffix}"
-    kafka, registry, problems = None, None, {}
+    problems: dict = {}
     try:
         kafka_columns = parse_kafka_columns(kafka_columns)
     except MappingError as exc:
         problems[Field.KAFKA_COLUMNS] = str(exc)
-    try:
-        kafka = KafkaSettings.create(bootstrap, kafka_options)
-    except KafkaConfigError as exc:
-        problems[Field.BOOTSTRAP if "bootstrap" in str(exc) else Field.PROTOCOL] = str(exc)
-    if schema_registry or registry_options:
-        try:
-            registry = RegistrySettings.create(schema_registry or "", registry_options)
-        except RegistryConfigError as exc:
-            problems[Field.REGISTRY] = str(exc)
+    kafka, registry = connections(bootstrap, kafka_options, schema_registry, registry_options, problems)
     problems = {**check_request(name, topic, table, dead_letter_table, format, starting_offsets, registry,
                                 schema_evolution, mode, key, cdc, cdc_columns, partition_by,
                                 kafka_columns if not problems.get(Field.KAFKA_COLUMNS) else ()), **problems}
