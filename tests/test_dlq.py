@@ -288,10 +288,15 @@ async def test_the_stream_detail_offers_a_replay_only_when_some_would_move(broke
         assert "would move 10 to the target, 0 would stay" in str(confirm.query_one("#confirm-question").render())
         await pilot.press("y")
         await until(pilot, lambda: count("ingest.nm_dlq") == 0, 60, "the replay")
+
+        def replays() -> list:
+            with StateStore(settings.state_db) as state:
+                return [r for r in state.audit_trail() if r.action == "dlq replay"]
+        # The audit row is written when the replay returns, just after its commit emptied the dead letters.
+        [entry] = await until(pilot, replays, 30, "the replay's audit row")
     assert count("ingest.nm") == 30
     with StateStore(settings.state_db) as state:
         asked = [r for r in state.db["engine_requests"].rows_where("ask = 'replay'", order_by="id")]
-        [entry] = [r for r in state.audit_trail() if r.action == "dlq replay"]
     assert [(bool(orjson.loads(r["args"])["dry_run"]), r["taken_by"]) for r in asked] == \
         [(True, os.getpid()), (True, os.getpid()), (False, os.getpid())]
     assert (entry.via, entry.outcome) == ("ui", "ok")
