@@ -30,9 +30,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# A loaded machine (CI's three workers on two cores, a JVM starting beside) can take many seconds to do what a
+# quiet one does at once: a wait's deadline only decides how long a failing test takes to say so.
+LEAST_WAIT = 30.0
+
+
 def wait_for(condition: Callable[[], object], timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):
-    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds (appliance/core/polling.py)."""
-    return poll(condition, timeout, interval, what, error=AssertionError)
+    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds, at least LEAST_WAIT
+    (appliance/core/polling.py)."""
+    return poll(condition, max(timeout, LEAST_WAIT), interval, what, error=AssertionError)
 
 
 class FloeProcess:

@@ -201,7 +201,7 @@ async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker
     from tui.screens.confirm import ConfirmScreen
     from tui.screens.stream_detail import StreamDetailScreen
 
-    from tui_helpers import until
+    from tui_helpers import showing, until
 
     strict_stream(broker, topic, "ui", 30)
     run_until_caught_up(spark)
@@ -209,9 +209,9 @@ async def test_the_stream_detail_replays_its_dead_letters_after_a_preview(broker
     app = FloeApp(load_settings())
     async with app.run_test(size=(160, 50)) as pilot:
         app.push_screen(StreamDetailScreen("ui"))
-        await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 10, "the stream's detail")
+        await until(pilot, lambda: showing(app, StreamDetailScreen), 10, "the stream's detail")
         await pilot.press("d")
-        question = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+        question = await until(pilot, lambda: showing(app, ConfirmScreen)
                                and str(app.screen.query_one("#confirm-question").render()), 120, "the preview")
         assert "would move 10 to the target, 0 would stay" in question, question
         assert count("ingest.ui_dlq") == 10  # a preview changes nothing
@@ -262,7 +262,7 @@ async def test_the_stream_detail_offers_a_replay_only_when_some_would_move(broke
     from tui.screens.confirm import ConfirmScreen
     from tui.screens.stream_detail import StreamDetailScreen
 
-    from tui_helpers import until
+    from tui_helpers import showing, until
 
     settings = load_settings()
     broker.produce(topic, [orjson.dumps({"id": i, "code": f"A{i}" if i % 3 == 0 else i}) for i in range(30)],
@@ -274,7 +274,7 @@ async def test_the_stream_detail_offers_a_replay_only_when_some_would_move(broke
     app = FloeApp(settings)
     async with app.run_test(size=(160, 50)) as pilot:
         app.push_screen(StreamDetailScreen("nm"))
-        await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 10, "the stream's detail")
+        await until(pilot, lambda: showing(app, StreamDetailScreen), 10, "the stream's detail")
         await pilot.press("d")
         said = await until(pilot, lambda: [str(n.message) for n in app._notifications if "selected" in str(n.message)],
                            60, "the preview's notice")
@@ -284,7 +284,7 @@ async def test_the_stream_detail_offers_a_replay_only_when_some_would_move(broke
         for args in (("drop-column", "code"), ("add-column", "code", "string", "code")):
             alter_table(settings, "ingest.nm", *args)
         await pilot.press("d")
-        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, 60, "the offer")
+        confirm = await until(pilot, lambda: showing(app, ConfirmScreen) and app.screen, 60, "the offer")
         assert "would move 10 to the target, 0 would stay" in str(confirm.query_one("#confirm-question").render())
         await pilot.press("y")
         await until(pilot, lambda: count("ingest.nm_dlq") == 0, 60, "the replay")

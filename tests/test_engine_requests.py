@@ -219,3 +219,36 @@ def test_an_engine_stopped_with_a_request_in_flight_leaves_it_to_the_asker_and_n
     assert count("ingest.k") == 60 and count("ingest.k_dlq") == 30
     [entry] = audited(settings, "maintenance run")
     assert entry.outcome == "ok"
+
+
+def test_a_taken_change_is_waited_for_through_a_late_heartbeat_and_a_question_is_not(floe_home):
+    """A loaded machine can starve the engine's heartbeat thread for seconds. A request that changes tables,
+    once taken, is still the engine's while its process lives: the asker must not do it a second time. A
+    question (a stage's preview) is given up, as before: asked again elsewhere, it changes nothing."""
+    import threading
+
+    from appliance.core.clock import now
+    from appliance.core.vocabulary import EngineState
+
+    settings = load_settings()
+    asks = [EngineAsk.PURGE, EngineAsk.PREVIEW]
+
+    def play_engine(ask: EngineAsk) -> None:
+        with StateStore(settings.state_db) as state:
+            [taken] = wait_for(lambda: state.take_engine_requests(os.getpid(), [ask], 60, 1), 10,
+                               what="a request to take")
+            state.db.execute("update engine set heartbeat_at = '2000-01-01T00:00:00.000+00:00'")  # stale
+            time.sleep(2.5)  # busy with a stale heartbeat (ALIVE_EVERY is 1 s): what is tested
+            state.answer_engine_request(taken.id, answer={"deleted": 3, "waiting": 0})
+
+    for ask in asks:
+        with StateStore(settings.state_db) as state:
+            state.engine_heartbeat(os.getpid(), "local[1]", EngineState.RUNNING, now(), asks)
+        engine = threading.Thread(target=play_engine, args=(ask,))
+        engine.start()
+        asked = ask_engine(settings, ask, {"stream": "s", "where": "true"})
+        engine.join()
+        if ask.changes:
+            assert asked.answer is not None and asked.answer.answer == {"deleted": 3, "waiting": 0}, asked
+        else:
+            assert asked.answer is None and asked.why_not == "the engine stopped", asked

@@ -20,7 +20,7 @@ from appliance.views.alerts import alerts_overview
 from tui.app import FloeApp
 from tui.screens.alert_form import AlertFormScreen, notify_urls
 
-from tui_helpers import cell, engine_checked, until
+from tui_helpers import cell, engine_checked, showing, until
 
 SECRET = "s3cretpass"
 URL = f"json://floe:{SECRET}@127.0.0.1:9/hook-token-abcdef"  # nothing listens on port 9
@@ -42,7 +42,7 @@ def toasts(app) -> list[str]:
 async def open_form(app, pilot) -> AlertFormScreen:
     app.query_one("#alerts-table").focus()
     await pilot.press("n")
-    await until(pilot, lambda: isinstance(app.screen, AlertFormScreen), 5, "the form")
+    await until(pilot, lambda: showing(app, AlertFormScreen), 5, "the form")
     return app.screen
 
 

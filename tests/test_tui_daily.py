@@ -15,7 +15,7 @@ from tui.app import FloeApp
 from tui.screens.stage_editor import StageEditorScreen
 from tui.screens.stream_detail import StreamDetailScreen
 
-from tui_helpers import until
+from tui_helpers import showing, until
 
 
 def toasts(app) -> list[str]:
@@ -48,7 +48,7 @@ async def test_esc_closes_the_stage_editor_from_its_text_box_and_no_section_key_
     async with app.run_test(size=(160, 40)) as pilot:
         await until(pilot, lambda: app.focused is not None and app.focused.id == "stages-table", 10, "the focus")
         await pilot.press("n")
-        editor = await until(pilot, lambda: isinstance(app.screen, StageEditorScreen) and app.screen, 10, "editor")
+        editor = await until(pilot, lambda: showing(app, StageEditorScreen) and app.screen, 10, "editor")
         editor.query_one(TextArea).focus()
         await pilot.press("6")  # typed into the SQL box, not a section switch
         await pilot.press("escape")  # from inside the text box: the editor asks to discard what was typed
@@ -57,7 +57,7 @@ async def test_esc_closes_the_stage_editor_from_its_text_box_and_no_section_key_
         await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 5, "the editor closed")
         assert app.query_one("#sections").active == "stages"
         await pilot.press("n")
-        await until(pilot, lambda: isinstance(app.screen, StageEditorScreen), 10, "the editor again")
+        await until(pilot, lambda: showing(app, StageEditorScreen), 10, "the editor again")
         app.screen.query_one("#stage-name").focus()
         await pilot.press("6", "2")  # into the name box, and never a section behind the editor
         assert app.query_one("#sections").active == "stages"
@@ -90,7 +90,7 @@ async def test_the_streams_table_has_the_focus_from_the_start_and_enter_opens_a_
         table = app.query_one("#streams-table")
         await until(pilot, lambda: table.row_count == 1 and app.focused is table, 10, "the focused table")
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 10, "the stream's detail")
+        await until(pilot, lambda: showing(app, StreamDetailScreen), 10, "the stream's detail")
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, StreamDetailScreen), 5, "back")
         await pilot.press("4")
@@ -108,7 +108,7 @@ async def test_the_command_palette_finds_floe_commands_and_runs_them(floe_home):
         await pilot.press(*"new stage")
         await until(pilot, lambda: highlighted(app).startswith("New stage"), 10, "New stage found")
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, StageEditorScreen), 10, "the stage editor, from the palette")
+        await until(pilot, lambda: showing(app, StageEditorScreen), 10, "the stage editor, from the palette")
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 5, "closed")
         await pilot.press("ctrl+p")

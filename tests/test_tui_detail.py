@@ -12,7 +12,7 @@ from tui.screens.audit_report import AuditScreen
 from tui.screens.stream_detail import StreamDetailScreen
 
 from conftest import pizza_values
-from tui_helpers import cell, until
+from tui_helpers import cell, showing, until
 
 
 def plain(table, row: str, column: str) -> str:
@@ -39,7 +39,7 @@ async def test_detail_shows_batches_dead_letters_live_and_pauses(broker, topic, 
         await until(pilot, lambda: cell(streams, "orders", "rows") == "300", 120, "300 rows in the streams pane")
         streams.focus()
         await pilot.press("enter")
-        screen = await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen) and app.screen, 10, "detail")
+        screen = await until(pilot, lambda: showing(app, StreamDetailScreen) and app.screen, 10, "detail")
         assert screen.stream_name == "orders"
 
         # Header: topic -> table, state, totals.
@@ -85,7 +85,7 @@ async def test_detail_shows_batches_dead_letters_live_and_pauses(broker, topic, 
 
         # The audit, from the detail: OK on the live tables, then FAILED once a row is duplicated.
         await pilot.press("a")
-        audit = await until(pilot, lambda: isinstance(app.screen, AuditScreen) and app.screen, 10, "the audit")
+        audit = await until(pilot, lambda: showing(app, AuditScreen) and app.screen, 10, "the audit")
         verdict = audit.query_one("#audit-verdict")
         await until(pilot, lambda: "OK" in shown(verdict), 60, "the audit's verdict")
         assert "354 offsets" in shown(verdict) and "OK: 354 offsets" in shown(audit.query_one("#audit-report"))
@@ -95,7 +95,7 @@ async def test_detail_shows_batches_dead_letters_live_and_pauses(broker, topic, 
         await until(pilot, lambda: "FAILED" in shown(verdict), 60, "the audit's second verdict")
         assert "1 duplicated" in shown(verdict) and "DUPLICATED: 1 offsets" in shown(audit.query_one("#audit-report"))
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen), 5, "back to the detail")
+        await until(pilot, lambda: showing(app, StreamDetailScreen), 5, "back to the detail")
 
         # Pause and resume from the detail screen.
         state = StateStore(settings.state_db)
@@ -127,7 +127,7 @@ async def test_detail_of_a_stream_without_batches_or_dead_letters(broker, topic)
         await until(pilot, lambda: streams.row_count == 1, 30, "the stream listed")
         streams.focus()
         await pilot.press("enter")
-        screen = await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen) and app.screen, 10, "detail")
+        screen = await until(pilot, lambda: showing(app, StreamDetailScreen) and app.screen, 10, "detail")
         title = screen.query_one("#dead-letters-title")
         await until(pilot, lambda: "Dead letters: none" in shown(title), 60, "no dead letters")
         assert "none yet" in shown(screen.query_one("#batches-title"))
@@ -180,7 +180,7 @@ async def test_detail_shows_the_format_registry_subject_and_schema_versions(brok
     app = FloeApp(settings)
     async with app.run_test(size=(160, 50)) as pilot:
         app.push_screen(StreamDetailScreen("ticks"))
-        screen = await until(pilot, lambda: isinstance(app.screen, StreamDetailScreen) and app.screen, 10, "detail")
+        screen = await until(pilot, lambda: showing(app, StreamDetailScreen) and app.screen, 10, "detail")
         source = await until(pilot, lambda: screen.query("#detail-source").first(), 10, "the source line")
         await until(pilot, lambda: "versions seen v1, v2" in shown(source), 20, "schema versions")
         text = shown(source)

@@ -13,9 +13,10 @@ from appliance.state.store import StateStore
 from appliance.views.streams import select_streams, streams_overview
 from tui.app import FloeApp
 from tui.format import count
+from tui.screens.stream_detail import StreamDetailScreen
 
 from many_streams import STREAMS, fill, name_of
-from tui_helpers import cell, text, until
+from tui_helpers import cell, showing, text, until
 
 PAUSED = [i for i in range(STREAMS) if i % 7 == 0]
 FAILED = [i for i in range(STREAMS) if i % 10 == 3 and i % 7]  # a paused stream shows paused, not failed
@@ -121,8 +122,7 @@ async def test_detail_and_events_with_500_streams(floe_home):
         table.focus()
         table.move_cursor(row=STREAMS - 1)
         await pilot.press("enter")
-        screen = await until(pilot, lambda: app.screen.__class__.__name__ == "StreamDetailScreen" and app.screen,
-                             10, "the detail")
+        screen = await until(pilot, lambda: showing(app, StreamDetailScreen), 10, "the detail")
         assert screen.stream_name == "orders_499"
         batches = screen.query_one("#batches-table", DataTable)
         await until(pilot, lambda: batches.row_count == 3, 20, "its three batches")

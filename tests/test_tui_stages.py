@@ -19,7 +19,7 @@ from tui.screens.confirm import ConfirmScreen
 from tui.screens.stage_editor import EXAMPLE, StageEditorScreen
 
 from conftest import pizza_values
-from tui_helpers import cell, until
+from tui_helpers import cell, showing, until
 
 
 def shown(app, selector: str) -> str:
@@ -86,7 +86,7 @@ async def test_the_editor_previews_a_query_refuses_a_bad_one_and_saves_a_stage(b
         await until(pilot, lambda: "No stages yet" in shown(app, "#stages-empty"), 30, "the empty pane")
         app.query_one("#stages-table").focus()
         await pilot.press("n")
-        await until(pilot, lambda: isinstance(app.screen, StageEditorScreen), 5, "the editor")
+        await until(pilot, lambda: showing(app, StageEditorScreen), 5, "the editor")
         screen = app.screen
         source = screen.query_one("#stage-source", Select)
         await until(pilot, lambda: ("ingest.orders", "ingest.orders") in source._options, 30, "tables listed")
@@ -122,7 +122,7 @@ async def test_the_editor_shows_an_example_query_that_is_not_its_text(floe_home)
     async with app.run_test(size=(160, 45)) as pilot:
         app.query_one("#stages-table").focus()
         await pilot.press("n")
-        editor = await until(pilot, lambda: isinstance(app.screen, StageEditorScreen)
+        editor = await until(pilot, lambda: showing(app, StageEditorScreen)
                              and app.screen.query_one("#stage-sql", TextArea), 10, "the editor")
         assert editor.text == "" and editor.placeholder == EXAMPLE
         await until(pilot, lambda: "orders per hour" in editor.render_line(0).text, 10, "the example shown")
@@ -147,7 +147,7 @@ def source_table(settings, name: str = "ingest.orders") -> None:
 async def open_editor(app, pilot) -> StageEditorScreen:
     app.query_one("#stages-table").focus()
     await pilot.press("n")
-    screen = await until(pilot, lambda: isinstance(app.screen, StageEditorScreen) and app.screen, 10, "the editor")
+    screen = await until(pilot, lambda: showing(app, StageEditorScreen) and app.screen, 10, "the editor")
     source = screen.query_one("#stage-source", Select)
     await until(pilot, lambda: ("ingest.orders", "ingest.orders") in source._options, 30, "tables listed")
     return screen
@@ -195,14 +195,14 @@ async def test_esc_asks_before_discarding_an_edited_stage_and_only_then(floe_hom
         screen.query_one("#stage-sql", TextArea).focus()
         await pilot.press("s")
         await pilot.press("escape")  # from the SQL box
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "asked to discard")
+        await until(pilot, lambda: showing(app, ConfirmScreen), 5, "asked to discard")
         assert "Discard this new stage?" in shown(app, "#confirm-question")
         await pilot.press("n")  # kept, as it was
         await until(pilot, lambda: app.screen is screen, 5, "back in the editor")
         assert screen.query_one("#stage-name", Input).value == "hourly"
         assert screen.query_one("#stage-sql", TextArea).text == "s"
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "asked again")
+        await until(pilot, lambda: showing(app, ConfirmScreen), 5, "asked again")
         await pilot.press("y")
         await until(pilot, lambda: app.screen is app.screen_stack[0], 5, "discarded")
 

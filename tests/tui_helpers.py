@@ -6,10 +6,13 @@ from typing import Callable
 
 from appliance.core.polling import poll_async
 
+from conftest import LEAST_WAIT
+
 
 async def until(pilot, condition: Callable[[], object], timeout: float = 60.0, what: str = "condition"):
-    """`conftest.wait_for` between the Pilot's pauses: the app keeps running while it waits."""
-    return await poll_async(condition, timeout, pilot.pause, 0.1, what, error=AssertionError)
+    """`conftest.wait_for` between the Pilot's pauses: the app keeps running while it waits. At least
+    `conftest.LEAST_WAIT` seconds, whatever the test asks."""
+    return await poll_async(condition, max(timeout, LEAST_WAIT), pilot.pause, 0.1, what, error=AssertionError)
 
 
 def cell(table, row: str, column: str) -> str:
@@ -40,7 +43,7 @@ async def open_wizard(app, pilot):
     from tui.screens.new_stream import NewStreamScreen
 
     await pilot.press("n")
-    screen = await until(pilot, lambda: isinstance(app.screen, NewStreamScreen) and app.screen, 10, "the wizard")
+    screen = await until(pilot, lambda: showing(app, NewStreamScreen) and app.screen, 10, "the wizard")
     await until(pilot, lambda: screen.query_one("#bootstrap").has_focus, 5, "focus on bootstrap")
     return screen
 
@@ -51,3 +54,10 @@ def screen_text(app) -> str:
     import re
 
     return html.unescape(re.sub(r"<[^>]+>", "", app.export_screenshot())).replace("\xa0", " ")
+
+
+def showing(app, screen_class) -> object:
+    """The app's screen when it is a `screen_class` composed and mounted (a screen just pushed has no
+    children to query yet); else None."""
+    screen = app.screen
+    return screen if isinstance(screen, screen_class) and screen.is_mounted else None

@@ -25,10 +25,10 @@ from appliance.config.settings import Settings
 from appliance.control.audit import identity
 from appliance.core import errors
 from appliance.core.errors import FloeError
-from appliance.core.vocabulary import EngineAsk
+from appliance.core.vocabulary import EngineAsk, EngineState
 from appliance.state.records import EngineRequestRecord
 from appliance.state.store import StateStore
-from appliance.views.engine import engine_status
+from appliance.views.engine import engine_status, process_alive
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def _wait(settings: Settings, state: StateStore, request_id: int, ask: EngineAsk
         if waited > answer_within and not ask.changes:
             return Asked(None, f"the engine did not answer within {answer_within:.0f}s", request)
         if time.monotonic() >= next_alive:
-            if not engine_status(settings, state).alive:
+            if not _working_on(settings, state, request, ask):
                 state.withdraw_engine_request(request_id)
                 final = state.engine_request(request_id)  # it may have answered just before it stopped
                 if final is not None and final.answered:
@@ -122,6 +122,17 @@ def _wait(settings: Settings, state: StateStore, request_id: int, ask: EngineAsk
                 return Asked(None, "the engine stopped", final)
             next_alive = time.monotonic() + ALIVE_EVERY
         time.sleep(POLL)
+
+
+def _working_on(settings: Settings, state: StateStore, request: EngineRequestRecord, ask: EngineAsk) -> bool:
+    """Whether the engine may still answer. A request that changes tables, once taken, is waited for while
+    the process that took it lives and has not stopped: a late heartbeat (a loaded machine starves its
+    thread for seconds) must not make the asker do the work a second time beside the engine."""
+    if ask.changes and request.taken_by is not None:
+        record = state.engine()
+        return record is not None and record.pid == request.taken_by and record.state is not EngineState.STOPPED \
+            and process_alive(record.pid)
+    return engine_status(settings, state).alive
 
 
 def error_of(request: EngineRequestRecord) -> FloeError:

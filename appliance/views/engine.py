@@ -52,7 +52,7 @@ class EngineHealth:
     started_at: str | None = None
 
 
-def _process_alive(pid: int | None) -> bool:
+def process_alive(pid: int | None) -> bool:
     if not pid:
         return False
     try:
@@ -75,7 +75,7 @@ def engine_health(settings: Settings, state: StateStore) -> EngineHealth:
     if record.state is EngineState.STOPPED:
         return EngineHealth(False, f"the engine stopped (last heartbeat {shown})", record.pid, heartbeat,
                             record.started_at)
-    if not _process_alive(record.pid):
+    if not process_alive(record.pid):
         return EngineHealth(False, f"the engine's process {record.pid} is gone without stopping (last heartbeat "
                             f"{shown})", record.pid, heartbeat, record.started_at)
     if heartbeat is None or heartbeat > settings.alerting.heartbeat_timeout:
