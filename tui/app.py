@@ -34,6 +34,7 @@ from tui.panes.stages import StagesPane
 from tui.panes.streams import StreamsPane
 from tui.panes.tables import TablesPane
 from tui.screens.help import HelpScreen
+from tui.screens.sections import SectionsScreen
 from tui.widgets.texts import Texts
 from tui.workers import FailureLog, ReportsFailures
 
@@ -77,6 +78,9 @@ class FloeApp(ReportsFailures, App):
         self.failures = FailureLog()
         self.texts = Texts(self)
         self.via: str | None = None  # FLOE_VIA before the app set it, put back when it ends
+
+    def get_default_screen(self) -> SectionsScreen:
+        return SectionsScreen()
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.clock)
