@@ -7,8 +7,8 @@ import pytest
 
 from appliance.config.settings import load_settings
 from appliance.core.errors import RouteError
-from appliance.ingest.routing import ROUTE_STAGE, Router, RouteTarget, merged_new_routes
 from appliance.ingest.batch import TaskResult
+from appliance.ingest.routing import ROUTE_STAGE, Router, RouteTarget, merged_new_routes
 from appliance.kafka.records import RawBatch
 from appliance.model.mapping import Mapping
 from appliance.model.routes import RouteRule, read_from, unlanded
@@ -105,3 +105,183 @@ def test_stream_create_refuses_a_bad_route_in_one_line():
     if load_settings().state_db.exists():
         with StateStore(load_settings().state_db) as state:
             assert not state.streams(), "a refused create records nothing"
+
+
+KINDS = {  # four kinds of different shapes, and a fifth that appears while the engine runs
+    "click": lambda i: {"type": "click", "id": i, "page": f"/p/{i % 7}"},
+    "Purchase": lambda i: {"type": "Purchase", "id": i, "amount": i / 4, "item": {"sku": f"s{i}", "qty": i % 3}},
+    "view": lambda i: {"type": "view", "id": i, "ms": i * 3, "tags": ["a", "b"]},
+    "login": lambda i: {"type": "login", "id": i, "user": f"u{i % 11}", "ok": i % 2 == 0},
+    "log-out": lambda i: {"type": "log-out", "id": i, "reason": "idle"},
+}
+TABLES = {"click": "an.ev_click", "Purchase": "an.ev_purchase", "view": "an.ev_view", "login": "an.ev_login",
+          "log-out": "an.ev_log_out"}
+UNROUTABLE = [b"{oops", orjson.dumps({"id": -1}), orjson.dumps({"type": "!!!", "id": -2}),
+              orjson.dumps({"type": {"nested": 1}, "id": -3})]
+
+
+class Events:
+    """What was produced: each kind's ids, and the unroutable messages' count."""
+
+    def __init__(self, broker, topic: str) -> None:
+        self.producer, self.topic = broker.producer(), topic
+        self.ids: dict[str, list[int]] = {kind: [] for kind in KINDS}
+        self.bad, self.next = 0, 0
+
+    def send(self, n: int, kinds: list[str], stop=None) -> None:
+        for _ in range(n):
+            if stop is not None and stop.is_set():
+                break
+            i = self.next
+            self.next += 1
+            if i % 97 == 0:
+                self.producer.produce(self.topic, value=UNROUTABLE[(i // 97) % len(UNROUTABLE)], partition=i % 4)
+                self.bad += 1
+                continue
+            kind = kinds[i % len(kinds)]
+            self.producer.produce(self.topic, value=orjson.dumps(KINDS[kind](i)), partition=i % 4)
+            self.ids[kind].append(i)
+            self.producer.poll(0)
+            if stop is not None and i % 40 == 0:
+                stop.wait(0.01)  # a trickle while the engine runs
+        assert self.producer.flush(30) == 0
+
+
+@pytest.mark.slow
+def test_a_routed_topic_lands_each_kind_in_its_own_table_once_through_kills(broker, topic, floe_home, spark):
+    import json
+
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.snapshots import committed_offsets
+
+    from commands import floe_process
+    from conftest import run_until_caught_up, run_until_killed
+
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[engine]\nmax_batch_messages = 500\ncommit_interval = "100ms"\n')
+    events, four = Events(broker, topic), ["click", "Purchase", "view", "login"]
+    events.send(1200, four)
+    created = floe("stream", "create", "ev", "--bootstrap", broker.bootstrap, "--topic", topic, "--route-by", "type",
+                   "--table", "an.ev_{value}")
+    assert created.returncode == 0, created.stderr
+
+    # Killed between two route tables' commits of the first batch: one table ahead of the anchor.
+    killed = floe_process("run", "--until-caught-up", env={"FLOE_FAILPOINTS": "between_route_commits"})
+    assert killed.returncode == -9, killed.stderr
+    catalog = Catalog(load_settings())
+    with StateStore(load_settings().state_db) as state:
+        stream, routes = state.stream("ev"), state.routes("ev")
+    assert sorted(routes) == sorted(TABLES[k] for k in four) and not any(r.refused for r in routes.values())
+    ahead = [t for t in routes if committed_offsets(catalog.table(t), stream.id)]
+    assert len(ahead) == 1 and committed_offsets(catalog.table("an.ev_dlq"), stream.id) is None
+
+    # A `floe run` killed while the fifth kind appears; then one that runs to the end.
+    run_until_killed(25, lambda stop: events.send(1500, [*four, "log-out"], stop))
+    events.send(300, [*four, "log-out"])
+    run_until_caught_up(spark)
+
+    def query(sql: str) -> list[dict]:
+        done = floe("query", sql, "--format", "json")
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    for kind, table in TABLES.items():  # DuckDB (`floe query`), then PyIceberg
+        assert [r["id"] for r in query(f"select id from {table} order by id")] == events.ids[kind], table
+        assert sorted(catalog.table(table).scan().to_arrow().column("id").to_pylist()) == events.ids[kind], table
+    assert "amount" in catalog.table("an.ev_purchase").schema().column_names  # each table its kind's own columns
+    assert "page" not in catalog.table("an.ev_purchase").schema().column_names
+    dead = query("select error_stage, error_message from an.ev_dlq")
+    assert len(dead) == events.bad
+    assert {d["error_stage"] for d in dead} == {"decode", "route"}
+    assert any("route field type is missing or null" in d["error_message"] for d in dead)
+    audited = floe("audit", "ev", "--format", "json")
+    assert audited.returncode == 0, audited.stdout
+    [report] = json.loads(audited.stdout) if audited.stdout.lstrip().startswith("[") else [json.loads(audited.stdout)]
+    assert report["ok"] and report["checked"] == events.next
+    shown = json.loads(floe("stream", "show", "ev", "--format", "json").stdout)
+    assert shown["route_by"] == "type" and sorted(r["table"] for r in shown["routes"]) == sorted(TABLES.values())
+    with StateStore(load_settings().state_db) as state:
+        added = [e.message for e in state.events("ev") if e.kind == "route_added"]
+    assert any(a.startswith("value 'log-out' of type -> an.ev_log_out (") for a in added), added
+
+
+def test_avro_messages_route_by_a_field_and_each_table_takes_its_writer_schemas_columns(broker, topic, registry,
+                                                                                        spark):
+    import json
+
+    from confluent_kafka.schema_registry import topic_record_subject_name_strategy
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from conftest import run_until_caught_up
+
+    def serializer(name: str, fields: list[dict]):
+        schema = {"type": "record", "name": name, "fields": [{"name": "type", "type": "string"},
+                                                              {"name": "id", "type": "long"}, *fields]}
+        ser = AvroSerializer(registry.client(), json.dumps(schema),
+                             conf={"subject.name.strategy": topic_record_subject_name_strategy})
+        return lambda record: ser(record, SerializationContext(topic, MessageField.VALUE))
+
+    click = serializer("Click", [{"name": "page", "type": "string"}])
+    buy = serializer("Buy", [{"name": "amount", "type": "double"}])
+    values = [click({"type": "click", "id": i, "page": f"/p{i}"}) if i % 3 else buy({"type": "Buy", "id": i,
+                                                                                    "amount": i / 2})
+              for i in range(30)] + [click({"type": "", "id": 99, "page": ""})]
+    broker.produce(topic, values)
+    created = floe("stream", "create", "av", "--bootstrap", broker.bootstrap, "--topic", topic, "--format", "avro",
+                   "--schema-registry", registry.url, "--route-by", "type", "--table", "an.av_{value}")
+    assert created.returncode == 0, created.stderr
+    run_until_caught_up(spark)
+
+    def query(sql: str) -> list[dict]:
+        done = floe("query", sql, "--format", "json")
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    assert [r["id"] for r in query("select id from an.av_click order by id")] == [i for i in range(30) if i % 3]
+    assert query("select id, amount from an.av_buy order by id") == [{"id": i, "amount": i / 2}
+                                                                      for i in range(0, 30, 3)]
+    from appliance.tables.catalog import Catalog
+
+    columns = Catalog(load_settings()).table("an.av_buy").schema().column_names
+    assert "amount" in columns and "page" not in columns  # its writer schema's columns, not the other kind's
+    [dead] = query("select error_stage, error_message from an.av_dlq")
+    assert dead == {"error_stage": "route", "error_message": "route field type value '' has no letter or digit to "
+                                                            "name a table"}
+
+
+def test_a_task_writes_each_route_what_its_table_has_not_taken_and_dead_letters_the_rest():
+    """The per-table skip: a batch read again after a kill between two tables' commits writes a message only to
+    a table that has not committed its offset (no Spark here: the task's work, called as a task calls it)."""
+    import datetime as dt
+
+    from appliance.config.settings import ensure_home
+    from appliance.decode.json_format import JsonFormat
+    from appliance.ingest.batch import BatchSpec
+    from appliance.kafka.settings import KafkaSettings
+    from appliance.model.inference import infer_mapping
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.datafiles import TableTarget
+    from appliance.tables.iceberg_schemas import dead_letter_iceberg_schema, target_iceberg_schema
+
+    settings = load_settings()
+    ensure_home(settings)
+    catalog = Catalog(settings)
+    values = [orjson.dumps({"k": "a" if i % 2 else "b", "n": i}) for i in range(8)] + [orjson.dumps({"n": 8})]
+    mapping = infer_mapping([orjson.loads(v) for v in values])
+    targets = {name: TableTarget.of(catalog.ensure_table(name, target_iceberg_schema(mapping))[0])
+               for name in ("r.t_a", "r.t_b")}
+    dead = TableTarget.of(catalog.ensure_table("r.dlq", dead_letter_iceberg_schema())[0])
+    rule = RouteRule.parse("k", "r.t_{value}")
+    # t_a committed offsets up to 5 of partition 0 in the interrupted attempt; t_b nothing
+    router = Router(rule, {"r.t_a": RouteTarget(mapping, targets["r.t_a"], {0: 5}),
+                           "r.t_b": RouteTarget(mapping, targets["r.t_b"], None)}, {})
+    spec = BatchSpec(stream="s", stream_id="id", topic="t", kafka=KafkaSettings.create("127.0.0.1:9"), group="g",
+                     mapping=Mapping.of_table(()), target=dead, dead_letter=dead, landed={}, max_message_bytes=1 << 20,
+                     fetch_timeout=1.0, fmt=JsonFormat(), router=router)
+    done = router.write(spec, [], _raw(values), [], dt.datetime.now(dt.UTC), 0.0)
+    assert not done.new_routes and not done.evolutions
+    assert done.rows == 2 + 4 and done.dead_letter_rows == 1  # t_a: offsets 5 and 7 only; t_b: 0, 2, 4, 6
+    assert [f.record_count for f in done.routed_files["r.t_a"]] == [2]
+    assert sum(f.record_count for f in done.routed_files["r.t_b"]) == 4
+    assert sum(f.record_count for f in done.dead_letter_files) == 1

@@ -247,5 +247,6 @@ def stream_delete(name: str, drop_tables: bool) -> None:
     s = delete_stream(settings(), name, drop_tables)
     kept = "dropped" if drop_tables else "kept"
     tables = f"the tables of its topics {kept}" if s.is_pattern else \
+        f"the tables of its routes and {s.dead_letter_table} {kept}" if s.is_routed else \
         f"tables {s.table} and {s.dead_letter_table} {kept}"
     err(f"deleted stream {name}; {tables}")
