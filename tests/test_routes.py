@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import orjson
 import pytest
 
@@ -127,6 +129,7 @@ class Events:
         self.producer, self.topic = broker.producer(), topic
         self.ids: dict[str, list[int]] = {kind: [] for kind in KINDS}
         self.bad, self.next = 0, 0
+        self.spread = random.Random(7)  # each partition carries every kind
 
     def send(self, n: int, kinds: list[str], stop=None) -> None:
         for _ in range(n):
@@ -135,11 +138,12 @@ class Events:
             i = self.next
             self.next += 1
             if i % 97 == 0:
-                self.producer.produce(self.topic, value=UNROUTABLE[(i // 97) % len(UNROUTABLE)], partition=i % 4)
+                self.producer.produce(self.topic, value=UNROUTABLE[(i // 97) % len(UNROUTABLE)],
+                                      partition=self.spread.randrange(4))
                 self.bad += 1
                 continue
             kind = kinds[i % len(kinds)]
-            self.producer.produce(self.topic, value=orjson.dumps(KINDS[kind](i)), partition=i % 4)
+            self.producer.produce(self.topic, value=orjson.dumps(KINDS[kind](i)), partition=self.spread.randrange(4))
             self.ids[kind].append(i)
             self.producer.poll(0)
             if stop is not None and i % 40 == 0:

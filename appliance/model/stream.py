@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from appliance.core import hints
 from appliance.core.errors import NotForPatterns
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
@@ -63,9 +64,10 @@ class StreamDef:
     def single(self, what: str, instead: str = "") -> StreamDef:
         """This stream, if it reads one topic into one table; a pattern or routed stream raises NotForPatterns
         saying `what` it cannot."""
-        if self.is_routed:
+        if self.is_routed:  # its dead letters are in one table, which a query reads
+            sample = hints.TABLE_SAMPLE.format(table=self.dead_letter_table)
             raise NotForPatterns(f"stream {self.name} routes its messages by field {self.route_by}: {what} works on "
-                                 "a single table's stream" + (f"; {instead}" if instead else ""))
+                                 f"a single table's stream; its dead letters: `floe query \"{sample}\"`")
         if self.is_pattern:
             raise NotForPatterns(f"stream {self.name} reads a topic pattern: {what} works on a single topic's stream"
                                  + (f"; {instead}" if instead else ""))

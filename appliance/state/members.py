@@ -52,7 +52,6 @@ class MemberRecords:
         """Every stream as the tables it writes see it: a pattern stream as one stream per topic it took (its
         tables, id and mapping), so that whatever asks who writes a table asks once."""
         from appliance.model.patterns import member_stream
-
         from appliance.model.routes import route_stream
 
         out: list[StreamDef] = []

@@ -113,7 +113,8 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
         """Every stream's name, topic, tables and pause, by name: what `floe status` and lists need, without
         parsing hundreds of mappings."""
         return [StreamSummary(*row) for row in self.db.execute(
-            "select name, topic, target_table, dead_letter_table, paused = 1 from streams order by name").fetchall()]
+            "select name, topic, target_table, dead_letter_table, paused = 1, coalesce(route_by, '') from streams "
+            "order by name").fetchall()]
 
     def set_paused(self, name: str, paused: bool) -> None:
         self.stream(name)

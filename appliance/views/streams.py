@@ -43,7 +43,8 @@ class StreamView:
     last_error: str  # while the stream is failing; "" otherwise
     throughput: list[float] = field(default_factory=list)  # messages/s, one value per 5 s, oldest first
     shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
-    tables: list[str] = field(default_factory=list)  # a pattern stream's: each topic's table
+    tables: list[str] = field(default_factory=list)  # a pattern stream's: each topic's table; a routed one's routes'
+    route_by: str = ""  # a routed stream's field
 
     def summary(self) -> dict[str, Any]:
         """The row `floe stream list` prints."""
@@ -85,6 +86,7 @@ def _stream_view(recent: list[BatchRecord], s: StreamDef | StreamSummary, st: St
         table=s.table,
         dead_letter_table=s.dead_letter_table,
         tables=tables or [],
+        route_by=s.route_by,
         messages_per_s=0.0 if s.paused else st.messages_per_s,
         rows_last_minute=sum(b.rows for b in minute),
         dead_letters_last_minute=sum(b.dead_letter_rows for b in minute),
