@@ -289,3 +289,51 @@ def test_a_task_writes_each_route_what_its_table_has_not_taken_and_dead_letters_
     assert [f.record_count for f in done.routed_files["r.t_a"]] == [2]
     assert sum(f.record_count for f in done.routed_files["r.t_b"]) == 4
     assert sum(f.record_count for f in done.dead_letter_files) == 1
+
+
+def test_routed_stream_cli_create_show_list_pause_resume_delete(broker, topic):
+    import json
+
+    from appliance.core.clock import now
+    from appliance.ingest.route_tables import make_table, route_mapping
+    from appliance.model.routes import Route
+    from appliance.tables.catalog import Catalog
+
+    broker.produce(topic, [orjson.dumps({"type": "click", "id": 1})])
+    created = floe("stream", "create", "ev", "--bootstrap", broker.bootstrap, "--topic", topic, "--route-by",
+                   "meta.type", "--table", "an.ev_{value}")
+    assert created.returncode == 0, created.stderr
+    assert created.stderr.strip() == (f"created stream ev: {topic} routed by meta.type -> an.ev_{{value}} (dead "
+                                      "letters: an.ev_dlq); append; each value's table is made while the engine runs")
+    settings = load_settings()
+    catalog = Catalog(settings)
+    assert catalog.list_tables() == ["an.ev_dlq"]  # the routes' tables come with their values
+    again = floe("stream", "create", "ev2", "--bootstrap", broker.bootstrap, "--topic", topic, "--route-by", "type",
+                 "--table", "an.x_{value}", "--dead-letter-table", "an.ev_dlq")
+    assert again.returncode != 0 and "already written by stream 'ev'" in again.stderr
+    missing = floe("stream", "create", "ev3", "--bootstrap", broker.bootstrap, "--topic", f"{topic}_none",
+                   "--route-by", "type", "--table", "an.y_{value}")
+    assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+
+    # a route as the engine makes it (`ingest/routed.py`): recorded, then its table made
+    with StateStore(settings.state_db) as state:
+        stream = state.stream("ev")
+        route = Route("ev", "an.ev_click", "click", route_mapping(stream, [orjson.dumps({"type": "click", "id": 1})]),
+                      now(), {0: 0})
+        state.add_route(route)
+        make_table(settings, catalog, state, stream, route)
+        assert state.tables_of(stream) == ["an.ev_dlq", "an.ev_click"]
+    shown = json.loads(floe("stream", "show", "ev", "--format", "json").stdout)
+    assert shown["route_by"] == "meta.type" and shown["table"] == "an.ev_{value}"
+    assert [(r["value"], r["table"], r["refused"]) for r in shown["routes"]] == [("click", "an.ev_click", "")]
+    assert "  click -> an.ev_click; committed nothing yet" in floe("stream", "show", "ev").stdout
+    [row] = json.loads(floe("stream", "list", "--format", "json").stdout)
+    assert row["table"] == "an.ev_{value} (1 tables)"
+    assert floe("stream", "pause", "ev").returncode == 0 and floe("stream", "resume", "ev").returncode == 0
+    replay = floe("dlq", "replay", "ev")
+    assert replay.returncode != 0 and "routes its messages by field meta.type" in replay.stderr
+    deleted = floe("stream", "delete", "ev", "--drop-tables")
+    assert deleted.returncode == 0, deleted.stderr
+    assert catalog.list_tables() == []
+    with StateStore(settings.state_db) as state:
+        assert state.routes("ev") == {}

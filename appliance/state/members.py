@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from appliance.core.clock import now
 from appliance.core.errors import TableConflict
@@ -45,8 +45,7 @@ class MemberRecords:
     def streams(self) -> list[StreamDef]:
         raise NotImplementedError
 
-    def routes(self, stream: str) -> dict:
-        raise NotImplementedError
+    routes: Callable[[str], dict]  # `RouteRecords.routes` (an annotation only: a method here would shadow it)
 
     def table_writers(self) -> list[StreamDef]:
         """Every stream as the tables it writes see it: a pattern stream as one stream per topic it took (its
@@ -58,8 +57,8 @@ class MemberRecords:
         for stream in self.streams():
             if stream.is_pattern:
                 out += [member_stream(stream, m) for m in self.members(stream.name).values()]
-            elif stream.is_routed:
-                out += [route_stream(stream, r) for r in self.routes(stream.name).values() if not r.refused]
+            elif stream.is_routed:  # itself too: its dead-letter table is written before any route is made
+                out += [stream] + [route_stream(stream, r) for r in self.routes(stream.name).values() if not r.refused]
             else:
                 out.append(stream)
         return out
