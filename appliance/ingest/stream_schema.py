@@ -11,7 +11,7 @@ data that uses it; a kill between the two leaves columns that the re-read batch 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from pyiceberg.table import Table
 
