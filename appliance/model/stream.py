@@ -65,9 +65,8 @@ class StreamDef:
         """This stream, if it reads one topic into one table; a pattern or routed stream raises NotForPatterns
         saying `what` it cannot."""
         if self.is_routed:  # its dead letters are in one table, which a query reads
-            sample = hints.TABLE_SAMPLE.format(table=self.dead_letter_table)
             raise NotForPatterns(f"stream {self.name} routes its messages by field {self.route_by}: {what} works on "
-                                 f"a single table's stream; its dead letters: `floe query \"{sample}\"`")
+                                 f"a single table's stream; {hints.routed_dead_letters(self.dead_letter_table)}")
         if self.is_pattern:
             raise NotForPatterns(f"stream {self.name} reads a topic pattern: {what} works on a single topic's stream"
                                  + (f"; {instead}" if instead else ""))
