@@ -337,3 +337,46 @@ def test_routed_stream_cli_create_show_list_pause_resume_delete(broker, topic):
     assert catalog.list_tables() == []
     with StateStore(settings.state_db) as state:
         assert state.routes("ev") == {}
+
+
+def test_protobuf_messages_route_by_a_nested_field(broker, topic, registry, spark):
+    import json
+
+    from confluent_kafka.schema_registry import topic_record_subject_name_strategy
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from conftest import run_until_caught_up
+    from proto_helpers import F, message_class, proto_file
+
+    meta = [("meta", 1, F.TYPE_MESSAGE, None, ".rt.Meta"), ("id", 2, F.TYPE_INT64)]
+    proto_file("routes_test.proto", "rt", {"Meta": [("kind", 1, F.TYPE_STRING)],
+                                           "Click": [*meta, ("page", 3, F.TYPE_STRING)],
+                                           "Buy": [*meta, ("amount", 3, F.TYPE_DOUBLE)]})
+    Meta, Click, Buy = (message_class(f"rt.{n}") for n in ("Meta", "Click", "Buy"))
+
+    def serializer(cls):
+        ser = ProtobufSerializer(cls, registry.client(), {"use.deprecated.format": False,
+                                                          "subject.name.strategy": topic_record_subject_name_strategy})
+        return lambda message: ser(message, SerializationContext(topic, MessageField.VALUE))
+
+    click, buy = serializer(Click), serializer(Buy)
+    values = [click(Click(meta=Meta(kind="click"), id=i, page=f"/p{i}")) if i % 2 else
+              buy(Buy(meta=Meta(kind="buy"), id=i, amount=i / 2)) for i in range(20)]
+    values.append(click(Click(id=99, page="/none")))  # no meta: no route
+    broker.produce(topic, values)
+    created = floe("stream", "create", "pb", "--bootstrap", broker.bootstrap, "--topic", topic, "--format",
+                   "protobuf", "--schema-registry", registry.url, "--route-by", "meta.kind", "--table", "an.pb_{value}")
+    assert created.returncode == 0, created.stderr
+    run_until_caught_up(spark)
+
+    def query(sql: str) -> list[dict]:
+        done = floe("query", sql, "--format", "json")
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    assert [r["id"] for r in query("select id from an.pb_click order by id")] == list(range(1, 20, 2))
+    assert query("select id, amount from an.pb_buy order by id") == [{"id": i, "amount": i / 2}
+                                                                     for i in range(0, 20, 2)]
+    [dead] = query("select error_stage, error_message from an.pb_dlq")
+    assert dead["error_stage"] == "route" and "route field meta.kind" in dead["error_message"]
