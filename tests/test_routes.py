@@ -329,6 +329,12 @@ def test_routed_stream_cli_create_show_list_pause_resume_delete(broker, topic):
     assert "  click -> an.ev_click; committed nothing yet" in floe("stream", "show", "ev").stdout
     [row] = json.loads(floe("stream", "list", "--format", "json").stdout)
     assert row["table"] == "an.ev_{value} (1 tables)"
+    from appliance.views.streams import stream_detail
+    from tui.screens.stream_detail import title_text
+
+    title = title_text(stream_detail(settings, "ev").view, broker.bootstrap)  # the UI's stream detail
+    assert f"topic [b]{topic}[/b] routed by [b]meta.type[/b] → 1 tables: [b]an.ev_click[/b]" in title
+    assert "dead letters → an.ev_dlq" in title
     assert floe("stream", "pause", "ev").returncode == 0 and floe("stream", "resume", "ev").returncode == 0
     replay = floe("dlq", "replay", "ev")
     assert replay.returncode != 0 and "routes its messages by field meta.type" in replay.stderr
