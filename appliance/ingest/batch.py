@@ -85,6 +85,7 @@ class TaskResult:
     routed_files: dict[str, list] = field(default_factory=dict)
     new_routes: dict[str, tuple[str, list[bytes]]] = field(default_factory=dict)
     evolutions: dict[str, Evolution] = field(default_factory=dict)
+    route_changes: dict[str, set[SchemaChange]] = field(default_factory=dict)  # each route table's, told as its own
 
 
 SAMPLE = 256  # order statistics a task returns: the batch's median is exact up to this many per task

@@ -140,12 +140,22 @@ class RoutedRunner(StreamRunner):
         if read_errors:
             self.state.add_event(EventKind.PARTIAL_BATCH, "committed what was read; " + "; ".join(map(str, read_errors)),
                                  self.stream.name, EventLevel.WARNING)
-        self.schema.report(result.changes, result.schemas)
+        self._report(result)
         outcome = BatchOutcome(int(result.total("messages")), int(result.total("rows")),
                                int(result.total("dead_letter_rows")), self.lag(), True, result.newest_timestamp)
         self._record(outcome, result, Snapshots(None, snapshot), offsets, prepared.started_at,
                      time.monotonic() - prepared.started)
         return outcome
+
+    def _report(self, result: BatchResult) -> None:
+        """Each route table's schema changes as its own (its table named); the writer schemas as the stream's."""
+        changes: dict[str, set] = {}
+        for r in result.tasks:
+            for table, found in r.route_changes.items():
+                changes.setdefault(table, set()).update(found)
+        for table, found in sorted(changes.items()):
+            self.routes[table].schema.report(found, {})
+        self.schema.report(result.changes, result.schemas)
 
     def _add_routes(self, new: dict[str, tuple[str, list[bytes]]], start: dict[int, int]) -> None:
         """Each new table recorded as a route (before anything is written to it), then made."""

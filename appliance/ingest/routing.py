@@ -72,7 +72,8 @@ class Router:
                 continue
             decoded = decode_batch(raw.take(indexes), route.mapping, spec.max_message_bytes, ingested_at, spec.fmt,
                                    spec.evolve)
-            result.changes |= decoded.changes
+            if decoded.changes:
+                result.route_changes.setdefault(table, set()).update(decoded.changes)
             for schema, n in decoded.schemas.items():
                 result.schemas[schema] = result.schemas.get(schema, 0) + n
             if decoded.evolution:
