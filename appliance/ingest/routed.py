@@ -6,13 +6,15 @@ the state database before anything is written, made with a mapping inferred from
 (`route_tables`), and the tasks that met them run again; so are those whose messages need a route's table to
 evolve first.
 
-Exactly once without a transaction over tables (which a REST catalog does not offer): every table's snapshot
-carries the batch's end offsets under the stream's id. A batch commits, in a fixed order, each route's table it
-has rows for (sorted by name), then always the dead-letter table, even with no file: it is the anchor, its
-offsets say where the next batch reads (`routes.read_from`). A kill between two commits leaves some route tables
-ahead of the anchor; the batch is read again from the anchor, and a message is written to its table only at an
-offset that table has not committed (`routes.unlanded`), so the re-read fills the other tables only. A route's
-table that never committed has taken nothing, and no message naming it came before its route was recorded.
+Exactly once: every table's snapshot carries the batch's end offsets under the stream's id. A batch commits each
+route's table it has rows for (in the order of their names), then always the dead-letter table, even with no file:
+it is the anchor, its offsets say where the next batch reads (`routes.read_from`). On Floe's SQL catalog (SQLite,
+PostgreSQL) those commits swap in as one catalog transaction: every table moves or none does. Where the catalog
+has no such transaction (a REST catalog), they commit one after the other in that order, and a kill between two
+leaves some route tables ahead of the anchor; the batch is then read again from the anchor, and a message is
+written to its table only at an offset that table has not committed (`routes.unlanded`), so the re-read fills the
+other tables only. A route's table that never committed has taken nothing, and no message naming it came before
+its route was recorded.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 from pyiceberg.table import Table
@@ -38,11 +41,13 @@ from appliance.ingest.stream_schema import StreamSchema
 from appliance.model.mapping import Mapping
 from appliance.model.routes import Route, RouteRule, route_stream
 from appliance.tables.commits import commit_files, commit_lock
+from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.snapshots import committed_offsets
 
 log = logging.getLogger(__name__)
 
 NO_COLUMNS = Mapping.of_table(())
+TOGETHER = True  # on Floe's SQL catalog, a batch's tables in one catalog transaction (tests turn it off)
 
 
 @dataclass
@@ -177,22 +182,37 @@ class RoutedRunner(StreamRunner):
             self._open(route)
 
     def _commit(self, offsets: dict[int, int], result: BatchResult) -> int | None:
-        """Each route's table with rows, in the order of their names, then the anchor; its snapshot id."""
-        stream, files = self.stream, {}
+        """Each route's table with rows, in the order of their names, then the anchor; its snapshot id. On Floe's
+        SQL catalog in one catalog transaction (every table moves or none does); elsewhere one after the other."""
+        files: dict[str, list] = {}
         for r in result.tasks:
             for table, found in r.routed_files.items():
                 files.setdefault(table, []).extend(found)
-        for table in sorted(t for t, found in files.items() if found):
-            rt = self.routes[table]
-            with commit_lock(self.settings, table):
-                rt.table, _ = commit_files(rt.table, files[table], stream.id, stream.topic, rt.committed, offsets)
-            rt.committed = dict(offsets)
-            failpoint("between_route_commits")
+        tables = sorted(t for t, found in files.items() if found)
+        dead = self.tables.dead_letter
+        if not (TOGETHER and isinstance(dead.catalog, FloeSqlCatalog)):
+            for table in tables:
+                with commit_lock(self.settings, table):
+                    self._commit_route(table, files[table], offsets)
+            with commit_lock(self.settings, self.stream.dead_letter_table):
+                return self._commit_anchor(result.dead_letter_files, offsets)
+        with ExitStack() as locks:  # in the order of their names, as maintenance takes one at a time
+            for name in sorted([*tables, self.stream.dead_letter_table]):
+                locks.enter_context(commit_lock(self.settings, name))
+            with dead.catalog.together():
+                for table in tables:
+                    self._commit_route(table, files[table], offsets)
+                return self._commit_anchor(result.dead_letter_files, offsets)
+
+    def _commit_route(self, table: str, files: list, offsets: dict[int, int]) -> None:
+        rt = self.routes[table]
+        rt.table, _ = commit_files(rt.table, files, self.stream.id, self.stream.topic, rt.committed, offsets)
+        rt.committed = dict(offsets)
+        failpoint("between_route_commits")
+
+    def _commit_anchor(self, files: list, offsets: dict[int, int]) -> int | None:
         # Always a snapshot, even of no files: it carries the offsets the next batch reads from.
-        with commit_lock(self.settings, stream.dead_letter_table):
-            self.tables.dead_letter, snapshot = commit_files(self.tables.dead_letter, result.dead_letter_files,
-                                                             stream.id, stream.topic, self.committed.dead_letter,
-                                                             offsets)
+        self.tables.dead_letter, snapshot = commit_files(self.tables.dead_letter, files, self.stream.id,
+                                                         self.stream.topic, self.committed.dead_letter, offsets)
         self.tables.target = self.tables.dead_letter
-        failpoint("after_target_commit")
         return snapshot
