@@ -49,21 +49,28 @@ def audit_streams(settings: Settings, name: str) -> tuple[bool, list[AuditReport
     from the cluster included)."""
     with StateStore(settings.state_db) as state:
         stream = state.stream(name)
+        if stream.is_routed:
+            routes = [r.table for r in state.routes(name).values() if not r.refused]
+            return False, [audit_of(settings, stream, state.expired_offsets(stream.id), routes)]
         if not stream.is_pattern:
             return False, [audit_of(settings, stream, state.expired_offsets(stream.id))]
         members = [(member_stream(stream, m), state.expired_offsets(m.id)) for m in state.members(name).values()]
     return True, [audit_of(settings, member, expired) for member, expired in members]
 
 
-def audit_of(settings: Settings, stream: StreamDef, expired: list[tuple[int, int, int]]) -> AuditReport:
+def audit_of(settings: Settings, stream: StreamDef, expired: list[tuple[int, int, int]],
+             routes: list[str] | None = None) -> AuditReport:
+    """`routes`: a routed stream's tables, whose rows together with its dead letters hold every offset once."""
     started = time.monotonic()
     name = stream.name
     catalog = Catalog(settings)
     with warehouse_io(settings, f"read stream {name}'s tables"):
-        target, dead = _tables(catalog, stream)
+        targets, dead = _routed(catalog, stream, routes) if routes is not None else _tables(catalog, stream)
+    target = targets[0] if targets else dead
     report = AuditReport(stream.name, stream.topic, stream.table, stream.dead_letter_table)
-    committed = committed_offsets(target, stream.id) or {}
     dead_committed = committed_offsets(dead, stream.id) or {}
+    # A routed stream's position is its dead-letter table's, committed last in each batch (`ingest/routed.py`).
+    committed = dead_committed if routes is not None else committed_offsets(target, stream.id) or {}
     marks = _watermarks(settings, stream, report)
     if stream.upserts:  # a key's newest row, not every offset: checked against the topic, key by key
         report.keys = audit_upserts(settings, stream, report, target, dead, mapping_of(target, stream.mapping),
@@ -80,10 +87,11 @@ def audit_of(settings: Settings, stream: StreamDef, expired: list[tuple[int, int
     rows = {p: make(p) for p in sorted(first)}
     dead_rows = {p: make(p) for p in sorted(first)}
     with closing(open_connection(settings)) as con:
-        tally(_offsets(con, target, stream), rows, make)
+        for table in targets:
+            tally(_offsets(con, table, stream), rows, make)
         tally(_offsets(con, dead, stream), dead_rows, make)
         report.dead_letters = _reasons(con, dead, stream)
-    report.retention_deleted = retention_deleted(target) + retention_deleted(dead) + purged(dead)
+    report.retention_deleted = sum(map(retention_deleted, targets)) + retention_deleted(dead) + purged(dead)
     for p in sorted(set(rows) | set(dead_rows)):
         _partition(report, p, rows.setdefault(p, make(p)), dead_rows.setdefault(p, make(p)), marks.get(p),
                    dead_committed.get(p), [(lo, hi) for q, lo, hi in expired if q == p])
@@ -102,7 +110,14 @@ def _tables(catalog: Catalog, stream: StreamDef, attempts: int = 5):
         dead = catalog.table(stream.dead_letter_table)
         if replay_of(target) == replay_of(dead):
             break
-    return target, dead
+    return [target], dead
+
+
+def _routed(catalog: Catalog, stream: StreamDef, routes: list[str]):
+    """A routed stream's tables: the dead-letter table first (it commits last: whatever it says was committed is
+    in the route tables read after it), then each route's."""
+    dead = catalog.table(stream.dead_letter_table)
+    return [catalog.table(t) for t in routes], dead
 
 
 def _dead_reasons(settings: Settings, dead, stream: StreamDef) -> list[Reason]:

@@ -24,6 +24,10 @@ def stream() -> None:
               help="Ingest every topic whose whole name matches REGEX, each into its own table: --table is then a "
                    "template of {topic} and the pattern's groups {1}, {2}... (e.g. cdc.{1}); topics that appear "
                    "later are taken while the engine runs.")
+@click.option("--route-by", default=None, metavar="FIELD",
+              help="Route each message into the table its FIELD's value names (a nested field as a.b): --table is "
+                   "then a template of {value} (e.g. analytics.events_{value}); a new value's table is made while "
+                   "the engine runs, with the columns of its own messages.")
 @click.option("--format", "fmt", default="json", show_default=True, help="Message format: json, avro or protobuf.")
 @click.option("--schema-registry", default=None, metavar="URL",
               help="Schema registry (Confluent's API: Confluent, Redpanda, Karapace); needed for avro and protobuf.")
@@ -53,7 +57,8 @@ def stream() -> None:
 @click.option("--partition-by", default="day(_kafka_timestamp)", show_default=True,
               help="The table's partitions: day(COL), hour(COL), month(COL), year(COL), bucket(N, COL), "
                    "truncate(W, COL) or a column, comma-separated; none for no partitioning.")
-def stream_create(name: str, bootstrap: str, topic: str | None, topic_pattern: str | None, fmt: str,
+def stream_create(name: str, bootstrap: str, topic: str | None, topic_pattern: str | None, route_by: str | None,
+                  fmt: str,
                   schema_registry: str | None,
                   registry_options: tuple[str, ...], subject: str | None, schema_evolution: str, table: str,
                   mapping: str, starting_offsets: str, dead_letter_table: str | None,
@@ -65,6 +70,18 @@ def stream_create(name: str, bootstrap: str, topic: str | None, topic_pattern: s
 
     if (topic is None) == (topic_pattern is None):
         raise click.UsageError("give --topic or --topic-pattern (one of them)")
+    if route_by is not None:
+        from appliance.cli.routes import create_routed
+
+        if topic_pattern is not None:
+            raise click.UsageError("--route-by routes one topic's messages: give --topic, not --topic-pattern")
+        create_routed(name, bootstrap=bootstrap, topic=topic, route_by=route_by, table=table, format=fmt,
+                      mapping=mapping, subject=subject, starting_offsets=starting_offsets,
+                      dead_letter_table=dead_letter_table, kafka_options=kafka_options,
+                      schema_registry=schema_registry, registry_options=registry_options,
+                      schema_evolution=schema_evolution, mode=mode, key=key, cdc=cdc or "", cdc_columns=cdc_columns,
+                      partition_by=partition_by, kafka_columns=kafka_columns or ())
+        return
     if topic_pattern is not None:
         from appliance.cli.patterns import create_pattern
 
@@ -140,6 +157,9 @@ def stream_show(name: str, fmt: str) -> None:
     info["state"] = Shown(info["state"], info.pop("was")).text
     mapping = info.pop("mapping")
     topics = info.pop("topics")
+    routes = info.pop("routes")
+    if not info["route_by"]:
+        info.pop("route_by")
     if not info["topic_pattern"]:
         info.pop("topic_pattern")
     else:
@@ -174,6 +194,10 @@ def stream_show(name: str, fmt: str) -> None:
         from appliance.cli.patterns import echo_topics
 
         echo_topics(topics)
+    if routes:
+        from appliance.cli.routes import echo_routes
+
+        echo_routes(routes)
     if mapping:
         click.echo("mapping:")
         click.echo(mapping, nl=False)
@@ -223,5 +247,6 @@ def stream_delete(name: str, drop_tables: bool) -> None:
     s = delete_stream(settings(), name, drop_tables)
     kept = "dropped" if drop_tables else "kept"
     tables = f"the tables of its topics {kept}" if s.is_pattern else \
+        f"the tables of its routes and {s.dead_letter_table} {kept}" if s.is_routed else \
         f"tables {s.table} and {s.dead_letter_table} {kept}"
     err(f"deleted stream {name}; {tables}")

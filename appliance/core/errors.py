@@ -95,6 +95,10 @@ class TopicPatternError(InvalidName):
     """A pattern stream's regular expression or table template cannot be used (the message says which)."""
 
 
+class RouteError(InvalidName):
+    """A routed stream's field or table template cannot be used (the message says which)."""
+
+
 class NotForPatterns(FloeError):
     """What a pattern stream cannot do as a whole (yet): the message says what can be done instead."""
 

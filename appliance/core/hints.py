@@ -47,6 +47,11 @@ def pattern_dead_letters(stream: str) -> str:
     return (f"query each topic's dead-letter table, which `{SHOW_STREAM.format(stream=stream)}` lists: "
             f'`floe query "{TABLE_SAMPLE_SYNTAX}"`')
 
+def routed_dead_letters(table: str) -> str:
+    """How a routed stream's dead letters are read, where a command works on single-table streams only."""
+    return f'its dead letters: `floe query "{TABLE_SAMPLE.format(table=table)}"`'
+
+
 # ---- a stage's query (Spark SQL over `source`), shown in the empty stage editor ----------------------
 STAGE_EXAMPLE = ("-- for example, orders per hour:\nselect date_trunc('hour', ordered_at) as hour, count(*) as orders\n"
                  "from source\ngroup by 1")

@@ -131,6 +131,8 @@ class EventKind(StrEnum):
     TOPIC_ADDED = "topic_added"  # a pattern stream took a topic that matches: its tables are made
     TOPIC_REMOVED = "topic_removed"  # a pattern stream's topic left the cluster: its ingest stops, its tables stay
     TOPIC_SKIPPED = "topic_skipped"  # a matching topic a pattern stream cannot take (yet): the reason
+    ROUTE_ADDED = "route_added"  # a routed stream met a value naming a new table: its table is made
+    ROUTE_REFUSED = "route_refused"  # a table a value names cannot be made: its messages are dead letters
     BROKER_UNREACHABLE = "broker_unreachable"
     STREAM_RECOVERED = "stream_recovered"
     REGISTRY_UNREACHABLE = "registry_unreachable"

@@ -126,7 +126,7 @@ def _isolated(raw: RawBatch, attempt: Callable[[RawBatch], Decoded], ingested_at
     decoded = attempt(raw.take(rest))  # fails again when no single message is the cause: the batch is retried
     reasons = [(i, "decode", f"Floe failed to decode this message ({type(exc).__name__}: {exc}); please report it")
                for i, exc in culprits]
-    decoded.dead_letter = pa.concat_tables([decoded.dead_letter, _dead_letters(raw, reasons, ingested_at)])
+    decoded.dead_letter = pa.concat_tables([decoded.dead_letter, dead_letter_rows(raw, reasons, ingested_at)])
     return decoded
 
 
@@ -165,7 +165,7 @@ def _decode(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at
         arrays + _meta_arrays(raw, good) + [pa.array([ingested_at] * len(good), INGESTED_AT.arrow_type)],
         schema=mapping.arrow_schema(),
     )
-    return Decoded(target, _dead_letters(raw, sorted(bad), ingested_at), evolution, changes, parsed.schemas, ops)
+    return Decoded(target, dead_letter_rows(raw, sorted(bad), ingested_at), evolution, changes, parsed.schemas, ops)
 
 
 def _keyed(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at: dt.datetime,
@@ -211,7 +211,7 @@ def _keyed(raw: RawBatch, mapping: Mapping, max_message_bytes: int, ingested_at:
     write, delete, truncated = newest_per_key(entries, keys)
     rows = entries.column(SOURCE).to_numpy()[write]
     return Decoded(target.take(pa.array(rows)),
-                   pa.concat_tables([decoded.dead_letter, _dead_letters(raw, sorted(bad), ingested_at)]),
+                   pa.concat_tables([decoded.dead_letter, dead_letter_rows(raw, sorted(bad), ingested_at)]),
                    decoded.evolution, decoded.changes, decoded.schemas, None,
                    entries.select(keys + position).take(pa.array(delete)), truncated,
                    0 if keyed.tombstones_delete else len(stones))
@@ -251,7 +251,7 @@ def mapping_type(mapping: Mapping, name: str) -> str:
     return next((c.type for c in mapping.columns if c.name == name), "")
 
 
-def _dead_letters(raw: RawBatch, bad: list[tuple[int, str, str]], ingested_at: dt.datetime) -> pa.Table:
+def dead_letter_rows(raw: RawBatch, bad: list[tuple[int, str, str]], ingested_at: dt.datetime) -> pa.Table:
     rows = [b[0] for b in bad]
     return pa.Table.from_arrays(
         _meta_arrays(raw, rows)

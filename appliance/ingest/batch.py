@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -49,6 +50,9 @@ class BatchSpec:
     fmt: MessageFormat | None = None  # how messages are parsed; None: JSON
     evolve: bool = False  # new fields and wider values ask for a schema change instead of landing
     keyed: Keyed | None = None  # an upsert stream's keys: each task keeps the newest message of each key
+    # A routed stream's tables (`ingest/routing.Router`): its messages split by a field among them; `mapping`
+    # and `target` are then unused.
+    router: Any = None
 
 
 @dataclass
@@ -76,6 +80,12 @@ class TaskResult:
     keys: Keys | None = None
     deleted: Keys | None = None
     truncated: tuple[int, int] | None = None
+    # Routed streams: each route's table's files; the tables met without a route yet (set: nothing written),
+    # each with its value and a sample of its messages; what route tables must become first (nothing written).
+    routed_files: dict[str, list] = field(default_factory=dict)
+    new_routes: dict[str, tuple[str, list[bytes]]] = field(default_factory=dict)
+    evolutions: dict[str, Evolution] = field(default_factory=dict)
+    route_changes: dict[str, set[SchemaChange]] = field(default_factory=dict)  # each route table's, told as its own
 
 
 SAMPLE = 256  # order statistics a task returns: the batch's median is exact up to this many per task
@@ -199,7 +209,8 @@ def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.dateti
             continue
         try:
             failpoint("stream_task", spec.stream)
-            out.append(_write(spec, pieces, *read, ingested_at, read_seconds))
+            write = spec.router.write if spec.router is not None else _write
+            out.append(write(spec, pieces, *read, ingested_at, read_seconds))
         except FloeError as exc:
             out.append(exc)
         except Exception as exc:  # a bug, or a batch no single message makes fail: this stream retries

@@ -11,6 +11,7 @@ data that uses it; a kill between the two leaves columns that the re-read batch 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from pyiceberg.table import Table
 
@@ -29,8 +30,11 @@ log = logging.getLogger(__name__)
 
 
 class StreamSchema:
-    def __init__(self, settings: Settings, state: StateStore, stream: StreamDef) -> None:
+    def __init__(self, settings: Settings, state: StateStore, stream: StreamDef,
+                 record: Callable[[Mapping], None] | None = None) -> None:
+        """`record`: where the mapping the table makes is shown (default: the stream's row; a route's, its own)."""
         self.settings = settings
+        self._record = record or (lambda mapping: state.update_stream(stream.name, mapping=mapping))
         self.state = state
         self.stream = stream
         self._key: tuple | None = None
@@ -51,7 +55,7 @@ class StreamSchema:
             self._mapping = mapping_of(table, self.stream.mapping)
             self._key = key
             if self._mapping != self._shown and self._mapping.columns:
-                self.state.update_stream(self.stream.name, mapping=self._mapping)
+                self._record(self._mapping)
                 self._shown = self._mapping
         return self._mapping
 

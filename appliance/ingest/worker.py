@@ -26,6 +26,7 @@ from appliance.ingest.jobs import BatchJobs, next_tick, next_wake
 from appliance.ingest.outages import Outages, dependency_of
 from appliance.ingest.patterns import Discover, PatternRunner
 from appliance.ingest.planning import lag
+from appliance.ingest.routed import RoutedRunner
 from appliance.ingest.runner import BatchOutcome, StreamRunner
 from appliance.ingest.watermarks import WatermarkPollers
 from appliance.model.stream import StreamDef
@@ -92,9 +93,12 @@ class StreamWorker(threading.Thread):
         settings = self.engine.settings
         state = StateStore(settings.state_db, durable=False)
         engine = self.engine
-        runner = PatternRunner(settings, engine.spark, engine.catalog, state, self.stream, engine.jobs,
-                               engine.discover) if self.stream.is_pattern else \
-            StreamRunner(settings, engine.spark, engine.catalog, state, self.stream, engine.jobs, engine.pollers)
+        if self.stream.is_pattern:
+            runner = PatternRunner(settings, engine.spark, engine.catalog, state, self.stream, engine.jobs,
+                                   engine.discover)
+        else:
+            kind = RoutedRunner if self.stream.is_routed else StreamRunner
+            runner = kind(settings, engine.spark, engine.catalog, state, self.stream, engine.jobs, engine.pollers)
         if runner.poller is not None:
             runner.poller.subscribe(self.stream.topic, self.moved)
         # Across a restart: messages waited since then, or since the stream was last seen caught up.

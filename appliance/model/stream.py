@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from appliance.core import hints
 from appliance.core.errors import NotForPatterns
 from appliance.kafka.settings import KafkaSettings, RegistrySettings
 from appliance.model.mapping import Mapping
@@ -43,7 +44,10 @@ class StreamDef:
     # is a member (`state` table `stream_members`) with its own tables, mapping and offsets.
     topic_pattern: str = ""
     table_template: str = ""
-    partition_by: str = ""  # a pattern stream's: the partitioning of the tables its later topics get
+    partition_by: str = ""  # a pattern or routed stream's: the partitioning of the tables it makes later
+    # A routed stream: each message into the table `table` (a template of `{value}`) names with its field
+    # `route_by` (`model/routes.py`); each table made is a route (`state` table `stream_routes`).
+    route_by: str = ""
 
     @property
     def evolves(self) -> bool:
@@ -53,8 +57,16 @@ class StreamDef:
     def is_pattern(self) -> bool:
         return bool(self.topic_pattern)
 
+    @property
+    def is_routed(self) -> bool:
+        return bool(self.route_by)
+
     def single(self, what: str, instead: str = "") -> StreamDef:
-        """This stream, if it reads one topic; a pattern stream raises NotForPatterns saying `what` it cannot."""
+        """This stream, if it reads one topic into one table; a pattern or routed stream raises NotForPatterns
+        saying `what` it cannot."""
+        if self.is_routed:  # its dead letters are in one table, which a query reads
+            raise NotForPatterns(f"stream {self.name} routes its messages by field {self.route_by}: {what} works on "
+                                 f"a single table's stream; {hints.routed_dead_letters(self.dead_letter_table)}")
         if self.is_pattern:
             raise NotForPatterns(f"stream {self.name} reads a topic pattern: {what} works on a single topic's stream"
                                  + (f"; {instead}" if instead else ""))

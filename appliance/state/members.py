@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from appliance.core.clock import now
@@ -45,15 +46,22 @@ class MemberRecords:
     def streams(self) -> list[StreamDef]:
         raise NotImplementedError
 
+    routes: Callable[[str], dict]  # `RouteRecords.routes` (an annotation only: a method here would shadow it)
+
     def table_writers(self) -> list[StreamDef]:
         """Every stream as the tables it writes see it: a pattern stream as one stream per topic it took (its
         tables, id and mapping), so that whatever asks who writes a table asks once."""
         from appliance.model.patterns import member_stream
+        from appliance.model.routes import route_stream
 
         out: list[StreamDef] = []
         for stream in self.streams():
-            out += [member_stream(stream, m) for m in self.members(stream.name).values()] if stream.is_pattern \
-                else [stream]
+            if stream.is_pattern:
+                out += [member_stream(stream, m) for m in self.members(stream.name).values()]
+            elif stream.is_routed:  # itself too: its dead-letter table is written before any route is made
+                out += [stream] + [route_stream(stream, r) for r in self.routes(stream.name).values() if not r.refused]
+            else:
+                out.append(stream)
         return out
 
     def add_member(self, member: Member) -> None:
@@ -77,7 +85,10 @@ class MemberRecords:
         return [_member(r) for r in self._rows("stream_members", order_by="stream, topic")]
 
     def tables_of(self, stream: StreamDef) -> list[str]:
-        """Every table a stream writes: its two, or each of a pattern stream's members' two."""
+        """Every table a stream writes: its two, each of a pattern stream's members' two, or a routed stream's
+        dead-letter table and its routes'."""
+        if stream.is_routed:
+            return [stream.dead_letter_table] + [r.table for r in self.routes(stream.name).values() if not r.refused]
         if not stream.is_pattern:
             return [stream.table, stream.dead_letter_table]
         return [t for m in self.members(stream.name).values() for t in (m.table, m.dead_letter_table)]

@@ -53,6 +53,7 @@ class StreamSummary:
     table: str
     dead_letter_table: str
     paused: bool
+    route_by: str = ""  # a routed stream's field
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             "kafka_columns": str,
             # pattern streams: the regular expression, the table template, the partitioning of later topics' tables
             "topic_pattern": str, "table_template": str, "partition_by": str,
+            # routed streams: the field whose value names each message's table (`target_table`: the template)
+            "route_by": str,
         },
         "name", [],
     ),
@@ -31,6 +33,13 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
         {"stream": str, "topic": str, "id": str, "target_table": str, "dead_letter_table": str, "mapping": str,
          "start_positions": str, "key_columns": str, "subject": str, "created_at": str, "removed_at": str},
         ("stream", "topic"), [],
+    ),
+    # A routed stream's tables, one per table a field's value named: the value that first named it, its mapping
+    # as inferred then, where each partition was when it was recorded; `refused`: why it cannot be made.
+    "stream_routes": (
+        {"stream": str, "table_name": str, "value": str, "mapping": str, "created_at": str,
+         "start_positions": str, "refused": str},
+        ("stream", "table_name"), [],
     ),
     "stream_status": (
         {

@@ -41,6 +41,7 @@ from appliance.state.records import (
     StreamSummary,
 )
 from appliance.state.requests import EngineRequests
+from appliance.state.routes import RouteRecords
 from appliance.state.schema import migrate, prepare
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # a definition's mapping is Arrow's and PyIceberg's types: `f
     from appliance.model.stream import StreamDef
 
 
-class StateStore(StageRecords, MemberRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords,
+class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords,
                  OutageRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
@@ -112,7 +113,8 @@ class StateStore(StageRecords, MemberRecords, EngineRequests, AlertRecords, Hist
         """Every stream's name, topic, tables and pause, by name: what `floe status` and lists need, without
         parsing hundreds of mappings."""
         return [StreamSummary(*row) for row in self.db.execute(
-            "select name, topic, target_table, dead_letter_table, paused = 1 from streams order by name").fetchall()]
+            "select name, topic, target_table, dead_letter_table, paused = 1, coalesce(route_by, '') from streams "
+            "order by name").fetchall()]
 
     def set_paused(self, name: str, paused: bool) -> None:
         self.stream(name)
@@ -152,6 +154,7 @@ class StateStore(StageRecords, MemberRecords, EngineRequests, AlertRecords, Hist
         self.stream(name)
         with self.db.conn:
             self.forget_members(name)
+            self.forget_routes(name)
             self.db["expired_offsets"].delete_where("stream_id = (select id from streams where name = ?)", [name])
             self.db["streams"].delete(name)
             self.db["stream_status"].delete_where("name = ?", [name])

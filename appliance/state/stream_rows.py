@@ -41,6 +41,7 @@ def stream_row(stream: StreamDef) -> dict[str, Any]:
         "topic_pattern": stream.topic_pattern,
         "table_template": stream.table_template,
         "partition_by": stream.partition_by,
+        "route_by": stream.route_by,
     }
 
 
@@ -83,4 +84,5 @@ def _stream_of(items: tuple) -> StreamDef:
         topic_pattern=row.get("topic_pattern") or "",
         table_template=row.get("table_template") or "",
         partition_by=row.get("partition_by") or "",
+        route_by=row.get("route_by") or "",
     )

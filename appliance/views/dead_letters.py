@@ -37,8 +37,10 @@ def dead_letters(settings: Settings, name: str, limit: int = 20, preview_bytes: 
     """The stream's most recent dead-letter rows, newest first, from its dead-letter table (a pattern stream's:
     from each of its topics')."""
     with StateStore(settings.state_db) as state:
-        state.stream(name)
-        tables = [s.dead_letter_table for s in state.table_writers() if s.name == name]
+        stream = state.stream(name)
+        # a routed stream's routes share its one dead-letter table
+        tables = [stream.dead_letter_table] if stream.is_routed else \
+            [s.dead_letter_table for s in state.table_writers() if s.name == name]
     if not tables:
         return []
     selects = [

@@ -41,3 +41,16 @@ def committed_of(settings: Settings, table: str, stream_id: str) -> dict[int, in
 def topic_views(settings: Settings, members: dict[str, Member]) -> list[TopicView]:
     return [TopicView(m.topic, m.table, m.dead_letter_table, f"removed at {m.removed_at}" if m.removed_at
                       else "reading", committed_of(settings, m.table, m.id)) for m in members.values()]
+
+
+@dataclass(frozen=True)
+class RouteView:
+    value: str  # the value that first named the table
+    table: str
+    refused: str  # why its table cannot be made ("" when it is)
+    committed_offsets: dict[int, int] | str | None  # a text when the table cannot be read
+
+
+def route_views(settings: Settings, stream_id: str, routes: dict) -> list[RouteView]:
+    return [RouteView(r.value, r.table, r.refused, None if r.refused else committed_of(settings, r.table, stream_id))
+            for r in routes.values()]

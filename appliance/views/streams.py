@@ -17,7 +17,7 @@ from appliance.core.vocabulary import StreamPhase
 from appliance.state.records import BatchRecord, StreamStatus, StreamSummary
 from appliance.state.store import StateStore
 from appliance.views.engine import Shown, engine_health, shown
-from appliance.views.patterns import TopicView, committed_of, topic_views
+from appliance.views.patterns import RouteView, TopicView, committed_of, route_views, topic_views
 
 if TYPE_CHECKING:  # imported where definitions are parsed, not by `floe stream list`
     from appliance.model.stream import StreamDef
@@ -43,7 +43,8 @@ class StreamView:
     last_error: str  # while the stream is failing; "" otherwise
     throughput: list[float] = field(default_factory=list)  # messages/s, one value per 5 s, oldest first
     shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
-    tables: list[str] = field(default_factory=list)  # a pattern stream's: each topic's table
+    tables: list[str] = field(default_factory=list)  # a pattern stream's: each topic's table; a routed one's routes'
+    route_by: str = ""  # a routed stream's field
 
     def summary(self) -> dict[str, Any]:
         """The row `floe stream list` prints."""
@@ -85,6 +86,7 @@ def _stream_view(recent: list[BatchRecord], s: StreamDef | StreamSummary, st: St
         table=s.table,
         dead_letter_table=s.dead_letter_table,
         tables=tables or [],
+        route_by=s.route_by,
         messages_per_s=0.0 if s.paused else st.messages_per_s,
         rows_last_minute=sum(b.rows for b in minute),
         dead_letters_last_minute=sum(b.dead_letter_rows for b in minute),
@@ -105,7 +107,7 @@ def streams_overview(settings: Settings) -> list[StreamView]:
         statuses = state.statuses()
         up = engine_health(settings, state).up
         recent = state.recent_batches_by_stream((now - RECENT).isoformat(timespec="milliseconds"))
-        tables = state.member_tables()  # the pattern streams' members: one query for all
+        tables = {**state.member_tables(), **state.route_tables()}  # pattern and routed streams': a query each
         return [_stream_view(recent.get(s.name, []), s, statuses.get(s.name) or StreamStatus(s.name), now, up,
                              tables.get(s.name)) for s in state.stream_summaries()]
 
@@ -254,8 +256,9 @@ def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int
         now = utcnow()
         s = state.stream(name)
         recent = state.batches_since(name, (now - RECENT).isoformat(timespec="milliseconds"))
-        view = _stream_view(recent, s, state.status(name), now, engine_health(settings, state).up,
-                            [m.table for m in state.members(name).values()] if s.is_pattern else None)
+        tables = [m.table for m in state.members(name).values()] if s.is_pattern else \
+            [r.table for r in state.routes(name).values() if not r.refused] if s.is_routed else None
+        view = _stream_view(recent, s, state.status(name), now, engine_health(settings, state).up, tables)
         # Enough batches to cover the window (one a second at most per stream by default) and the table.
         history = state.recent_batches(name, limit=max(batches, int(buckets * width * 2)))
         source = source_view(state, s)
@@ -307,6 +310,8 @@ class StreamInfo:
     shown: Shown = field(default_factory=lambda: Shown(""))  # the state as `floe status` shows it
     topic_pattern: str = ""  # a pattern stream's: `topic` and `table` are then the pattern and the template
     topics: list[TopicView] = field(default_factory=list)  # a pattern stream's topics and their tables
+    route_by: str = ""  # a routed stream's field: `table` is then the template of its tables
+    routes: list[RouteView] = field(default_factory=list)  # a routed stream's tables
 
     def as_dict(self) -> dict[str, Any]:
         """As `floe stream show --format json` prints it: `state` (and `was`) as `floe status` has them."""
@@ -326,7 +331,9 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         source = source_view(state, s)
         up = engine_health(settings, state).up
         members = state.members(name)
-    offsets = None if s.is_pattern else committed_of(settings, s.table, s.id)
+        routes = state.routes(name) if s.is_routed else {}
+    # A routed stream's position is its dead-letter table's, committed last in each batch (`ingest/routed.py`).
+    offsets = None if s.is_pattern else committed_of(settings, s.dead_letter_table if s.is_routed else s.table, s.id)
     return StreamInfo(
         name=s.name, id=s.id, phase=phase_of(s, status), topic=s.topic, bootstrap=s.kafka.bootstrap,
         kafka_options=s.kafka.masked_options(), format=s.format, schema_registry=source.registry,
@@ -338,4 +345,5 @@ def stream_info(settings: Settings, name: str) -> StreamInfo:
         last_commit_at=status.last_commit_at, last_error=status.last_error, recent_batches=batches,
         mapping=s.mapping_toml() if s.mapping.columns else "", shown=shown(phase_of(s, status), up),
         topic_pattern=s.topic_pattern, topics=topic_views(settings, members) if s.is_pattern else [],
+        route_by=s.route_by, routes=route_views(settings, s.id, routes),
     )

@@ -86,10 +86,15 @@ def source_text(source) -> str:
 
 
 def title_text(v: StreamView, bootstrap: str) -> str:
-    """Topic and tables; a pattern stream's: its pattern and every table its topics landed in."""
+    """Topic and tables; a pattern stream's: its pattern and every table its topics landed in; a routed stream's:
+    its topic, field and the tables its values named."""
     if v.tables:
         shown = ", ".join(v.tables[:TABLES_SHOWN]) + (f" and {len(v.tables) - TABLES_SHOWN} more"
                                                       if len(v.tables) > TABLES_SHOWN else "")
+        if v.route_by:
+            return (f"[b]{escape(v.name)}[/b]  topic [b]{escape(v.topic)}[/b] routed by [b]{escape(v.route_by)}[/b] → "
+                    f"{len(v.tables)} tables: [b]{escape(shown)}[/b]  [dim](dead letters → "
+                    f"{escape(v.dead_letter_table)}; broker {escape(bootstrap)})[/]")
         return (f"[b]{escape(v.name)}[/b]  topics matching [b]{escape(v.topic)}[/b] → {len(v.tables)} tables: "
                 f"[b]{escape(shown)}[/b]  [dim](each with its dead-letter table; broker {escape(bootstrap)})[/]")
     return (f"[b]{escape(v.name)}[/b]  topic [b]{escape(v.topic)}[/b] → table [b]{escape(v.table)}[/b]"

@@ -1,0 +1,173 @@
+"""A routed stream's batch inside its Spark task: one read of the topic, split by each message's route value.
+
+The task reads its pieces once (`batch.run_items`), takes each message's route value (its value parsed once with
+the stream's format, the field looked up: `route_values`), groups the messages by the table the value names
+(`model/routes.RouteRule`) and decodes each group with its route's mapping into that table's files. A message
+without the field, or whose value makes no valid table name, is a dead letter with the reason (stage `route`).
+
+A value naming a table that has no route yet is like a schema change: the task writes nothing and hands back the
+new tables with a few of their messages (`TaskResult.new_routes`); the driver records the routes, makes their
+tables from those samples and runs the task again (`ingest/routed.py`). So is a route's batch that needs its
+table to change (`TaskResult.evolutions`). A message at an offset a table has already committed (an earlier
+attempt of this batch was cut between two tables' commits) is not written to it again (`routes.unlanded`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from appliance.decode.json_format import JsonFormat
+from appliance.decode.parsed import Bad, MessageFormat, validate
+from appliance.decode.rows import dead_letter_rows, decode_batch
+from appliance.ingest.batch import BatchSpec, TaskResult, timestamp_sample
+from appliance.kafka.reader import Piece, PieceResult
+from appliance.kafka.records import RawBatch
+from appliance.model.changes import Evolution
+from appliance.model.mapping import Column, Mapping
+from appliance.model.routes import RouteRule, route_text, unlanded
+from appliance.tables.datafiles import TableTarget, write_data_files
+
+SAMPLES = 50  # messages of a new route a task hands back: its mapping is inferred from them
+ROUTE_STAGE = "route"  # the dead-letter stage of a message that names no table
+
+
+@dataclass(frozen=True)
+class RouteTarget:
+    """What a task needs of one route's table: its mapping, where its files go, and the offsets it has taken."""
+
+    mapping: Mapping
+    target: TableTarget
+    committed: dict[int, int] | None
+
+
+@dataclass(frozen=True)
+class Router:
+    """A routed stream's tables as its tasks see them (picklable: it travels to them in the `BatchSpec`)."""
+
+    rule: RouteRule
+    routes: dict[str, RouteTarget]  # by table
+    refused: dict[str, str]  # tables that cannot be made, and why: their messages are dead letters
+
+    def write(self, spec: BatchSpec, pieces: list[Piece], raw: RawBatch, results: list[PieceResult],
+              ingested_at: dt.datetime, read_seconds: float) -> TaskResult:
+        t1 = time.perf_counter()
+        messages, size = len(raw), sum(len(v) for v in raw.values if v)
+        groups, new, bad = self.split(raw, spec.fmt, spec.max_message_bytes)
+        if new:  # written once the driver has made their tables
+            return TaskResult(pieces=results, read=pieces, new_routes=new, messages=messages,
+                              read_seconds=read_seconds)
+        dead = [dead_letter_rows(raw, sorted(bad), ingested_at)]
+        rows: dict[str, pa.Table] = {}
+        result = TaskResult(pieces=results, read=pieces, messages=messages, bytes=size, read_seconds=read_seconds)
+        for table, indexes in groups.items():
+            route = self.routes[table]
+            indexes = [i for i in indexes if unlanded(route.committed, raw.partitions[i], raw.offsets[i])]
+            if not indexes:
+                continue
+            decoded = decode_batch(raw.take(indexes), route.mapping, spec.max_message_bytes, ingested_at, spec.fmt,
+                                   spec.evolve)
+            if decoded.changes:
+                result.route_changes.setdefault(table, set()).update(decoded.changes)
+            for schema, n in decoded.schemas.items():
+                result.schemas[schema] = result.schemas.get(schema, 0) + n
+            if decoded.evolution:
+                result.evolutions[table] = decoded.evolution
+                continue
+            rows[table] = decoded.target
+            dead.append(decoded.dead_letter)
+        if result.evolutions:  # written once those tables have changed
+            return result
+        t2 = time.perf_counter()
+        dead_letters = pa.concat_tables(dead)
+        result.routed_files = {table: write_data_files(self.routes[table].target, part) for table, part in rows.items()}
+        result.dead_letter_files = write_data_files(spec.dead_letter, dead_letters)
+        result.rows = sum(part.num_rows for part in rows.values())
+        result.dead_letter_rows = dead_letters.num_rows
+        result.timestamps, result.throttle_ms = timestamp_sample(raw.timestamps), raw.throttle_ms
+        result.decode_seconds, result.write_seconds = t2 - t1, time.perf_counter() - t2
+        return result
+
+    def split(self, raw: RawBatch, fmt: MessageFormat | None, max_message_bytes: int
+              ) -> tuple[dict[str, list[int]], dict[str, tuple[str, list[bytes]]], list[Bad]]:
+        """(the messages of each routed table, the tables without a route yet with their value and a sample of
+        their messages, the messages that name no table with the reason)."""
+        values, bad = route_values(raw.values, self.rule, fmt, max_message_bytes)
+        groups: dict[str, list[int]] = {}
+        new: dict[str, tuple[str, list[bytes]]] = {}
+        named: dict[Any, tuple[str | None, str]] = {}
+        for i, value in values:
+            try:  # by type too: True and 1 are equal keys, and name "true" and "1"
+                table, why = named[(value.__class__, value)]
+            except KeyError:
+                table, why = named[(value.__class__, value)] = self.rule.route(value)
+            except TypeError:  # a record or a list: no table, never cached
+                table, why = self.rule.route(value)
+            if table is None or table in self.refused:
+                bad.append((i, ROUTE_STAGE, why or f"table {table}: {self.refused[table]}"))
+            elif table in self.routes:
+                groups.setdefault(table, []).append(i)
+            else:
+                sample = new.setdefault(table, (route_text(value) or "", []))[1]
+                if len(sample) < SAMPLES:
+                    sample.append(raw.values[i])
+        return groups, new, bad
+
+
+def route_values(values: list[bytes | None], rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
+                 ) -> tuple[list[tuple[int, Any]], list[Bad]]:
+    """Each parsed message's route value (None: no such field), and the messages that do not parse, with why."""
+    if fmt is None or isinstance(fmt, JsonFormat):
+        return _json_values(values, rule.path, max_message_bytes)
+    column = Column("route", "string", rule.path)
+    parsed = fmt.parse(values, max_message_bytes, Mapping.of_table([column]))
+    [found] = parsed.values([column])
+    found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
+    return list(zip(parsed.good, found)), list(parsed.bad)
+
+
+def _json_values(values: list[bytes | None], path: tuple[str, ...], max_message_bytes: int
+                 ) -> tuple[list[tuple[int, Any]], list[Bad]]:
+    """JSON's: each object parsed and the field looked up, nothing else (no column is built here)."""
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    ok, bad = validate(values, max_message_bytes)
+    out: list[tuple[int, Any]] = []
+    for i in ok:
+        value = values[i]
+        if value[0] == 0 and len(value) >= 5:  # the registry's wire format header
+            value = value[5:]
+        try:
+            found = loads(value)
+        except decode_error as exc:
+            bad.append((i, "decode", f"invalid JSON: {exc}"))
+            continue
+        if type(found) is not dict:
+            bad.append((i, "decode", "JSON value is not an object"))
+            continue
+        for key in path:
+            found = found.get(key) if type(found) is dict else None
+        out.append((i, found))
+    return out, bad
+
+
+def merged_evolutions(tasks: list[TaskResult]) -> dict[str, Evolution]:
+    """What each route's table must become, over a batch's tasks."""
+    out: dict[str, Evolution] = {}
+    for r in tasks:
+        for table, evolution in r.evolutions.items():
+            out[table] = out.get(table, Evolution()).merged(evolution)
+    return out
+
+
+def merged_new_routes(tasks: list[TaskResult]) -> dict[str, tuple[str, list[bytes]]]:
+    """The tables a batch's tasks met without a route, each with its value and its samples."""
+    out: dict[str, tuple[str, list[bytes]]] = {}
+    for r in tasks:
+        for table, (value, sample) in r.new_routes.items():
+            out.setdefault(table, (value, []))[1].extend(sample[:SAMPLES - len(out[table][1])])
+    return out
