@@ -170,6 +170,10 @@ def test_the_class_data_archive_is_built_and_used(tmp_path):
     assert built.returncode == 0, built.stderr
     [archive] = (tmp_path / "cache" / "floe").glob("*.jsa")
     assert archive.stat().st_size > 10_000_000
+    made = archive.stat().st_mtime_ns
+    again = subprocess.run([sys.executable, "-m", "appliance.spark.archive"], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)  # `scripts/setup` run a second time
+    assert again.returncode == 0 and f"kept {archive}" in again.stderr and archive.stat().st_mtime_ns == made
     check = ("from appliance.config.settings import load_settings; from appliance.spark.session import spark_session;"
              "s = spark_session(load_settings());"
              "print(list(s.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()"

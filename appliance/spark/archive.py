@@ -99,6 +99,11 @@ def build(path: Path) -> bool:
 
 if __name__ == "__main__":
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else archive_path()
+    if len(sys.argv) == 1 and target.exists():
+        # Its name says which pyspark and which java it was made for: a setup run again keeps it (a build is
+        # a Spark session of its own, half a minute on 2 cores).
+        print(f"kept {target}", file=sys.stderr)
+        sys.exit(0)
     target.parent.mkdir(parents=True, exist_ok=True)
     ok = build(target)
     print(f"{'built' if ok else 'could not build'} {target}", file=sys.stderr)
