@@ -45,3 +45,39 @@ async def test_the_sections_neither_read_nor_repaint_behind_the_wizard_and_wake_
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is sections and sections.timers(), 10,
                     "the sections' timers running again")
+
+
+async def test_tab_through_a_form_keeps_the_footer_and_a_change_of_keys_recomposes_it(floe_home, monkeypatch):
+    """Textual's footer was made again at every focus change (each Tab through the wizard: most of the
+    keyboard test's time); now only when the keys it shows change."""
+    from textual.widgets import Footer as TextualFooter
+
+    from tui.widgets.footer import Footer, shown_keys
+
+    recomposed: list[TextualFooter] = []
+    recompose = TextualFooter.recompose
+
+    async def counted(footer: TextualFooter) -> None:
+        recomposed.append(footer)
+        await recompose(footer)
+
+    monkeypatch.setattr(TextualFooter, "recompose", counted)
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 50)) as pilot:
+        wizard = await open_wizard(app, pilot)
+        footer = wizard.query_one(Footer)
+        await until(pilot, lambda: footer.query("FooterKey"), 10, "the wizard's footer keys")
+        recomposed.clear()
+        visited, keys, changes = set(), shown_keys(wizard), 0
+        for _ in range(8):
+            await pilot.press("tab")
+            await pilot.pause()
+            visited.add(app.focused.id)
+            now = shown_keys(wizard)
+            changes, keys = changes + (now != keys), now
+        assert len(visited) > 4 and changes < len(visited)  # most fields show the same keys
+        assert len([f for f in recomposed if f is footer]) <= changes
+        await pilot.press("escape")  # the sections' footer: other keys, shown at once
+        sections_footer = app.screen.query_one(Footer)
+        await until(pilot, lambda: any("New stream" in str(key.render()) for key in sections_footer.query("FooterKey")),
+                    10, "the sections' keys in their footer")

@@ -16,7 +16,7 @@ from textual import on, work
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import Header, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from appliance.config.settings import Settings
@@ -35,6 +35,7 @@ from tui.panes.streams import StreamsPane
 from tui.panes.tables import TablesPane
 from tui.screens.help import HelpScreen
 from tui.screens.sections import SectionsScreen
+from tui.widgets.footer import Footer
 from tui.widgets.texts import Texts
 from tui.workers import FailureLog, ReportsFailures
 

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Select, Static, TextArea
+from textual.widgets import Button, DataTable, Header, Input, Select, Static, TextArea
 
 from appliance.control.requests import warm_engine
 from appliance.control.stages import Outcome, preview_for_ui, save_for_ui
@@ -27,6 +27,7 @@ from appliance.query.formatting import cell_text
 from appliance.views.stages import StageInfo, StageView, stage_info
 from appliance.views.tables import table_names
 from tui.screens.confirm import ConfirmScreen
+from tui.widgets.footer import Footer
 from tui.widgets.form import field, show_error
 from tui.workers import ReportsFailures
 

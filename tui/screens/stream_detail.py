@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Header, Sparkline, Static
+from textual.widgets import Button, DataTable, Header, Sparkline, Static
 from textual.worker import get_current_worker
 
 from appliance.control.dead_letters import replay_for_ui
@@ -32,6 +32,7 @@ from tui.messages import ActionDone
 from tui.screens.audit_report import AuditScreen
 from tui.screens.confirm import ConfirmScreen
 from tui.styles import phase_text
+from tui.widgets.footer import Footer
 from tui.widgets.rows import put_row, trim_rows
 from tui.widgets.texts import Texts
 from tui.workers import ReportsFailures

@@ -17,7 +17,6 @@ from textual.screen import Screen
 from textual.widgets import (
     Button,
     ContentSwitcher,
-    Footer,
     Header,
     Input,
     Label,
@@ -42,6 +41,7 @@ from tui.screens.new_stream.messages import (
 )
 from tui.screens.new_stream.source import SourceStep
 from tui.screens.new_stream.target import TargetStep
+from tui.widgets.footer import Footer
 from tui.widgets.form import show_error
 from tui.workers import ReportsFailures
 
