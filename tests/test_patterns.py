@@ -191,12 +191,12 @@ def _tables_hold(inventory: Inventory) -> bool:
 
 @pytest.mark.slow
 def test_a_pattern_over_debezium_topics_through_a_kill_and_a_topic_that_appears_while_it_runs(
-        broker, floe_home, spark):
+        broker, floe_home, spark, java):
     from appliance.control.patterns import discover_members
     from appliance.core.polling import poll
     from appliance.ingest.engine import Engine
 
-    from conftest import floe_process, run_until_caught_up, wait_for
+    from conftest import floe_process, java_reads_as_pyiceberg, run_until_caught_up, wait_for
 
     inventory = Inventory(broker, f"db{uuid.uuid4().hex[:6]}")
     tables = [f"t{i}" for i in range(5)]
@@ -233,6 +233,8 @@ def test_a_pattern_over_debezium_topics_through_a_kill_and_a_topic_that_appears_
     inventory.history("late", 1)
     run_until_caught_up(spark)  # `floe run --until-caught-up`: every topic read to where it stood at the start
     assert _tables_hold(inventory)
+    for table, rows in inventory.rows.items():  # each topic's table (position deletes and all) read by Java Iceberg
+        assert java_reads_as_pyiceberg(java, Catalog(load_settings()).table(f"cdc.{table}")) == len(rows), table
     audited = floe("audit", "inv", "--format", "json")
     assert audited.returncode == 0, audited.stdout
     assert sorted(r["table"] for r in json.loads(audited.stdout)) == sorted(f"cdc.{t}" for t in [*tables, "late"])

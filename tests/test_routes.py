@@ -152,14 +152,15 @@ class Events:
 
 
 @pytest.mark.slow
-def test_a_routed_topic_lands_each_kind_in_its_own_table_once_through_kills(broker, topic, floe_home, spark):
+def test_a_routed_topic_lands_each_kind_in_its_own_table_once_through_kills(broker, topic, floe_home, spark,
+                                                                            java):
     import json
 
     from appliance.tables.catalog import Catalog
     from appliance.tables.snapshots import committed_offsets
 
     from commands import floe_process
-    from conftest import run_until_caught_up, run_until_killed
+    from conftest import java_reads_as_pyiceberg, run_until_caught_up, run_until_killed
 
     floe_home.mkdir(parents=True, exist_ok=True)
     (floe_home / "floe.toml").write_text('[engine]\nmax_batch_messages = 500\ncommit_interval = "100ms"\n')
@@ -189,9 +190,11 @@ def test_a_routed_topic_lands_each_kind_in_its_own_table_once_through_kills(brok
         assert done.returncode == 0, done.stderr
         return [json.loads(line) for line in done.stdout.splitlines()]
 
-    for kind, table in TABLES.items():  # DuckDB (`floe query`), then PyIceberg
+    for kind, table in TABLES.items():  # DuckDB (`floe query`), PyIceberg, the reference Java Iceberg
         assert [r["id"] for r in query(f"select id from {table} order by id")] == events.ids[kind], table
         assert sorted(catalog.table(table).scan().to_arrow().column("id").to_pylist()) == events.ids[kind], table
+        assert java_reads_as_pyiceberg(java, catalog.table(table)) == len(events.ids[kind]), table
+    assert java_reads_as_pyiceberg(java, catalog.table("an.ev_dlq")) == events.bad
     assert "amount" in catalog.table("an.ev_purchase").schema().column_names  # each table its kind's own columns
     assert "page" not in catalog.table("an.ev_purchase").schema().column_names
     dead = query("select error_stage, error_message from an.ev_dlq")
