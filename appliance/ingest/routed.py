@@ -91,7 +91,8 @@ class RoutedRunner(StreamRunner):
             self._refuse(route, str(exc))
             return
         schema = StreamSchema(self.settings, self.state, route_stream(self.stream, route),
-                              lambda mapping: self.state.update_route(dataclasses.replace(route, mapping=mapping)))
+                              lambda mapping: self.state.update_route(dataclasses.replace(route, mapping=mapping)),
+                              replays=False)
         self.routes[route.table] = RouteTable(route, table, schema, committed_offsets(table, self.stream.id))
 
     def _refuse(self, route: Route, why: str) -> None:
