@@ -247,14 +247,14 @@ class StreamRunner:
                 self.state.add_event(EventKind.DATA_EXPIRED, gap.describe(), self.stream.name, EventLevel.WARNING)
 
     def _record(self, outcome: BatchOutcome, result: BatchResult, snapshots: Snapshots, offsets: dict[int, int],
-                started_at: str, seconds: float) -> None:
+                started_at: str, seconds: float, route_tables: int | None = None) -> None:
         self.state.record_batch(BatchRecord(
             stream=self.stream.name, started_at=started_at, committed_at=now(), duration_ms=int(seconds * 1000),
             messages=outcome.messages, rows=outcome.rows, dead_letter_rows=outcome.dead_letter_rows,
             bytes=int(result.total("bytes")), target_snapshot_id=snapshots.target,
             dead_letter_snapshot_id=snapshots.dead_letter, offsets=offsets_json(offsets), lag=outcome.lag,
             newest_kafka_ts=result.newest_timestamp, median_kafka_ts=result.median_timestamp,
-            throttle_ms=result.throttle_ms,
+            throttle_ms=result.throttle_ms, route_tables=route_tables,
         ))
         log.info(
             "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs",
