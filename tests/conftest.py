@@ -3,6 +3,7 @@ a SQLite catalog and a warehouse in a temporary FLOE_HOME."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -151,6 +152,79 @@ def running_engine(spark):
     for engine, thread in engines:
         engine.stop()
         thread.join(60)
+
+
+# -- the reference Java Iceberg (Iceberg 1.10 on Spark 3.5, in a virtualenv of its own: scripts/javaiceberg/) ----
+
+JAVA = ROOT / ".javaiceberg" / ".venv" / "bin" / "python"
+JAVA_READ = ROOT / "scripts" / "javaiceberg" / "read.py"
+
+
+class JavaReader:
+    """The reference Java Iceberg reader (`read.py --serve`): one JVM for the module's reads, not one a read."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log.open("w")
+        self.proc = subprocess.Popen([str(JAVA), str(JAVA_READ), "--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+
+    def __call__(self, metadata_location: str, sql: str = "", meta: str = "") -> list[dict]:
+        """Rows Java Iceberg reads: of `sql` over the table `t`, or of a metadata table."""
+        self.proc.stdin.write(json.dumps({"metadata_json": metadata_location, "sql": sql, "meta": meta}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()  # pytest-timeout bounds a reader that never answers
+        assert line, f"the Java reader exited: {self.proc.poll()}"
+        answer = json.loads(line)
+        assert "error" not in answer, answer["error"][-2000:]
+        return answer["rows"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        finally:
+            self.proc.kill()
+            self.proc.stdout.close()
+            self.log.close()
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory):
+    """The reference Java Iceberg reader of a test module, started as the first test asking for it sets up."""
+    if not JAVA.exists():
+        pytest.fail(f"the reference Java Iceberg is not set up ({JAVA}): run scripts/javaiceberg/setup --no-s3",
+                    pytrace=False)
+    reader = JavaReader(tmp_path_factory.mktemp("javaiceberg") / "read.log")
+    yield reader
+    reader.close()
+
+
+def as_java_prints(value):
+    """A value PyIceberg read, as read.py prints what Java read: timestamps in UTC without an offset, bytes as
+    {"$binary_hex": ...}, decimals as text."""
+    import datetime as dt
+    import decimal
+
+    if isinstance(value, dict):
+        return {k: as_java_prints(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_java_prints(v) for v in value]
+    if isinstance(value, bytes):
+        return {"$binary_hex": value.hex()}
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value.isoformat() if isinstance(value, (dt.datetime, dt.date, dt.time)) else value
+
+
+def java_reads_as_pyiceberg(java: JavaReader, table) -> int:
+    """Every row of `table` (PyIceberg's) as the reference Java Iceberg reads it, equal to PyIceberg's reading, by
+    Kafka position; the number of rows."""
+    theirs = java(table.metadata_location, "select * from t order by _kafka_partition, _kafka_offset")
+    ours = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: (r["_kafka_partition"], r["_kafka_offset"]))
+    assert theirs == [as_java_prints(row) for row in ours], table.name()
+    return len(ours)
 
 
 def run_until_caught_up(spark) -> None:

@@ -1,57 +1,16 @@
 """What Floe writes, read back by the reference Java Iceberg implementation (Iceberg 1.10 on Spark 3.5, in
-a virtualenv of its own: scripts/javaiceberg/), and compared with DuckDB's and PyIceberg's reading."""
+a virtualenv of its own: scripts/javaiceberg/; conftest's `java`), and compared with DuckDB's and PyIceberg's reading."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 
 import orjson
-import pytest
 
 from appliance.config.settings import load_settings
 from appliance.tables.catalog import Catalog
 
-from conftest import ROOT, floe, run_until_caught_up
-
-JAVA = ROOT / ".javaiceberg" / ".venv" / "bin" / "python"
-READ = ROOT / "scripts" / "javaiceberg" / "read.py"
-
-
-class JavaReader:
-    """The reference Java Iceberg reader (`read.py --serve`): one JVM for the module's reads, not one a read."""
-
-    def __init__(self, log: Path) -> None:
-        self.log = log.open("w")
-        self.proc = subprocess.Popen([str(JAVA), str(READ), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
-
-    def __call__(self, metadata_location: str, sql: str = "", meta: str = "") -> list[dict]:
-        """Rows Java Iceberg reads: of `sql` over the table `t`, or of a metadata table."""
-        self.proc.stdin.write(json.dumps({"metadata_json": metadata_location, "sql": sql, "meta": meta}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()  # pytest-timeout bounds a reader that never answers
-        assert line, f"the Java reader exited: {self.proc.poll()}"
-        answer = json.loads(line)
-        assert "error" not in answer, answer["error"][-2000:]
-        return answer["rows"]
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(60)
-        finally:
-            self.proc.kill()
-            self.proc.stdout.close()
-            self.log.close()
-
-
-@pytest.fixture(scope="module")
-def java(tmp_path_factory):
-    reader = JavaReader(tmp_path_factory.mktemp("javaiceberg") / "read.log")
-    yield reader
-    reader.close()
+from conftest import floe, run_until_caught_up
 
 
 def duckdb_rows(sql: str) -> list[dict]:

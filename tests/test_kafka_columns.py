@@ -62,6 +62,8 @@ def test_key_and_headers_land_byte_for_byte_in_append_and_debezium_streams(broke
 
     shown = floe("stream", "show", "kc")
     assert "kafka_columns      key, headers" in shown.stdout
+    committed = Catalog(load_settings()).table("ingest.kc").metadata.current_snapshot_id  # by its one batch
+    assert f" ms, snapshot {committed}\n" in shown.stdout, shown.stdout
     assert json.loads(floe("stream", "show", "kcd", "--format", "json").stdout)["kafka_columns"] == ["key", "headers"]
 
 

@@ -104,6 +104,7 @@ def test_pattern_stream_cli_create_show_list_pause_resume_delete(broker):
     assert f"  {prefix}.inventory.customers -> cdc.customers (dead letters cdc.customers_dlq); reading" in text
     [row] = json.loads(floe("stream", "list", "--format", "json").stdout)
     assert (row["name"], row["table"]) == ("inv", "cdc.{1} (2 tables)")
+    _a_topic_s_schema_change_proposes_what_works(f"{prefix}.inventory.Orders")
 
     # A topic gone from the cluster (as the next look at its topics finds): its ingest stops, its table stays;
     # missing from a listing only, while the cluster still knows it by name, it stays.
@@ -139,6 +140,31 @@ def test_pattern_stream_cli_create_show_list_pause_resume_delete(broker):
     assert Catalog(load_settings()).list_tables() == []
     with StateStore(load_settings().state_db) as state:
         assert state.streams() == [] and state.all_members() == []
+
+
+def _a_topic_s_schema_change_proposes_what_works(topic: str) -> None:
+    """A topic's schema change, told as the engine's runner of that topic tells it, proposes commands that work on a
+    pattern stream, each run as printed (no dead-letter replay: it refuses pattern streams)."""
+    import re
+    import shlex
+
+    from appliance.ingest.patterns import PatternRunner
+    from appliance.model.changes import SchemaChange
+
+    with StateStore(load_settings().state_db) as state:
+        runner = PatternRunner(load_settings(), None, Catalog(load_settings()), state, state.stream("inv"))
+        runner.members(force=True)  # a runner for each topic, as the engine makes them (no Spark needed yet)
+        runner.runners[topic].schema.report({SchemaChange.incompatible("topic_id", "long", "a string")}, {})
+        runner.close()
+        [told] = [e.message for e in state.events("inv") if e.kind == "schema_changed"]
+    assert "those messages go to cdc.orders_dlq" in told and "floe dlq replay" not in told, told
+    proposed = re.findall(r"`(floe [^`]+)`", told)
+    assert proposed[:2] == ["floe table alter cdc.orders drop-column topic_id",
+                            "floe table alter cdc.orders add-column topic_id string"]
+    assert proposed[2] == 'floe query "select * from cdc.orders_dlq limit 100"'
+    for command in proposed:
+        done = floe(*shlex.split(command)[1:])
+        assert done.returncode == 0, (command, done.stderr)
 
 
 class Inventory:
@@ -191,12 +217,12 @@ def _tables_hold(inventory: Inventory) -> bool:
 
 @pytest.mark.slow
 def test_a_pattern_over_debezium_topics_through_a_kill_and_a_topic_that_appears_while_it_runs(
-        broker, floe_home, spark):
+        broker, floe_home, spark, java):
     from appliance.control.patterns import discover_members
     from appliance.core.polling import poll
     from appliance.ingest.engine import Engine
 
-    from conftest import floe_process, run_until_caught_up, wait_for
+    from conftest import floe_process, java_reads_as_pyiceberg, run_until_caught_up, wait_for
 
     inventory = Inventory(broker, f"db{uuid.uuid4().hex[:6]}")
     tables = [f"t{i}" for i in range(5)]
@@ -233,6 +259,8 @@ def test_a_pattern_over_debezium_topics_through_a_kill_and_a_topic_that_appears_
     inventory.history("late", 1)
     run_until_caught_up(spark)  # `floe run --until-caught-up`: every topic read to where it stood at the start
     assert _tables_hold(inventory)
+    for table, rows in inventory.rows.items():  # each topic's table (position deletes and all) read by Java Iceberg
+        assert java_reads_as_pyiceberg(java, Catalog(load_settings()).table(f"cdc.{table}")) == len(rows), table
     audited = floe("audit", "inv", "--format", "json")
     assert audited.returncode == 0, audited.stdout
     assert sorted(r["table"] for r in json.loads(audited.stdout)) == sorted(f"cdc.{t}" for t in [*tables, "late"])

@@ -152,14 +152,15 @@ class Events:
 
 
 @pytest.mark.slow
-def test_a_routed_topic_lands_each_kind_in_its_own_table_once_through_kills(broker, topic, floe_home, spark):
+def test_a_routed_topic_lands_each_kind_in_its_own_table_once_through_kills(broker, topic, floe_home, spark,
+                                                                            java):
     import json
 
     from appliance.tables.catalog import Catalog
     from appliance.tables.snapshots import committed_offsets
 
     from commands import floe_process
-    from conftest import run_until_caught_up, run_until_killed
+    from conftest import java_reads_as_pyiceberg, run_until_caught_up, run_until_killed
 
     floe_home.mkdir(parents=True, exist_ok=True)
     (floe_home / "floe.toml").write_text('[engine]\nmax_batch_messages = 500\ncommit_interval = "100ms"\n')
@@ -189,9 +190,11 @@ def test_a_routed_topic_lands_each_kind_in_its_own_table_once_through_kills(brok
         assert done.returncode == 0, done.stderr
         return [json.loads(line) for line in done.stdout.splitlines()]
 
-    for kind, table in TABLES.items():  # DuckDB (`floe query`), then PyIceberg
+    for kind, table in TABLES.items():  # DuckDB (`floe query`), PyIceberg, the reference Java Iceberg
         assert [r["id"] for r in query(f"select id from {table} order by id")] == events.ids[kind], table
         assert sorted(catalog.table(table).scan().to_arrow().column("id").to_pylist()) == events.ids[kind], table
+        assert java_reads_as_pyiceberg(java, catalog.table(table)) == len(events.ids[kind]), table
+    assert java_reads_as_pyiceberg(java, catalog.table("an.ev_dlq")) == events.bad
     assert "amount" in catalog.table("an.ev_purchase").schema().column_names  # each table its kind's own columns
     assert "page" not in catalog.table("an.ev_purchase").schema().column_names
     dead = query("select error_stage, error_message from an.ev_dlq")
@@ -428,3 +431,46 @@ def test_without_a_catalog_transaction_a_batch_cut_between_two_tables_commits_la
         assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == events.ids[kind], kind
     audited = floe("audit", "ev", "--format", "json")
     assert audited.returncode == 0 and json.loads(audited.stdout)["checked"] == events.next, audited.stdout
+
+
+def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_schema_change_proposes_what_works(
+        broker, topic, spark):
+    """`floe stream show` says what a routed batch committed (its route tables, its dead-letter table's snapshot: it
+    has no target table of its own), and a route's schema change proposes commands that work on a routed stream,
+    each run here as printed (no dead-letter replay: it refuses routed streams)."""
+    import json
+    import re
+    import shlex
+
+    from appliance.tables.catalog import Catalog
+
+    from conftest import run_until_caught_up
+
+    broker.produce(topic, [orjson.dumps({"type": "a", "n": i}) for i in range(5)] + [orjson.dumps({"type": "b"})])
+    assert floe("stream", "create", "sc", "--bootstrap", broker.bootstrap, "--topic", topic, "--route-by", "type",
+                "--table", "an.sc_{value}").returncode == 0
+    run_until_caught_up(spark)
+    broker.produce(topic, [orjson.dumps({"type": "a", "n": "five"})])  # a text where an.sc_a's column n is a number
+    run_until_caught_up(spark)
+
+    shown = json.loads(floe("stream", "show", "sc", "--format", "json").stdout)
+    newest, first = shown["recent_batches"]
+    assert (first["route_tables"], newest["route_tables"]) == (2, 0)  # the second batch: one dead letter only
+    dead_letters = Catalog(load_settings()).table("an.sc_dlq")
+    assert newest["dead_letter_snapshot_id"] == dead_letters.metadata.current_snapshot_id
+    text = floe("stream", "show", "sc").stdout
+    assert f"6 rows, 0 dead letters, {first['duration_ms']} ms, 2 route tables, snapshot " \
+           f"{first['dead_letter_snapshot_id']} of an.sc_dlq" in text
+    assert f"0 route tables, snapshot {newest['dead_letter_snapshot_id']} of an.sc_dlq" in text
+    assert "snapshot None" not in text
+
+    with StateStore(load_settings().state_db) as state:
+        [told] = [e.message for e in state.events("sc") if e.kind == "schema_changed"]
+    assert told.startswith("column n is long but messages now carry a string there: those messages go to "
+                           "an.sc_dlq")
+    drop, add, query = re.findall(r"`(floe [^`]+)`", told)
+    assert (drop, add) == ("floe table alter an.sc_a drop-column n", "floe table alter an.sc_a add-column n string")
+    for command in (drop, add, query):
+        done = floe(*shlex.split(command)[1:])
+        assert done.returncode == 0, (command, done.stderr)
+    assert '"five"' in done.stdout and "schema" in done.stdout, done.stdout  # the query: the dead letter, and why

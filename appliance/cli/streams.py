@@ -142,6 +142,15 @@ def stream_list(fmt: str, name: str | None, state: str | None, namespace: str | 
     click.echo(format_rows(list(rows[0]), rows))
 
 
+def _committed(batch: dict, stream: dict) -> str:
+    """What a batch committed: its table's snapshot; a routed stream's, its route tables and the snapshot of its
+    dead-letter table, which every batch commits (it holds where the next one reads)."""
+    if "route_by" not in stream:
+        return f"snapshot {batch['target_snapshot_id']}"
+    counted = "" if batch["route_tables"] is None else f"{batch['route_tables']} route tables, "
+    return f"{counted}snapshot {batch['dead_letter_snapshot_id']} of {stream['dead_letter_table']}"
+
+
 @stream.command("show")
 @click.argument("name")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -183,7 +192,7 @@ def stream_show(name: str, fmt: str) -> None:
         click.echo("recent batches:")
         for b in batches:
             click.echo(f"  {b['committed_at']}  {b['messages']} messages, {b['rows']} rows, "
-                       f"{b['dead_letter_rows']} dead letters, {b['duration_ms']} ms, snapshot {b['target_snapshot_id']}")
+                       f"{b['dead_letter_rows']} dead letters, {b['duration_ms']} ms, {_committed(b, info)}")
     if seen:
         click.echo("writer schemas seen:")
         for v in seen:

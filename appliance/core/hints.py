@@ -47,6 +47,13 @@ def pattern_dead_letters(stream: str) -> str:
     return (f"query each topic's dead-letter table, which `{SHOW_STREAM.format(stream=stream)}` lists: "
             f'`floe query "{TABLE_SAMPLE_SYNTAX}"`')
 
+def kept_dead_letters(table: str) -> str:
+    """Where a pattern stream's topic's or a routed stream's dead letters stay once their table is fixed: a
+    dead-letter replay works on a single table's stream only."""
+    return (f'those messages stay in {table} (a stream of many tables replays none), where '
+            f'`floe query "{TABLE_SAMPLE.format(table=table)}"` reads them')
+
+
 def routed_dead_letters(table: str) -> str:
     """How a routed stream's dead letters are read, where a command works on single-table streams only."""
     return f'its dead letters: `floe query "{TABLE_SAMPLE.format(table=table)}"`'

@@ -81,7 +81,8 @@ class PatternRunner:
         for topic, member in current.items():
             if topic not in self.runners:
                 self.runners[topic] = StreamRunner(self.settings, self.spark, self.catalog, self.state,
-                                                   member_stream(self.stream, member), self.jobs, kafka=self.kafka)
+                                                   member_stream(self.stream, member), self.jobs, kafka=self.kafka,
+                                                   replays=False)
 
     def watermarks(self, fresh: bool = False) -> dict[tuple[str, int], Watermarks]:
         """Every member's partitions' watermarks, by (topic, partition)."""

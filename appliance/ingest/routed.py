@@ -91,7 +91,8 @@ class RoutedRunner(StreamRunner):
             self._refuse(route, str(exc))
             return
         schema = StreamSchema(self.settings, self.state, route_stream(self.stream, route),
-                              lambda mapping: self.state.update_route(dataclasses.replace(route, mapping=mapping)))
+                              lambda mapping: self.state.update_route(dataclasses.replace(route, mapping=mapping)),
+                              replays=False)
         self.routes[route.table] = RouteTable(route, table, schema, committed_offsets(table, self.stream.id))
 
     def _refuse(self, route: Route, why: str) -> None:
@@ -140,7 +141,7 @@ class RoutedRunner(StreamRunner):
                               f"after {MAX_EVOLUTIONS} rounds of them; it will be read again")
         failpoint("before_commit")
         offsets, read_errors = advance(plan.start, result.pieces)
-        snapshot = self._commit(offsets, result)
+        snapshot, tables = self._commit(offsets, result)
         self.committed = Committed(dict(offsets), dict(offsets))
         if read_errors:
             self.state.add_event(EventKind.PARTIAL_BATCH, "committed what was read; " + "; ".join(map(str, read_errors)),
@@ -149,7 +150,7 @@ class RoutedRunner(StreamRunner):
         outcome = BatchOutcome(int(result.total("messages")), int(result.total("rows")),
                                int(result.total("dead_letter_rows")), self.lag(), True, result.newest_timestamp)
         self._record(outcome, result, Snapshots(None, snapshot), offsets, prepared.started_at,
-                     time.monotonic() - prepared.started)
+                     time.monotonic() - prepared.started, route_tables=tables)
         return outcome
 
     def _report(self, result: BatchResult) -> None:
@@ -181,9 +182,10 @@ class RoutedRunner(StreamRunner):
                                      f"({len(route.mapping.columns)} columns)", self.stream.name, table=table)
             self._open(route)
 
-    def _commit(self, offsets: dict[int, int], result: BatchResult) -> int | None:
-        """Each route's table with rows, in the order of their names, then the anchor; its snapshot id. On Floe's
-        SQL catalog in one catalog transaction (every table moves or none does); elsewhere one after the other."""
+    def _commit(self, offsets: dict[int, int], result: BatchResult) -> tuple[int | None, int]:
+        """Each route's table with rows, in the order of their names, then the anchor; its snapshot id and how many
+        route tables committed. On Floe's SQL catalog in one catalog transaction (every table moves or none does);
+        elsewhere one after the other."""
         files: dict[str, list] = {}
         for r in result.tasks:
             for table, found in r.routed_files.items():
@@ -195,14 +197,14 @@ class RoutedRunner(StreamRunner):
                 with commit_lock(self.settings, table):
                     self._commit_route(table, files[table], offsets)
             with commit_lock(self.settings, self.stream.dead_letter_table):
-                return self._commit_anchor(result.dead_letter_files, offsets)
+                return self._commit_anchor(result.dead_letter_files, offsets), len(tables)
         with ExitStack() as locks:  # in the order of their names, as maintenance takes one at a time
             for name in sorted([*tables, self.stream.dead_letter_table]):
                 locks.enter_context(commit_lock(self.settings, name))
             with dead.catalog.together():
                 for table in tables:
                     self._commit_route(table, files[table], offsets)
-                return self._commit_anchor(result.dead_letter_files, offsets)
+                return self._commit_anchor(result.dead_letter_files, offsets), len(tables)
 
     def _commit_route(self, table: str, files: list, offsets: dict[int, int]) -> None:
         rt = self.routes[table]

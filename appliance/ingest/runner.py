@@ -76,8 +76,9 @@ class StreamRunner:
 
     def __init__(self, settings: Settings, spark, catalog: Catalog, state: StateStore, stream: StreamDef,
                  jobs: BatchJobs | None = None, pollers: WatermarkPollers | None = None,
-                 kafka: KafkaClient | None = None) -> None:
-        """`kafka`: a client shared with other runners (a pattern stream's), which this one never closes."""
+                 kafka: KafkaClient | None = None, replays: bool = True) -> None:
+        """`kafka`: a client shared with other runners (a pattern stream's), which this one never closes;
+        `replays`: whether a dead-letter replay takes the stream's dead letters (not a pattern's topic's)."""
         self.settings = settings
         # The cluster's shared poller asks the watermarks; without one, the stream asks them itself.
         self.poller = pollers.of(stream.kafka) if pollers is not None else None
@@ -96,7 +97,7 @@ class StreamRunner:
         self._partitions: tuple[float, list[int]] | None = None  # (looked up at, partitions)
         self._cores: tuple[float, int] | None = None  # (asked at, Spark's default parallelism)
         self._targets: dict[tuple, tuple[tuple, TableTarget]] = {}
-        self.schema = StreamSchema(settings, state, stream)
+        self.schema = StreamSchema(settings, state, stream, replays=replays)
         self._format = format_of(stream)
         self._keyed = Keyed(stream.key, tombstones_delete=not stream.cdc) if stream.upserts else None
 
@@ -246,14 +247,14 @@ class StreamRunner:
                 self.state.add_event(EventKind.DATA_EXPIRED, gap.describe(), self.stream.name, EventLevel.WARNING)
 
     def _record(self, outcome: BatchOutcome, result: BatchResult, snapshots: Snapshots, offsets: dict[int, int],
-                started_at: str, seconds: float) -> None:
+                started_at: str, seconds: float, route_tables: int | None = None) -> None:
         self.state.record_batch(BatchRecord(
             stream=self.stream.name, started_at=started_at, committed_at=now(), duration_ms=int(seconds * 1000),
             messages=outcome.messages, rows=outcome.rows, dead_letter_rows=outcome.dead_letter_rows,
             bytes=int(result.total("bytes")), target_snapshot_id=snapshots.target,
             dead_letter_snapshot_id=snapshots.dead_letter, offsets=offsets_json(offsets), lag=outcome.lag,
             newest_kafka_ts=result.newest_timestamp, median_kafka_ts=result.median_timestamp,
-            throttle_ms=result.throttle_ms,
+            throttle_ms=result.throttle_ms, route_tables=route_tables,
         ))
         log.info(
             "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs",

@@ -31,9 +31,12 @@ log = logging.getLogger(__name__)
 
 class StreamSchema:
     def __init__(self, settings: Settings, state: StateStore, stream: StreamDef,
-                 record: Callable[[Mapping], None] | None = None) -> None:
-        """`record`: where the mapping the table makes is shown (default: the stream's row; a route's, its own)."""
+                 record: Callable[[Mapping], None] | None = None, replays: bool = True) -> None:
+        """`record`: where the mapping the table makes is shown (default: the stream's row; a route's, its own).
+        `replays`: whether a dead-letter replay takes its dead letters home; not those of a pattern's topic or a
+        route, each run as a stream of its own under the name of the stream of many tables, which it refuses."""
         self.settings = settings
+        self.replays = replays and not (stream.is_pattern or stream.is_routed)
         self._record = record or (lambda mapping: state.update_stream(stream.name, mapping=mapping))
         self.state = state
         self.stream = stream
@@ -77,7 +80,7 @@ class StreamSchema:
         """Each schema change once per stream (not once per message), and the writer schemas met."""
         for change in sorted(changes):
             if self.state.note_change(self.stream.name, change.key):
-                self.state.add_event(EventKind.SCHEMA_CHANGED, _describe(self.stream, change, self._mapping),
+                self.state.add_event(EventKind.SCHEMA_CHANGED, _describe(self.stream, change, self._mapping, self.replays),
                                      self.stream.name, EventLevel.WARNING)
         if schemas:
             self.state.saw_schemas(self.stream.name, schemas, self._versions_of(set(schemas) - self._versions))
@@ -102,7 +105,7 @@ class StreamSchema:
         return out
 
 
-def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None) -> str:
+def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None, replays: bool) -> str:
     if change.kind is ChangeKind.IGNORED:
         return (f"new field {change.seen} is not ingested: schema evolution is off for this stream (column "
                 f"{change.column} {change.column_type} would hold it); "
@@ -110,8 +113,9 @@ def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None) 
     # Iceberg widens only int to long, float to double and a decimal's precision: a column that must hold
     # another kind of value is dropped (older rows then read NULL in it) and added again, as text.
     source = next((describe(c.source) for c in (mapping or stream.mapping).columns if c.name == change.column), None)
+    home = (f", then bring those messages home with `{hints.REPLAY.format(stream=stream.name)}`" if replays
+            else f"; {hints.kept_dead_letters(stream.dead_letter_table)}")
     return (f"column {change.column} is {change.column_type} but messages now carry {change.seen} there: those "
             f"messages go to {stream.dead_letter_table} with error_stage 'schema'. Fix the producer, or make the "
             f"column text: `{hints.DROP_COLUMN.format(table=stream.table, column=change.column)}` (its older values "
-            f"are then gone), `{hints.add_column(stream.table, change.column, source)}`, then bring those messages "
-            f"home with `{hints.REPLAY.format(stream=stream.name)}`")
+            f"are then gone), `{hints.add_column(stream.table, change.column, source)}`{home}")

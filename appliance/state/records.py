@@ -126,6 +126,9 @@ class BatchRecord:
     newest_kafka_ts: int | None = None  # epoch ms
     median_kafka_ts: int | None = None
     throttle_ms: int = 0
+    # A routed stream's batch: how many route tables it committed, besides its dead-letter table (the anchor, whose
+    # snapshot is `dead_letter_snapshot_id`; it has no target of its own). None for any other stream's batch.
+    route_tables: int | None = None
     id: int | None = None
 
     @property

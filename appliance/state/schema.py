@@ -62,6 +62,8 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             # Kafka timestamps (epoch ms) of the batch's newest message and its median, and the
             # longest the broker throttled a read (ms).
             "newest_kafka_ts": int, "median_kafka_ts": int, "throttle_ms": int,
+            # A routed stream's batch: how many route tables it committed (null for any other stream's).
+            "route_tables": int,
         },
         # committed_at alone: every stream's last two minutes, read each second by the UI and `floe stream list`,
         # without scanning the day of batches hundreds of streams keep.
