@@ -208,8 +208,13 @@ class RoutedRunner(StreamRunner):
 
     def _commit_route(self, table: str, files: list, offsets: dict[int, int]) -> None:
         rt = self.routes[table]
-        rt.table, _ = commit_files(rt.table, files, self.stream.id, self.stream.topic, rt.committed, offsets)
-        rt.committed = dict(offsets)
+        # Never below what the table took before: a batch read again after a cut between two tables' commits
+        # may end lower on a partition (a read cut short, another budget), and the next would write again
+        # what lies between.
+        taken = {p: max(o, (rt.committed or {}).get(p, o)) for p, o in offsets.items()}
+        taken = {**(rt.committed or {}), **taken}
+        rt.table, _ = commit_files(rt.table, files, self.stream.id, self.stream.topic, rt.committed, taken)
+        rt.committed = taken
         failpoint("between_route_commits")
 
     def _commit_anchor(self, files: list, offsets: dict[int, int]) -> int | None:

@@ -29,12 +29,22 @@ from appliance.ingest.batch import BatchSpec, TaskResult, timestamp_sample
 from appliance.kafka.reader import Piece, PieceResult
 from appliance.kafka.records import RawBatch
 from appliance.model.changes import Evolution
+from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.mapping import Column, Mapping
 from appliance.model.routes import RouteRule, route_text, unlanded
 from appliance.tables.datafiles import TableTarget, write_data_files
 
 SAMPLES = 50  # messages of a new route a task hands back: its mapping is inferred from them
 ROUTE_STAGE = "route"  # the dead-letter stage of a message that names no table
+
+
+def not_taken(rows: pa.Table, committed: dict[int, int] | None) -> pa.Table:
+    """The rows of messages a table that committed `committed` has not taken (`model.routes.unlanded`)."""
+    if not committed or not rows.num_rows:
+        return rows
+    keep = [unlanded(committed, p, o) for p, o in zip(rows.column(KAFKA_PARTITION.name).to_pylist(),
+                                                        rows.column(KAFKA_OFFSET.name).to_pylist())]
+    return rows if all(keep) else rows.filter(pa.array(keep, pa.bool_()))
 
 
 @dataclass(frozen=True)
@@ -67,9 +77,9 @@ class Router:
         result = TaskResult(pieces=results, read=pieces, messages=messages, bytes=size, read_seconds=read_seconds)
         for table, indexes in groups.items():
             route = self.routes[table]
-            indexes = [i for i in indexes if unlanded(route.committed, raw.partitions[i], raw.offsets[i])]
-            if not indexes:
-                continue
+            # Every message of the group is decoded, even one its table has taken (an attempt cut between two
+            # tables' commits): its dead letter, if it makes one, is still owed, as the dead-letter table
+            # commits last. Only its row is not written again.
             decoded = decode_batch(raw.take(indexes), route.mapping, spec.max_message_bytes, ingested_at, spec.fmt,
                                    spec.evolve)
             if decoded.changes:
@@ -79,7 +89,9 @@ class Router:
             if decoded.evolution:
                 result.evolutions[table] = decoded.evolution
                 continue
-            rows[table] = decoded.target
+            untaken = not_taken(decoded.target, route.committed)
+            if untaken.num_rows:
+                rows[table] = untaken
             dead.append(decoded.dead_letter)
         if result.evolutions:  # written once those tables have changed
             return result
