@@ -26,8 +26,13 @@ async def test_the_sections_neither_read_nor_repaint_behind_the_wizard_and_wake_
         sections = app.screen
         assert isinstance(sections, SectionsScreen)
         await until(pilot, lambda: sections.timers(), 10, "the sections' timers running")
+        # A timer its owner runs and stops itself (the Query section's, while a query runs): running when the
+        # wizard opens, stopped by its owner meanwhile, it must stay stopped when the sections come back.
+        ticker = app.query_one("#query-pane")._ticker
+        ticker.resume()
         wizard = await open_wizard(app, pilot)
         assert sections.timers() == []
+        ticker.pause()  # the query ended behind the wizard
         # Three seconds by the wizard's own clock: its cursor blinks every half second.
         cursor, blinks = wizard.query_one("#bootstrap"), []
         repaints.clear()
@@ -45,6 +50,7 @@ async def test_the_sections_neither_read_nor_repaint_behind_the_wizard_and_wake_
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is sections and sections.timers(), 10,
                     "the sections' timers running again")
+        assert not ticker._active.is_set()
 
 
 async def test_tab_through_a_form_keeps_the_footer_and_a_change_of_keys_recomposes_it(floe_home, monkeypatch):

@@ -22,6 +22,7 @@ from appliance.views.alerts import AlertView, alerts_overview
 from tui.format import clock, one_line, plural
 from tui.messages import ActionDone
 from tui.screens.confirm import ConfirmScreen
+from tui.screens.sections import REFRESH
 from tui.widgets.rows import put_rows, selected_key
 from tui.widgets.texts import Texts
 from tui.workers import ReportsFailures
@@ -110,7 +111,7 @@ class AlertsPane(ReportsFailures, Vertical):
 
     def on_mount(self) -> None:
         self.load()
-        self.set_interval(1.0, self.load)
+        self.set_interval(1.0, self.load, name=REFRESH)
 
     @work(thread=True, exclusive=True, group="alerts-load", exit_on_error=False)
     def load(self) -> None:

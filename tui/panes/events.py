@@ -20,6 +20,7 @@ from textual.worker import get_current_worker
 from appliance.core.vocabulary import EventLevel
 from appliance.views.events import EventsFeed, EventView, events_feed
 from tui.format import clock, one_line
+from tui.screens.sections import REFRESH
 from tui.styles import LEVEL_STYLE, level_text, styled
 from tui.widgets.rows import put_row, trim_rows
 from tui.widgets.texts import Texts
@@ -62,7 +63,7 @@ class EventsPane(ReportsFailures, Vertical):
 
     def on_mount(self) -> None:
         self.reload()
-        self.set_interval(1.0, self.reload)
+        self.set_interval(1.0, self.reload, name=REFRESH)
 
     def reload(self) -> None:
         self.load(self.stream_filter)

@@ -35,6 +35,7 @@ from appliance.views.maintenance import MaintenanceView, table_maintenance
 from tui.format import number, one_line, seconds, size, utc
 from tui.messages import ActionDone
 from tui.screens.confirm import ConfirmScreen
+from tui.screens.sections import REFRESH
 from tui.styles import outcome_text
 from tui.widgets.rows import put_row, trim_rows
 from tui.workers import ReportsFailures
@@ -168,7 +169,7 @@ class MaintenancePanel(ReportsFailures, Vertical):
     def on_mount(self) -> None:
         # The same once-a-second read as the other live views: a run that ends, by whatever
         # trigger, shows up without a key press.
-        self.set_interval(1.0, self.load)
+        self.set_interval(1.0, self.load, name=REFRESH)
 
     def show_table(self, name: str | None) -> None:
         if name != self.table:

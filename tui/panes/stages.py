@@ -17,6 +17,7 @@ from appliance.views.stages import StageView, stage_info, stages_overview
 from tui.format import count
 from tui.messages import ActionDone
 from tui.screens.confirm import ConfirmScreen
+from tui.screens.sections import REFRESH
 from tui.styles import phase_text
 from tui.widgets.rows import put_row, put_rows, selected_key
 from tui.widgets.texts import Texts
@@ -73,7 +74,7 @@ class StagesPane(ReportsFailures, Vertical):
     def on_mount(self) -> None:
         self.texts = Texts(self)  # a Static's update lays the whole screen out again: only on a change
         self.load()
-        self.set_interval(1.0, self.load)
+        self.set_interval(1.0, self.load, name=REFRESH)
 
     @work(thread=True, exclusive=True, group="stages-load", exit_on_error=False)
     def load(self) -> None:

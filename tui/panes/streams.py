@@ -23,6 +23,7 @@ from appliance.views.streams import SORTS, StreamTotals, StreamView, select_stre
 from tui.format import age, count, plural, sparkline
 from tui.messages import ActionDone
 from tui.screens.confirm import ConfirmScreen
+from tui.screens.sections import REFRESH
 from tui.styles import PHASE_STYLE, phase_text, styled
 from tui.widgets.name_filter import NameFilter
 from tui.widgets.rows import put_ordered_rows, selected_key
@@ -100,7 +101,7 @@ class StreamsPane(ReportsFailures, Vertical):
 
     def on_mount(self) -> None:
         self.load()
-        self.set_interval(1.0, self.refresh_due)
+        self.set_interval(1.0, self.refresh_due, name=REFRESH)
 
     def refresh_due(self) -> None:
         """Read again while the section can be seen: not behind a stream's detail nor another section."""
