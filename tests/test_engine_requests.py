@@ -230,24 +230,36 @@ def test_a_taken_change_is_waited_for_through_a_late_heartbeat_and_a_question_is
     from appliance.core.clock import now
     from appliance.core.vocabulary import EngineState
 
+    import datetime as dt
+
+    from appliance.core.errors import EngineUnresponsive
+
     settings = load_settings()
     asks = [EngineAsk.PURGE, EngineAsk.PREVIEW]
 
-    def play_engine(ask: EngineAsk) -> None:
+    def play_engine(ask: EngineAsk, silent: float) -> None:
         with StateStore(settings.state_db) as state:
             [taken] = wait_for(lambda: state.take_engine_requests(os.getpid(), [ask], 60, 1), 10,
                                what="a request to take")
-            state.db.execute("update engine set heartbeat_at = '2000-01-01T00:00:00.000+00:00'")  # stale
-            time.sleep(2.5)  # busy with a stale heartbeat (ALIVE_EVERY is 1 s): what is tested
+            last = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=silent)).isoformat(timespec="milliseconds")
+            state.db.execute("update engine set heartbeat_at = ?", [last])  # late: past HEARTBEAT_STALE (5 s)
+            time.sleep(2.5)  # busy with a late heartbeat (ALIVE_EVERY is 1 s): what is tested
             state.answer_engine_request(taken.id, answer={"deleted": 3, "waiting": 0})
 
-    for ask in asks:
+    for ask, silent in ((EngineAsk.PURGE, 8), (EngineAsk.PREVIEW, 8), (EngineAsk.PURGE, 300)):
         with StateStore(settings.state_db) as state:
             state.engine_heartbeat(os.getpid(), "local[1]", EngineState.RUNNING, now(), asks)
-        engine = threading.Thread(target=play_engine, args=(ask,))
+        engine = threading.Thread(target=play_engine, args=(ask, silent))
         engine.start()
-        asked = ask_engine(settings, ask, {"stream": "s", "where": "true"})
-        engine.join()
+        try:
+            asked = ask_engine(settings, ask, {"stream": "s", "where": "true"})
+        except EngineUnresponsive as exc:  # hung past [alerting] heartbeat_timeout (30 s): said, not redone
+            assert silent > settings.alerting.heartbeat_timeout and "\n" not in str(exc), exc
+            assert str(exc).startswith(f"the engine (pid {os.getpid()}) took this purge and has not answered"), exc
+            continue
+        finally:
+            engine.join()
+        assert silent < settings.alerting.heartbeat_timeout, asked
         if ask.changes:
             assert asked.answer is not None and asked.answer.answer == {"deleted": 3, "waiting": 0}, asked
         else:

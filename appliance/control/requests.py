@@ -24,7 +24,9 @@ from typing import Any, Callable, TypeVar
 from appliance.config.settings import Settings
 from appliance.control.audit import identity
 from appliance.core import errors
-from appliance.core.errors import FloeError
+from appliance.core import hints
+from appliance.core.clock import age, utcnow
+from appliance.core.errors import EngineUnresponsive, FloeError
 from appliance.core.vocabulary import EngineAsk, EngineState
 from appliance.state.records import EngineRequestRecord
 from appliance.state.store import StateStore
@@ -127,11 +129,19 @@ def _wait(settings: Settings, state: StateStore, request_id: int, ask: EngineAsk
 def _working_on(settings: Settings, state: StateStore, request: EngineRequestRecord, ask: EngineAsk) -> bool:
     """Whether the engine may still answer. A request that changes tables, once taken, is waited for while
     the process that took it lives and has not stopped: a late heartbeat (a loaded machine starves its
-    thread for seconds) must not make the asker do the work a second time beside the engine."""
+    thread for seconds) must not make the asker do the work a second time beside the engine. Past
+    `[alerting] heartbeat_timeout` without one, the engine is hung: that is said, and nothing done here."""
     if ask.changes and request.taken_by is not None:
         record = state.engine()
-        return record is not None and record.pid == request.taken_by and record.state is not EngineState.STOPPED \
-            and process_alive(record.pid)
+        if record is None or record.pid != request.taken_by or record.state is EngineState.STOPPED \
+                or not process_alive(record.pid):
+            return False
+        silent = age(record.heartbeat_at, utcnow())
+        if silent is not None and silent > settings.alerting.heartbeat_timeout:
+            raise EngineUnresponsive(f"the engine (pid {record.pid}) took this {ask} and has not answered for "
+                                     f"{silent:.0f}s (no heartbeat): not done here, as it may still finish it; "
+                                     f"see `{hints.STATUS}`")
+        return True
     return engine_status(settings, state).alive
 
 

@@ -269,6 +269,13 @@ class RequestAbandoned(FloeError):
     retryable = True
 
 
+class EngineUnresponsive(FloeError):
+    """The engine took a request that changes tables and has stopped answering, its process still there (hung):
+    not done here, as it may still finish it."""
+
+    retryable = True
+
+
 class BackupError(FloeError):
     """A backup cannot be made there, or that directory holds no backup to restore (the message says why)."""
 
