@@ -23,8 +23,7 @@ from typing import Any, Callable, TypeVar
 
 from appliance.config.settings import Settings
 from appliance.control.audit import identity
-from appliance.core import errors
-from appliance.core import hints
+from appliance.core import errors, hints
 from appliance.core.clock import age, utcnow
 from appliance.core.errors import EngineUnresponsive, FloeError
 from appliance.core.vocabulary import EngineAsk, EngineState
