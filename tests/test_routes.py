@@ -13,7 +13,7 @@ from appliance.ingest.batch import TaskResult
 from appliance.ingest.routing import ROUTE_STAGE, Router, RouteTarget, merged_new_routes
 from appliance.kafka.records import RawBatch
 from appliance.model.mapping import Mapping
-from appliance.model.routes import RouteRule, read_from, unlanded
+from appliance.model.routes import RouteRule, unlanded
 from appliance.state.store import StateStore
 
 from conftest import floe
@@ -59,12 +59,10 @@ def test_a_bad_field_or_template_is_refused(field, template, says):
     assert says in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_a_table_skips_what_it_committed_and_a_batch_reads_from_the_anchor():
+def test_a_table_skips_what_it_committed():
     assert unlanded(None, 0, 5)  # a table that never committed takes everything
     assert unlanded({0: 10}, 1, 3)  # nor anything of a partition it never committed
     assert not unlanded({0: 10}, 0, 9) and unlanded({0: 10}, 0, 10)
-    assert read_from({0: 0, 1: 4}, None) == {0: 0, 1: 4}
-    assert read_from({0: 0, 1: 4}, {0: 7}) == {0: 7, 1: 4}
 
 
 def _raw(values: list[bytes | None]) -> RawBatch:

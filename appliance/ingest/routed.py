@@ -8,8 +8,8 @@ evolve first.
 
 Exactly once: every table's snapshot carries the batch's end offsets under the stream's id. A batch commits each
 route's table it has rows for (in the order of their names), then always the dead-letter table, even with no file:
-it is the anchor, its offsets say where the next batch reads (`routes.read_from`). On Floe's SQL catalog (SQLite,
-PostgreSQL) those commits swap in as one catalog transaction: every table moves or none does. Where the catalog
+it is the anchor, its offsets say where the next batch reads (`Committed.read_from`). On Floe's SQL catalog
+(SQLite, PostgreSQL) those commits swap in as one catalog transaction: every table moves or none does. Where the catalog
 has no such transaction (a REST catalog), they commit one after the other in that order, and a kill between two
 leaves some route tables ahead of the anchor; the batch is then read again from the anchor, and a message is
 written to its table only at an offset that table has not committed (`routes.unlanded`), so the re-read fills the

@@ -129,8 +129,3 @@ def unlanded(committed: dict[int, int] | None, partition: int, offset: int) -> b
     `committed`: an earlier attempt of its batch, cut between two tables' commits, may have landed it."""
     return committed is None or offset >= committed.get(partition, 0)
 
-
-def read_from(start_positions: dict[int, int], anchor: dict[int, int] | None) -> dict[int, int]:
-    """Where a routed stream's next batch reads: where its dead-letter table, committed last in every batch,
-    says the batches ended; the stream's start where it has committed nothing."""
-    return {**start_positions, **(anchor or {})}
