@@ -93,7 +93,8 @@ def test_a_task_splits_its_messages_by_route_and_hands_back_new_tables_with_samp
 
 def test_stream_create_refuses_a_bad_route_in_one_line():
     for args, says in [
-        (["--topic-pattern", "x.*", "--route-by", "type", "--table", "a.t_{value}"], "give --topic, not --topic-pattern"),
+        (["--topic-pattern", "x.*", "--route-by", "type", "--table", "a.t_{value}"],
+         "give --topic, not --topic-pattern"),
         (["--topic", "t", "--route-by", "type", "--table", "a.events"], "does not name {value}"),
         (["--topic", "t", "--route-by", "", "--table", "a.t_{value}"], "--route-by needs a field"),
         (["--topic", "t", "--route-by", "type", "--table", "a.t_{value}", "--mode", "upsert"],

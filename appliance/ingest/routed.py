@@ -144,7 +144,8 @@ class RoutedRunner(StreamRunner):
         snapshot, tables = self._commit(offsets, result)
         self.committed = Committed(dict(offsets), dict(offsets))
         if read_errors:
-            self.state.add_event(EventKind.PARTIAL_BATCH, "committed what was read; " + "; ".join(map(str, read_errors)),
+            self.state.add_event(EventKind.PARTIAL_BATCH,
+                                 "committed what was read; " + "; ".join(map(str, read_errors)),
                                  self.stream.name, EventLevel.WARNING)
         self._report(result)
         outcome = BatchOutcome(int(result.total("messages")), int(result.total("rows")),
