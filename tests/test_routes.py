@@ -99,6 +99,7 @@ def test_stream_create_refuses_a_bad_route_in_one_line():
         (["--topic", "t", "--route-by", "", "--table", "a.t_{value}"], "--route-by needs a field"),
         (["--topic", "t", "--route-by", "type", "--table", "a.t_{value}", "--mode", "upsert"],
          "append streams only"),
+        (["--topic", "t", "--route-by", "type", "--table", "{value}.events"], "give --dead-letter-table"),
     ]:
         done = floe("stream", "create", "ev", "--bootstrap", "127.0.0.1:9", *args)
         assert done.returncode != 0 and says in done.stderr, (args, done.stderr)

@@ -56,6 +56,9 @@ def create_routed_stream(settings: Settings, name: str, *, bootstrap: str, topic
     except MappingError as exc:
         problems[Field.KAFKA_COLUMNS] = str(exc)
     kafka, registry = connections(bootstrap, kafka_options, schema_registry, registry_options, problems)
+    if not dead_letter_table and "{" in table.split(".")[0]:
+        problems[Field.DEAD_LETTER_TABLE] = (f"the table template {table!r} names its namespace by the value: give "
+                                             "--dead-letter-table NAMESPACE.TABLE")
     dead_letter_table = dead_letter_table or default_dead_letter_table(settings, name, table)
     if rule is not None:
         problems = {**check_request(name, topic, rule.example(), dead_letter_table, format, starting_offsets,
