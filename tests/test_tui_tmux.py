@@ -45,6 +45,18 @@ class Terminal:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
 
 
+def engines_of(home: Path) -> set[int]:
+    """The `floe run` processes of FLOE_HOME `home`, however they were started."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if b"appliance.cli\x00run" in (proc / "cmdline").read_bytes() and \
+                        f"FLOE_HOME={home}\x00".encode() in (proc / "environ").read_bytes() + b"\x00":
+                    found.add(int(proc.name))
+    return found
+
+
 @pytest.mark.slow
 def test_tui_in_a_real_terminal(broker, floe_home):
     topic = f"shop_orders_{uuid.uuid4().hex[:6]}"
@@ -110,15 +122,16 @@ def test_tui_in_a_real_terminal(broker, floe_home):
         wait_for(lambda: count() == 500, 120, 1, what="rows ingested after the terminal closed")
         assert engine_status(load_settings()).alive
     finally:
-        # The engine may have started even if the UI never said so before a timeout.
+        # The engine may have started even if the UI never said so before a timeout (a JVM still starting on a
+        # loaded machine has no heartbeat yet): every `floe run` of this FLOE_HOME goes.
         status = engine_status(load_settings())
-        engine_pid = engine_pid or (status.pid if status.alive else None)
-        if engine_pid:
+        pids = {p for p in (engine_pid, status.pid if status.alive else None) if p} | engines_of(load_settings().home)
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(engine_pid, signal.SIGTERM)
-            wait_for(lambda: not engine_status(load_settings()).alive, 60, 0.5, what="engine stopped")
-            wait_for(lambda: not os.path.exists(f"/proc/{engine_pid}") or
-                     "zombie" in Path(f"/proc/{engine_pid}/status").read_text().lower(), 30, 0.2,
+                os.kill(pid, signal.SIGTERM)
+        for pid in pids:
+            wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
+                     "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), 60, 0.2,
                      what="engine process gone")
 
 
