@@ -176,3 +176,18 @@ def test_a_hundred_tables_committing_in_turn_read_no_manifest_list_back(floe_hom
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert sorted(tables[99].scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 2, 3, 3]
 
+
+def test_a_busy_tables_commits_keep_one_version_of_its_metadata_not_one_a_commit(twins):
+    """Each commit's metadata was kept by its location, up to 2048 versions of one busy table: the engine's
+    memory grew by its snapshot lists at every commit (`scripts/soak`, about 150 KB a commit at 2,000
+    snapshots). One version a table now, the newest; reading the table still parses nothing."""
+    settings, catalog, (ours, theirs) = twins
+    iceberg = catalog.iceberg
+    assert isinstance(iceberg, FloeSqlCatalog)
+    for i in range(30):
+        ours = commit_files(ours, write_data_files(TableTarget.of(ours), rows(i, 1)), "s", "t", None, {0: i + 1})[0]
+        theirs = commit_files(theirs, write_data_files(TableTarget.of(theirs), rows(i, 1)), "s", "t", None,
+                              {0: i + 1})[0]
+    kept = dict(iceberg._metadata)
+    assert sorted(kept) == sorted([ours.metadata_location, theirs.metadata_location])
+    assert iceberg.load_table("n.ours").metadata is kept[ours.metadata_location]  # the newest, not parsed again

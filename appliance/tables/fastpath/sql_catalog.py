@@ -8,7 +8,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 import sqlalchemy.exc
 from pyiceberg.catalog import StagedTable
@@ -40,7 +40,7 @@ class FloeSqlCatalog(SqlCatalog):
     """PyIceberg's SqlCatalog, minus the work a 1-second commit repeats.
 
     A metadata file never changes once written, so the metadata read for a location is
-    kept (the newest few): a commit, which loads the table to check it is still current,
+    kept (each table's newest): a commit, which loads the table to check it is still current,
     and the engine's reloads read the file that the last commit wrote only once, if at
     all. Staging a commit skips PyIceberg's defensive deep copy (see `transactions`), and
     writing it serialises only the new snapshot (see `metadatafile`).
@@ -48,16 +48,15 @@ class FloeSqlCatalog(SqlCatalog):
 
     # Every table a running stream commits to: with fewer than the tables committing in turn, each
     # commit and each reload parses the table's whole metadata file again (up to max_snapshots entries).
-    # The streams' runners hold these same objects, so keeping them costs little more.
-    # Keyed by metadata file, so a busy table's last versions are kept too, up to CACHED: the engine's memory grows
-    # with them (`scripts/soak`, BENCHMARKS.md). Keeping one version a table was tried and taken back when the live
-    # compaction test (tests/test_maintenance.py) missed rows with it; the same test then missed rows without it
-    # too: the stand-in broker's retention on a loaded machine (data_expired), since fixed in the test.
+    # The streams' runners hold these same objects, so keeping them costs little more. One version a
+    # table: older ones were kept too (2048 versions of a busy table: its snapshot lists again and again,
+    # the engine's memory growing by about 150 KB a commit at 2,000 snapshots, `scripts/soak`).
     CACHED = 2048
 
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
         self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._newest: dict[Any, str] = {}  # table uuid -> the location of its version kept
         self._cache_lock = threading.Lock()
         self._writer = MetadataWriter()
         # The commit's two statements go straight to SQLite: through SQLAlchemy's ORM they cost more
@@ -94,10 +93,18 @@ class FloeSqlCatalog(SqlCatalog):
 
     def _remember(self, location: str, metadata: TableMetadata) -> None:
         with self._cache_lock:  # every stream's worker thread commits through this catalog
+            older = self._newest.get(metadata.table_uuid)
+            if older is not None and older != location:
+                kept = self._metadata.get(older)
+                if kept is not None and kept.last_updated_ms > metadata.last_updated_ms:
+                    return  # a reload of a version older than the one kept
+                self._metadata.pop(older, None)
+            self._newest[metadata.table_uuid] = location
             self._metadata[location] = metadata
             self._metadata.move_to_end(location)
             while len(self._metadata) > self.CACHED:
-                self._metadata.popitem(last=False)
+                _, gone = self._metadata.popitem(last=False)
+                self._newest.pop(gone.table_uuid, None)
 
     def _cached(self, location: str) -> TableMetadata | None:
         with self._cache_lock:
