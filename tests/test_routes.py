@@ -65,6 +65,15 @@ def test_a_table_skips_what_it_committed():
     assert not unlanded({0: 10}, 0, 9) and unlanded({0: 10}, 0, 10)
 
 
+def query(sql: str) -> list[dict]:
+    """`floe query SQL --format json`'s rows."""
+    import json
+
+    done = floe("query", sql, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
 def _raw(values: list[bytes | None]) -> RawBatch:
     n = len(values)
     return RawBatch(partitions=[0] * n, offsets=list(range(n)), timestamps=[1] * n, keys=[None] * n,
@@ -185,11 +194,6 @@ def test_a_routed_topic_lands_each_kind_in_its_own_table_once_through_kills(brok
     events.send(300, [*four, "log-out"])
     run_until_caught_up(spark)
 
-    def query(sql: str) -> list[dict]:
-        done = floe("query", sql, "--format", "json")
-        assert done.returncode == 0, done.stderr
-        return [json.loads(line) for line in done.stdout.splitlines()]
-
     for kind, table in TABLES.items():  # DuckDB (`floe query`), PyIceberg, the reference Java Iceberg
         assert [r["id"] for r in query(f"select id from {table} order by id")] == events.ids[kind], table
         assert sorted(catalog.table(table).scan().to_arrow().column("id").to_pylist()) == events.ids[kind], table
@@ -239,11 +243,6 @@ def test_avro_messages_route_by_a_field_and_each_table_takes_its_writer_schemas_
                    "--schema-registry", registry.url, "--route-by", "type", "--table", "an.av_{value}")
     assert created.returncode == 0, created.stderr
     run_until_caught_up(spark)
-
-    def query(sql: str) -> list[dict]:
-        done = floe("query", sql, "--format", "json")
-        assert done.returncode == 0, done.stderr
-        return [json.loads(line) for line in done.stdout.splitlines()]
 
     assert [r["id"] for r in query("select id from an.av_click order by id")] == [i for i in range(30) if i % 3]
     assert query("select id, amount from an.av_buy order by id") == [{"id": i, "amount": i / 2}
@@ -354,8 +353,6 @@ def test_routed_stream_cli_create_show_list_pause_resume_delete(broker, topic):
 
 
 def test_protobuf_messages_route_by_a_nested_field(broker, topic, registry, spark):
-    import json
-
     from confluent_kafka.schema_registry import topic_record_subject_name_strategy
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -383,11 +380,6 @@ def test_protobuf_messages_route_by_a_nested_field(broker, topic, registry, spar
                    "protobuf", "--schema-registry", registry.url, "--route-by", "meta.kind", "--table", "an.pb_{value}")
     assert created.returncode == 0, created.stderr
     run_until_caught_up(spark)
-
-    def query(sql: str) -> list[dict]:
-        done = floe("query", sql, "--format", "json")
-        assert done.returncode == 0, done.stderr
-        return [json.loads(line) for line in done.stdout.splitlines()]
 
     assert [r["id"] for r in query("select id from an.pb_click order by id")] == list(range(1, 20, 2))
     assert query("select id, amount from an.pb_buy order by id") == [{"id": i, "amount": i / 2}
