@@ -133,7 +133,7 @@ def spark(floe_spark):
 @pytest.fixture
 def running_engine(spark):
     """Start an engine in this process on the shared SparkSession, answering requests as `floe run` does;
-    stopped at the end."""
+    stopped at the end, or by `running_engine.stop()`."""
     from appliance.config.settings import load_settings
     from appliance.control.answers import Answers
     from appliance.control.patterns import discover_members
@@ -148,10 +148,17 @@ def running_engine(spark):
         engines.append((engine, thread))
         return engine
 
+    def stop() -> None:
+        """Stop every engine started and wait for its run to end (its lock released, its Spark jobs done)."""
+        while engines:
+            engine, thread = engines.pop()
+            engine.stop()
+            thread.join(60)
+            assert not thread.is_alive(), "an engine did not stop within 60 s"
+
+    start.stop = stop
     yield start
-    for engine, thread in engines:
-        engine.stop()
-        thread.join(60)
+    stop()
 
 
 # -- the reference Java Iceberg (Iceberg 1.10 on Spark 3.5, in a virtualenv of its own: scripts/javaiceberg/) ----

@@ -134,48 +134,41 @@ def uri_exists(uri: str) -> bool:
 
 
 @pytest.mark.slow
-def test_compaction_while_the_stream_writes_keeps_every_row_once(broker, topic, floe_home, spark):
-    # Commits four times a second: the small files come sooner than at the default second, and the rewrite
+def test_compaction_while_the_stream_writes_keeps_every_row_once(broker, topic, floe_home, spark, running_engine):
+    # Commits ten times a second: the small files come sooner than at the default second, and the rewrite
     # races more commits. The engine's own maintenance is off so that this test decides when compaction runs.
-    write_config(floe_home, '[spark]\nmaster = "local[4]"\n[engine]\ncommit_interval = "250ms"\n'
-                            '[maintenance]\nenabled = false\n')
+    # The engine runs in this process on the session's Spark, as `floe run` runs its maintenance beside it.
+    write_config(floe_home, '[engine]\ncommit_interval = "100ms"\n[maintenance]\nenabled = false\n')
     settings = load_settings()
     publisher = Publisher(broker, topic)
     publisher.publish(200)
     created = floe("stream", "create", "orders", "--bootstrap", broker.bootstrap, "--topic", topic,
                    "--table", "ingest.orders")
     assert created.returncode == 0, created.stderr
-    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
-    try:  # a failure on the way leaves no engine behind to load the machine
-        # The stand-in broker keeps only the newest few MiB of a partition: at 4,500 msg/s a JVM still starting on
-        # a loaded machine falls behind that, and the oldest messages expire unread (Floe says so: data_expired).
-        # The fast producer starts once the engine has committed.
-        wait_for(lambda: engine.poll() is not None or _stream_id(settings) and committed_offsets(
-            Catalog(settings).table("ingest.orders"), _stream_id(settings)), 300, 0.5, "the engine's first commit")
-        publisher.start(per_second=4500)
-        try:
-            catalog = Catalog(settings)
-            wait_for(lambda: len(live_data_files(catalog.table("ingest.orders"))) >= 200, 400, 1.0,
-                     "hundreds of small files")
-            target = 256 * 1024
-            maintainer = Maintainer(settings, spark=spark)
-            set_policy(maintainer, "ingest.orders", {"target_file_size": "256KB"})
-            run = maintainer.run("ingest.orders", "compact")  # while the stream keeps committing
-            assert run.outcome == "ok", run.detail
-            wait_for(lambda: _commits_after(catalog, run.snapshot_id), 30, 0.5, "a commit after compaction")
-        finally:
-            publisher.finish()
-        goal = end_offsets(broker.bootstrap, topic)
-        wait_for(lambda: committed_offsets(Catalog(settings).table("ingest.orders"), _stream_id(settings)) == goal,
-                 120, 0.5, "the engine to catch up")
-        engine.send_signal(signal.SIGTERM)
-        code, said = finished(engine, 60)
-        assert code == 0, said
+    running_engine()
+    # The stand-in broker keeps only the newest few MiB of a partition: at 4,500 msg/s an engine still starting on
+    # a loaded machine falls behind that, and the oldest messages expire unread (Floe says so: data_expired).
+    # The fast producer starts once the engine has committed.
+    wait_for(lambda: _stream_id(settings) and committed_offsets(Catalog(settings).table("ingest.orders"),
+                                                                _stream_id(settings)), 300, 0.5,
+             "the engine's first commit")
+    publisher.start(per_second=4500)
+    try:
+        catalog = Catalog(settings)
+        wait_for(lambda: len(live_data_files(catalog.table("ingest.orders"))) >= 150, 400, 0.5,
+                 "hundreds of small files")
+        target = 256 * 1024
+        maintainer = Maintainer(settings, spark=spark)
+        set_policy(maintainer, "ingest.orders", {"target_file_size": "256KB"})
+        run = maintainer.run("ingest.orders", "compact")  # while the stream keeps committing
+        assert run.outcome == "ok", run.detail
+        wait_for(lambda: _commits_after(catalog, run.snapshot_id), 30, 0.2, "a commit after compaction")
     finally:
-        if engine.poll() is None:
-            os.killpg(engine.pid, signal.SIGKILL)
-            engine.wait()
+        publisher.finish()
+    goal = end_offsets(broker.bootstrap, topic)
+    wait_for(lambda: committed_offsets(Catalog(settings).table("ingest.orders"), _stream_id(settings)) == goal,
+             120, 0.5, "the engine to catch up")
+    running_engine.stop()
 
     table = Catalog(settings).table("ingest.orders")
     replace = table.snapshot_by_id(run.snapshot_id)
