@@ -412,7 +412,7 @@ def test_partitioned_tables_are_compacted_partition_by_partition(spark, floe_hom
     assert len({f.partition[0] for f in files}) == 3, "a file mixes days"
 
 
-def test_the_engine_maintains_tables_by_itself_while_streaming(broker, topic, floe_home):
+def test_the_engine_maintains_tables_by_itself_while_streaming(broker, topic, floe_home, running_engine):
     write_config(floe_home, '[engine]\ncommit_interval = "250ms"\n'
                             '[maintenance]\ncheck_interval = "1s"\nexpire_interval = "1s"\n'
                             '[maintenance.policy]\ncompact_small_files = 10\ncompact_interval = "0s"\n'
@@ -421,8 +421,7 @@ def test_the_engine_maintains_tables_by_itself_while_streaming(broker, topic, fl
     publisher = Publisher(broker, topic)
     publisher.publish(100)
     create_stream(settings, "auto", bootstrap=broker.bootstrap, topic=topic, table="ingest.auto")
-    engine = subprocess.Popen(FLOE + ["run"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
+    running_engine()  # its maintenance scheduler beside its streams, on the session's Spark, as `floe run` does
     publisher.start(per_second=600)
     state = StateStore(settings.state_db)
     try:
@@ -435,9 +434,7 @@ def test_the_engine_maintains_tables_by_itself_while_streaming(broker, topic, fl
     stream_id = state.stream("auto").id
     wait_for(lambda: committed_offsets(Catalog(settings).table("ingest.auto"), stream_id) == goal, 120, 0.5,
              "the engine to catch up")
-    engine.send_signal(signal.SIGTERM)
-    code, said = finished(engine, 60)
-    assert code == 0, said
+    running_engine.stop()
     assert not [r for r in state.runs("ingest.auto") if r.outcome == "failed"]
     assert_exactly_once(settings, "auto", publisher.landed)
 
