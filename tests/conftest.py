@@ -133,17 +133,26 @@ def spark(floe_spark):
 @pytest.fixture
 def running_engine(spark):
     """Start an engine in this process on the shared SparkSession, answering requests as `floe run` does;
-    stopped at the end, or by `running_engine.stop()`."""
+    stopped at the end, or by `running_engine.stop()`, which fails the test if a run ended in an error (as
+    `floe run` exiting non-zero would). `running_engine.running()`: every engine started still runs."""
     from appliance.config.settings import load_settings
     from appliance.control.answers import Answers
     from appliance.control.patterns import discover_members
     from appliance.ingest.engine import Engine
 
     engines = []
+    errors: list[BaseException] = []
 
     def start(**kwargs):
         engine = Engine(load_settings(), spark=spark, **{"answers": Answers, "discover": discover_members, **kwargs})
-        thread = threading.Thread(target=engine.run, daemon=True)
+
+        def run():
+            try:
+                engine.run()
+            except BaseException as error:  # noqa: BLE001 - handed to the test at stop()
+                errors.append(error)
+
+        thread = threading.Thread(target=run, daemon=True)
         thread.start()
         engines.append((engine, thread))
         return engine
@@ -155,8 +164,11 @@ def running_engine(spark):
             engine.stop()
             thread.join(60)
             assert not thread.is_alive(), "an engine did not stop within 60 s"
+        if errors:
+            raise AssertionError(f"an engine's run ended in an error: {errors[0]!r}") from errors[0]
 
     start.stop = stop
+    start.running = lambda: bool(engines) and all(thread.is_alive() for _, thread in engines)
     yield start
     stop()
 
