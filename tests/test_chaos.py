@@ -13,7 +13,10 @@ import pytest
 from conftest import ROOT
 
 
-@pytest.mark.parametrize("warehouse", ["local", "s3"])
+# The S3 warehouse only: its run does everything the local one does (engine kills, broker freezes, maintenance
+# under both) and S3 restarts and freezes besides; a local warehouse through kills is test_exactly_once's, through
+# kills with compaction and expiry test_stages'. `scripts/chaos --warehouse local` stays for a person to run.
+@pytest.mark.parametrize("warehouse", ["s3"])
 def test_chaos_short_form_passes(warehouse, tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos"), "--cycles", "2", "--seed", "7",
                            "--warehouse", warehouse], capture_output=True, text=True, timeout=900, cwd=tmp_path)
