@@ -13,11 +13,11 @@ from tui.app import FloeApp
 from tui.screens.new_stream import NewStreamScreen
 
 from conftest import pizza_values
-from tui_helpers import open_wizard, shown, text, until
+from tui_helpers import open_wizard, shown, text, type_into, until
 
 
 async def type_text(pilot, value: str) -> None:
-    await pilot.press(*value)
+    await type_into(pilot, value)
 
 
 async def load_and_pick_topic(pilot, screen, bootstrap: str, topic: str) -> None:

@@ -61,3 +61,18 @@ def showing(app, screen_class) -> object:
     children to query yet); else None."""
     screen = app.screen
     return screen if isinstance(screen, screen_class) and screen.is_mounted else None
+
+
+async def type_into(pilot, value: str) -> None:
+    """Text into the focused field as the terminal hands over a paste (one event, as Textual's driver posts
+    it); where no text field has the focus (a list's type-to-search), key by key. The wizard's keyboard test
+    types every key; the other tests' text arrives in one piece, not at a tenth of a second a key."""
+    from textual import events
+    from textual.widgets import Input
+
+    if isinstance(pilot.app.focused, Input):
+        pilot.app._driver.send_message(events.Paste(value))
+        await pilot.pause()
+    else:
+        await pilot.press(*value)
+
