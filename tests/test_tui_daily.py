@@ -15,7 +15,7 @@ from tui.app import FloeApp
 from tui.screens.stage_editor import StageEditorScreen
 from tui.screens.stream_detail import StreamDetailScreen
 
-from tui_helpers import showing, until
+from tui_helpers import showing, type_into, until
 
 
 def toasts(app) -> list[str]:
@@ -105,7 +105,7 @@ async def test_the_command_palette_finds_floe_commands_and_runs_them(floe_home):
         await until(pilot, lambda: tables.selected == "ingest.orders", 20, "the table selected")
         await pilot.press("ctrl+p")
         await until(pilot, lambda: app.screen.__class__.__name__ == "CommandPalette", 5, "the palette")
-        await pilot.press(*"new stage")
+        await type_into(pilot, "new stage")
         await until(pilot, lambda: highlighted(app).startswith("New stage"), 10, "New stage found")
         await pilot.press("enter")
         await until(pilot, lambda: showing(app, StageEditorScreen), 10, "the stage editor, from the palette")
@@ -113,7 +113,7 @@ async def test_the_command_palette_finds_floe_commands_and_runs_them(floe_home):
         await until(pilot, lambda: not isinstance(app.screen, StageEditorScreen), 5, "closed")
         await pilot.press("ctrl+p")
         await until(pilot, lambda: app.screen.__class__.__name__ == "CommandPalette", 5, "the palette again")
-        await pilot.press(*"open the selected table")
+        await type_into(pilot, "open the selected table")
         await until(pilot, lambda: highlighted(app).startswith("Open the selected table"), 10, "found")
         await pilot.press("enter")
         editor = app.query_one("#query-editor", TextArea)

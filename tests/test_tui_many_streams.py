@@ -16,7 +16,7 @@ from tui.format import count
 from tui.screens.stream_detail import StreamDetailScreen
 
 from many_streams import STREAMS, fill, name_of
-from tui_helpers import cell, showing, text, until
+from tui_helpers import cell, showing, text, type_into, until
 
 PAUSED = [i for i in range(STREAMS) if i % 7 == 0]
 FAILED = [i for i in range(STREAMS) if i % 10 == 3 and i % 7]  # a paused stream shows paused, not failed
@@ -56,7 +56,7 @@ async def test_500_streams_summed_filtered_sorted_and_refreshed_in_place(floe_ho
         await pilot.press("slash")
         name_filter = app.query_one("#streams-filter")
         await until(pilot, lambda: name_filter.has_focus, 10, "the filter has the focus")
-        await pilot.press(*"ERS_12")
+        await type_into(pilot, "ERS_12")
         expected = ["orders_121", "orders_123", "orders_125", "orders_127", "orders_129"]
         await until(pilot, lambda: keys(table) == expected, 10, "the rows the filter picks")
         assert [v.name for v in select_streams(streams_overview(settings), "ERS_12")] == expected

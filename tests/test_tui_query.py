@@ -16,7 +16,7 @@ from appliance.query.history import HISTORY_LIMIT, append_history, load_history
 from tui.app import FloeApp
 
 from conftest import ROOT, pizza_values
-from tui_helpers import until
+from tui_helpers import type_into, until
 
 LONG = "select count(*) from range(1000000000000)"  # minutes of work: only ever cancelled
 
@@ -58,7 +58,7 @@ async def test_query_counts_reports_errors_and_carries_on(ingested):
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("3")
         await until(pilot, lambda: app.focused is editor(app), 10, "the editor focused")
-        await pilot.press(*"select count(*) as n from ingest.x")
+        await type_into(pilot, "select count(*) as n from ingest.x")
         await pilot.press("ctrl+j")
         await until(pilot, lambda: "1 row in" in status(app), 60, "row-count status")
         assert [str(c.label) for c in grid(app).columns.values()] == ["n"]
@@ -184,7 +184,7 @@ async def test_history_survives_a_new_app(floe_home):
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("3")
         await until(pilot, lambda: len(app.query_one("#query-pane").history) == 3, 10, "history loaded")
-        await pilot.press(*"draft")
+        await type_into(pilot, "draft")
         await pilot.press("ctrl+up")
         assert editor(app).text == "select 3 as third"
         await pilot.press("ctrl+up", "ctrl+up", "ctrl+up")  # stops at the oldest

@@ -19,7 +19,7 @@ from tui.screens.confirm import ConfirmScreen
 from tui.screens.stage_editor import EXAMPLE, StageEditorScreen
 
 from conftest import pizza_values
-from tui_helpers import cell, showing, until
+from tui_helpers import cell, showing, type_into, until
 
 
 def shown(app, selector: str) -> str:
@@ -130,7 +130,7 @@ async def test_the_editor_shows_an_example_query_that_is_not_its_text(floe_home)
         await until(pilot, lambda: "a query (a SELECT over source)" in shown(app, "#stage-status"), 10,
                     "the empty query told")
         editor.focus()
-        await pilot.press(*"select 1")
+        await type_into(pilot, "select 1")
         await until(pilot, lambda: editor.text == "select 1", 10, "typed over the example, not after it")
         assert "orders per hour" not in editor.render_line(0).text
 

@@ -68,9 +68,9 @@ async def type_into(pilot, value: str) -> None:
     it); where no text field has the focus (a list's type-to-search), key by key. The wizard's keyboard test
     types every key; the other tests' text arrives in one piece, not at a tenth of a second a key."""
     from textual import events
-    from textual.widgets import Input
+    from textual.widgets import Input, TextArea
 
-    if isinstance(pilot.app.focused, Input):
+    if isinstance(pilot.app.focused, (Input, TextArea)):
         pilot.app._driver.send_message(events.Paste(value))
         await pilot.pause()
     else:
