@@ -53,3 +53,25 @@ def test_the_async_form_pauses_between_attempts():
     values = iter([False, False, 7])
     assert asyncio.run(poll_async(lambda: next(values), 5, pause, interval=0.2)) == 7
     assert pauses == [0.2, 0.2]
+
+
+def test_a_costly_condition_is_asked_at_most_a_quarter_of_the_wait():
+    """Asking takes time (a query, a catalog load): the pause after an attempt is at least SHARE times what it
+    took, so that the wait does not crowd out the work it waits for; a cheap one keeps the interval."""
+    import time
+
+    from appliance.core.polling import SHARE
+
+    pauses: list[float] = []
+    values = iter([False, False, 7])
+
+    def costly():
+        time.sleep(0.05)  # stands for the cost of asking, not for waiting
+        return next(values)
+
+    assert poll(costly, 5, interval=0.01, sleep=pauses.append) == 7
+    assert len(pauses) == 2 and all(p >= SHARE * 0.05 for p in pauses), pauses
+    pauses.clear()
+    values = iter([False, 1])
+    assert poll(lambda: next(values), 5, interval=0.01, sleep=pauses.append) == 1
+    assert pauses == [0.01]

@@ -2,7 +2,9 @@
 
 The rule: ask `condition()` until it returns something truthy, and return that; an exception it raises
 means "not yet" (the thing asked about may not exist yet) and is named in the timeout's message, unless
-it is one of `fatal`, which ends the wait at once. Between two attempts, `sleep(interval)`; a `sleep`
+it is one of `fatal`, which ends the wait at once. Between two attempts, `sleep(interval)`, or longer when
+asking is costly: at least SHARE times what the last attempt took, so that a wait never spends more than a
+quarter of its time asking (a query over a table, a catalog load) beside the work it waits for. A `sleep`
 that returns True (a `threading.Event.wait`, say) ends the wait early, with None. Once `timeout` seconds
 have passed, `error` is raised, saying what was waited for.
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+SHARE = 3.0  # a pause is at least this many times the last attempt: asking takes at most a quarter of a wait
 
 
 def backoff(first: float, longest: float) -> Iterator[float]:
@@ -32,8 +36,10 @@ class _Attempts:
         self.condition, self.timeout, self.what, self.error, self.fatal = condition, timeout, what, error, fatal
         self.deadline = time.monotonic() + timeout
         self.last: BaseException | None = None
+        self.took = 0.0  # seconds the last attempt took
 
     def attempt(self) -> Any:
+        started = time.monotonic()
         try:
             return self.condition()
         except self.fatal:
@@ -41,6 +47,13 @@ class _Attempts:
         except Exception as exc:
             self.last = exc
             return None
+        finally:
+            self.took = time.monotonic() - started
+
+    def pause(self, interval: float) -> float:
+        """The pause before the next attempt: `interval`, or SHARE times the last attempt if that is longer,
+        never past the deadline by more than `interval`."""
+        return min(max(interval, SHARE * self.took), max(interval, self.deadline - time.monotonic()))
 
     def timed_out(self) -> BaseException | None:
         if time.monotonic() < self.deadline:
@@ -61,7 +74,7 @@ def poll(condition: Callable[[], Any], timeout: float, interval: float = 0.1, wh
         failed = attempts.timed_out()
         if failed is not None:
             raise failed
-        if sleep(interval) is True:
+        if sleep(attempts.pause(interval)) is True:
             return None
 
 
@@ -77,4 +90,4 @@ async def poll_async(condition: Callable[[], Any], timeout: float, pause: Callab
         failed = attempts.timed_out()
         if failed is not None:
             raise failed
-        await pause(interval)
+        await pause(attempts.pause(interval))
