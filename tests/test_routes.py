@@ -47,7 +47,9 @@ def test_a_missing_field_or_a_value_that_names_nothing_valid_says_why(value, say
     ("", "a.t_{value}", "--route-by needs a field"),
     ("  ", "a.t_{value}", "--route-by needs a field"),
     ("a..b", "a.t_{value}", "must name a field of the messages' value"),
-    ("@key", "a.t_{value}", "must name a field of the messages' value"),
+    ("@headers", "a.t_{value}", "must be @key, @key.FIELD or @header.NAME"),
+    ("@value", "a.t_{value}", "must be @key, @key.FIELD or @header.NAME"),
+    ("@header.", "a.t_{value}", "must be @key, @key.FIELD or @header.NAME"),
     ("type", "a.events", "does not name {value}"),
     ("type", "a.t_{topic}", "names {topic}"),
     ("type", "a.t_{value!r}", "names {value}"),
@@ -57,6 +59,29 @@ def test_a_bad_field_or_template_is_refused(field, template, says):
     with pytest.raises(RouteError, match=".*") as caught:
         RouteRule.parse(field, template)
     assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_route_taken_from_the_key_or_a_header_names_tables_without_reading_the_value():
+    assert RouteRule.parse("@header.event.type", "ev.t_{value}").field == "@header.event.type"  # a name with dots
+    assert RouteRule.parse("@key", "ev.t_{value}").from_kafka and not RouteRule.parse("type", "ev.t_{value}").from_kafka
+    values = [b"{not json", orjson.dumps({"n": 1}), None, orjson.dumps({"n": 3}), b"x", b"y"]
+    headers = [[("kind", b"Click")], [("kind", b"buy"), ("kind", b"click")], [("kind", b"click")], None,
+               [("kind", b"\xff")], [("other", b"click")]]
+    raw = RawBatch(partitions=[0] * 6, offsets=list(range(6)), timestamps=[1] * 6,
+                   keys=[b"a", b'{"k": "buy"}', b"c", b'{"k": "buy"}', b"e", b"f"], values=values, headers=headers)
+    known = RouteTarget(Mapping.of_table(()), None, None)
+    router = Router(RouteRule.parse("@header.kind", "ev.t_{value}"), {"ev.t_click": known}, {})
+    groups, new, bad = router.split(raw, None, 1 << 20)
+    # The value is not read to route: a malformed or empty one is its table's dead letter, at decode.
+    assert groups == {"ev.t_click": [0, 1, 2]}  # the last header of a name wins, as Kafka's lastHeader
+    reasons = {i: (stage, why) for i, stage, why in bad}
+    assert reasons[3] == (ROUTE_STAGE, "route field @header.kind is missing or null: no table to route the message to")
+    assert reasons[4][0] == "decode" and "@header.kind is not UTF-8 text" in reasons[4][1]
+    assert reasons[5][0] == ROUTE_STAGE and not new
+    by_key = Router(RouteRule.parse("@key.k", "ev.t_{value}"), {}, {})
+    groups, new, bad = by_key.split(raw, None, 1 << 20)
+    assert not groups and list(new) == ["ev.t_buy"] and new["ev.t_buy"][1] == [values[1], values[3]]
+    assert {i for i, _, _ in bad} == {0, 2, 4, 5}  # keys that are not JSON objects name no table
 
 
 def test_a_table_skips_what_it_committed():
@@ -471,3 +496,31 @@ def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_schema_ch
         done = floe(*shlex.split(command)[1:])
         assert done.returncode == 0, (command, done.stderr)
     assert '"five"' in done.stdout and "schema" in done.stdout, done.stdout  # the query: the dead letter, and why
+
+
+def test_a_header_routes_each_message_to_its_table_and_the_value_is_decoded_there(broker, topic, spark):
+    """`--route-by @header.kind`: the event's kind travels in a header, as tracing and event-type headers do; the
+    values are each table's columns, a malformed one its own dead letter, a message without the header too."""
+    from appliance.ingest.engine import Engine
+
+    producer = broker.producer()
+    sent = {"click": 0, "buy": 0}
+    for i in range(60):
+        kind = "click" if i % 3 else "buy"
+        sent[kind] += 1
+        producer.produce(topic, value=orjson.dumps({"id": i, kind: i * 10}), headers=[("kind", kind.encode())],
+                         partition=0)
+    producer.produce(topic, value=b"{broken", headers=[("kind", b"buy")], partition=0)
+    producer.produce(topic, value=orjson.dumps({"id": 99}), partition=0)  # no header: no table
+    assert producer.flush(30) == 0
+    created = floe("stream", "create", "hk", "--bootstrap", broker.bootstrap, "--topic", topic, "--route-by",
+                   "@header.kind", "--table", "hk.ev_{value}")
+    assert created.returncode == 0 and "routed by @header.kind" in created.stderr, created.stderr
+    Engine(load_settings(), spark=spark).run(until_caught_up=True)
+    assert query("select count(*) n, sum(click) s from hk.ev_click") == [{"n": sent["click"], "s": sum(
+        i * 10 for i in range(60) if i % 3)}]
+    assert query("select count(*) n from hk.ev_buy") == [{"n": sent["buy"]}]
+    dead = query("select _kafka_offset o, error_stage s, error_message m from hk.hk_dlq order by o")
+    assert [(d["o"], d["s"]) for d in dead] == [(60, "decode"), (61, ROUTE_STAGE)], dead
+    assert "@header.kind is missing or null" in dead[1]["m"]
+    assert floe("audit", "hk").returncode == 0

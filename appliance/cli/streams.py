@@ -25,9 +25,10 @@ def stream() -> None:
                    "template of {topic} and the pattern's groups {1}, {2}... (e.g. cdc.{1}); topics that appear "
                    "later are taken while the engine runs.")
 @click.option("--route-by", default=None, metavar="FIELD",
-              help="Route each message into the table its FIELD's value names (a nested field as a.b): --table is "
-                   "then a template of {value} (e.g. analytics.events_{value}); a new value's table is made while "
-                   "the engine runs, with the columns of its own messages.")
+              help="Route each message into the table its FIELD's value names (a nested field as a.b; the Kafka "
+                   "key or a header as @key, @key.FIELD, @header.NAME): --table is then a template of {value} (e.g. "
+                   "analytics.events_{value}); a new value's table is made while the engine runs, with the columns "
+                   "of its own messages.")
 @click.option("--format", "fmt", default="json", show_default=True, help="Message format: json, avro or protobuf.")
 @click.option("--schema-registry", default=None, metavar="URL",
               help="Schema registry (Confluent's API: Confluent, Redpanda, Karapace); needed for avro and protobuf.")

@@ -1,7 +1,8 @@
 """A routed stream's batch inside its Spark task: one read of the topic, split by each message's route value.
 
 The task reads its pieces once (`batch.run_items`), takes each message's route value (its value parsed once with
-the stream's format, the field looked up: `route_values`), groups the messages by the table the value names
+the stream's format, the field looked up; or its key's or a header's text, with no value parsed: `route_values`),
+groups the messages by the table the value names
 (`model/routes.RouteRule`) and decodes each group with its route's mapping into that table's files. A message
 without the field, or whose value makes no valid table name, is a dead letter with the reason (stage `route`).
 
@@ -23,7 +24,8 @@ import orjson
 import pyarrow as pa
 
 from appliance.decode.json_format import JsonFormat
-from appliance.decode.parsed import Bad, MessageFormat, validate
+from appliance.decode.kafka_sources import column_values
+from appliance.decode.parsed import Bad, MessageFormat, Parsed, validate
 from appliance.decode.rows import dead_letter_rows, decode_batch
 from appliance.ingest.batch import BatchSpec, TaskResult, timestamp_sample
 from appliance.kafka.reader import Piece, PieceResult
@@ -109,7 +111,7 @@ class Router:
               ) -> tuple[dict[str, list[int]], dict[str, tuple[str, list[bytes]]], list[Bad]]:
         """(the messages of each routed table, the tables without a route yet with their value and a sample of
         their messages, the messages that name no table with the reason)."""
-        values, bad = route_values(raw.values, self.rule, fmt, max_message_bytes)
+        values, bad = route_values(raw, self.rule, fmt, max_message_bytes)
         groups: dict[str, list[int]] = {}
         new: dict[str, tuple[str, list[bytes]]] = {}
         named: dict[Any, tuple[str | None, str]] = {}
@@ -131,9 +133,12 @@ class Router:
         return groups, new, bad
 
 
-def route_values(values: list[bytes | None], rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
+def route_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
                  ) -> tuple[list[tuple[int, Any]], list[Bad]]:
     """Each parsed message's route value (None: no such field), and the messages that do not parse, with why."""
+    if rule.from_kafka:
+        return _kafka_values(raw, rule, fmt, max_message_bytes)
+    values = raw.values
     if fmt is None or isinstance(fmt, JsonFormat):
         return _json_values(values, rule.path, max_message_bytes)
     column = Column("route", "string", rule.path)
@@ -141,6 +146,20 @@ def route_values(values: list[bytes | None], rule: RouteRule, fmt: MessageFormat
     [found] = parsed.values([column])
     found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
     return list(zip(parsed.good, found)), list(parsed.bad)
+
+
+def _kafka_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
+                  ) -> tuple[list[tuple[int, Any]], list[Bad]]:
+    """The key's or a header's text (or a key's field), read as a mapped column of that source reads it
+    (`decode.kafka_sources`); a key or header that cannot be read is a dead letter with the reason. The values
+    are decoded later, by each route's mapping."""
+    everyone = Parsed(good=list(range(len(raw))), bad=[], values=lambda columns: [])
+    problems: dict = {}
+    [found] = column_values(Mapping.of_table([Column("route", "string", rule.path)]), everyone, raw, fmt,
+                            max_message_bytes, problems)
+    found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
+    bad: list[Bad] = [(i, problem.stage, problem.message) for i, problem in sorted(problems.items())]
+    return [(i, value) for i, value in enumerate(found) if i not in problems], bad
 
 
 def _json_values(values: list[bytes | None], path: tuple[str, ...], max_message_bytes: int

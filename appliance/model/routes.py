@@ -1,6 +1,9 @@
 """A routed stream's rule: one topic's messages into tables named by a field of each message's value.
 
 `--route-by type --table 'analytics.events_{value}'` sends `{"type": "click", ...}` to `analytics.events_click`.
+The field may be the message's Kafka key or a header instead, written as a mapping's source is (`model.sources`):
+`@key` (the key's text), `@key.kind` (a field of a JSON or registry-encoded key), `@header.type` (a header's
+text): routing by those reads no message value at all.
 The value is made a valid table name as a pattern's topic names are (`patterns.name_part`: lowercase, other
 characters as `_`, a leading digit prefixed `_`); a message without the field, or whose value makes no valid name,
 goes to the stream's dead-letter table with the reason (`route`). Each table a value names is a `Route`, recorded
@@ -20,6 +23,7 @@ from appliance.core.errors import InvalidName, RouteError
 from appliance.model.mapping import Mapping
 from appliance.model.names import check_table_name
 from appliance.model.patterns import name_part
+from appliance.model.sources import HEADERS, describe, from_kafka, parse_source
 from appliance.model.stream import StreamDef
 
 VALUE = "value"  # the template's one field
@@ -38,11 +42,9 @@ class RouteRule:
         and nothing else, and makes a NAMESPACE.TABLE."""
         route_by = (route_by or "").strip()
         if not route_by:
-            raise RouteError("--route-by needs a field of the messages' value, e.g. type or event.kind")
-        path = tuple(route_by.split("."))
-        if route_by.startswith("@") or not all(part.strip() for part in path):
-            raise RouteError(f"--route-by {route_by!r} must name a field of the messages' value, e.g. type or "
-                             "event.kind (a nested field as a.b)")
+            raise RouteError("--route-by needs a field of the messages' value, e.g. type or event.kind, or @key, "
+                             "@key.FIELD or @header.NAME")
+        path = _route_path(route_by)
         try:
             parsed = list(string.Formatter().parse(template or ""))
         except ValueError as exc:
@@ -64,7 +66,13 @@ class RouteRule:
 
     @property
     def field(self) -> str:
-        return ".".join(self.path)
+        """The field as `--route-by` writes it (and the state database keeps it): `type`, `@header.type`."""
+        return describe(self.path)
+
+    @property
+    def from_kafka(self) -> bool:
+        """Whether the route is the message's key or a header, not a field of its value."""
+        return from_kafka(self.path)
 
     def example(self) -> str:
         """The template made with `x`: the name checks the template's literal parts."""
@@ -86,6 +94,24 @@ class RouteRule:
         except InvalidName as exc:
             return None, f"route field {self.field} value {text[:80]!r} makes no table name: {exc}"
         return name, ""
+
+
+def _route_path(route_by: str) -> tuple[str, ...]:
+    """`--route-by` as a path: a field of the value (`a.b` nested), or a Kafka source that holds one value."""
+    if route_by.startswith("@"):
+        try:
+            path = parse_source(route_by)
+        except Exception:  # noqa: BLE001 - said below, in the route's words
+            path = ()
+        if not path or path == HEADERS:
+            raise RouteError(f"--route-by {route_by!r}: a route taken from Kafka must be @key, @key.FIELD or "
+                             "@header.NAME (one value a message)")
+        return path
+    path = tuple(route_by.split("."))
+    if not all(part.strip() for part in path):
+        raise RouteError(f"--route-by {route_by!r} must name a field of the messages' value, e.g. type or "
+                         "event.kind (a nested field as a.b), or @key, @key.FIELD or @header.NAME")
+    return path
 
 
 def route_text(value: Any) -> str | None:
