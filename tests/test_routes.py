@@ -455,10 +455,10 @@ def test_without_a_catalog_transaction_a_batch_cut_between_two_tables_commits_la
     assert audited.returncode == 0 and json.loads(audited.stdout)["checked"] == events.next, audited.stdout
 
 
-def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_schema_change_proposes_what_works(
+async def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_schema_change_proposes_what_works(
         broker, topic, spark):
-    """`floe stream show` says what a routed batch committed (its route tables, its dead-letter table's snapshot: it
-    has no target table of its own), and a route's schema change proposes commands that work on a routed stream,
+    """`floe stream show` and the UI's stream detail say what a routed batch committed (its route tables, its
+    dead-letter table's snapshot: it has no target table of its own), and a route's schema change proposes commands that work on a routed stream,
     each run here as printed (no dead-letter replay: it refuses routed streams)."""
     import json
     import re
@@ -496,6 +496,20 @@ def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_schema_ch
         done = floe(*shlex.split(command)[1:])
         assert done.returncode == 0, (command, done.stderr)
     assert '"five"' in done.stdout and "schema" in done.stdout, done.stdout  # the query: the dead letter, and why
+
+    from tui.app import FloeApp
+    from tui.screens.stream_detail import StreamDetailScreen
+
+    from tui_helpers import cell, showing, until
+
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(StreamDetailScreen("sc"))
+        await until(pilot, lambda: showing(app, StreamDetailScreen), 10, "the stream's detail")
+        batches = app.screen.query_one("#batches-table")
+        await until(pilot, lambda: batches.row_count == 2, 30, "its two batches")
+        assert [cell(batches, str(i), "snapshot") for i in range(2)] == ["0 route tables", "2 route tables"]
+        assert cell(batches, "0", "dead_snapshot") == str(newest["dead_letter_snapshot_id"])
 
 
 def test_a_header_routes_each_message_to_its_table_and_the_value_is_decoded_there(broker, topic, spark):

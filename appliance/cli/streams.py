@@ -146,9 +146,11 @@ def stream_list(fmt: str, name: str | None, state: str | None, namespace: str | 
 def _committed(batch: dict, stream: dict) -> str:
     """What a batch committed: its table's snapshot; a routed stream's, its route tables and the snapshot of its
     dead-letter table, which every batch commits (it holds where the next one reads)."""
+    from appliance.views.streams import target_committed
+
     if "route_by" not in stream:
         return f"snapshot {batch['target_snapshot_id']}"
-    counted = "" if batch["route_tables"] is None else f"{batch['route_tables']} route tables, "
+    counted = "" if batch["route_tables"] is None else f"{target_committed(batch['route_tables'], None)}, "
     return f"{counted}snapshot {batch['dead_letter_snapshot_id']} of {stream['dead_letter_table']}"
 
 

@@ -60,6 +60,14 @@ def phase_of(stream: StreamDef | StreamSummary, status: StreamStatus) -> StreamP
     return StreamPhase.PAUSED if stream.paused else status.phase
 
 
+def target_committed(route_tables: int | None, target_snapshot_id: int | None) -> str:
+    """What a batch committed besides its dead-letter table, as the CLI and the UI say it: its target's snapshot,
+    or, for a routed stream's batch (which has no one target), how many route tables it committed."""
+    if route_tables is not None:
+        return f"{route_tables} route tables"
+    return str(target_snapshot_id) if target_snapshot_id else "–"
+
+
 def throughput_series(batches: list[BatchRecord], now: dt.datetime, buckets: int = 24,
                       width: float = 5.0) -> list[float]:
     """Messages per second in `buckets` windows of `width` seconds ending now, oldest first."""

@@ -26,7 +26,7 @@ from appliance.control.streams import set_paused
 from appliance.core.vocabulary import StreamPhase
 from appliance.state.records import BatchRecord
 from appliance.views.dead_letters import DeadLetter, dead_letters
-from appliance.views.streams import StreamDetail, StreamView, stream_detail
+from appliance.views.streams import StreamDetail, StreamView, stream_detail, target_committed
 from tui.format import age, clock, count, number, one_line
 from tui.messages import ActionDone
 from tui.screens.audit_report import AuditScreen
@@ -252,7 +252,7 @@ class StreamDetailScreen(ReportsFailures, Screen):
                 "duration": f"{b.duration_ms / 1000:.2f}s",
                 "rate": count(b.messages_per_s),
                 "lag": number(b.lag),
-                "snapshot": str(b.target_snapshot_id or "–"),
+                "snapshot": target_committed(b.route_tables, b.target_snapshot_id),
                 "dead_snapshot": str(b.dead_letter_snapshot_id or "–"),
             })
         trim_rows(table, len(batches))
