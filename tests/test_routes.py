@@ -458,8 +458,9 @@ def test_without_a_catalog_transaction_a_batch_cut_between_two_tables_commits_la
 async def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_schema_change_proposes_what_works(
         broker, topic, spark):
     """`floe stream show` and the UI's stream detail say what a routed batch committed (its route tables, its
-    dead-letter table's snapshot: it has no target table of its own), and a route's schema change proposes commands that work on a routed stream,
-    each run here as printed (no dead-letter replay: it refuses routed streams)."""
+    dead-letter table's snapshot: it has no target table of its own), and a route's schema change proposes
+    commands that work on a routed stream, each run here as printed (no dead-letter replay: it refuses routed
+    streams)."""
     import json
     import re
     import shlex
