@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import click
@@ -99,9 +100,10 @@ def table_policy(name: str, unset: tuple[str, ...], fmt: str, **values: str | No
 @click.argument("name", required=False)
 @click.option("--task", type=click.Choice(TASK_NAMES), default=None)
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10000))
+@click.option("--queued", is_flag=True, help="Only what the running engine's maintenance has queued, next first.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None:
-    """The most recent maintenance runs, of one table or of all."""
+def table_runs(name: str | None, task: str | None, limit: int, queued: bool, fmt: str) -> None:
+    """The most recent maintenance runs, of one table or of all, after what the engine has queued."""
     from appliance.maintenance.runs import RUN_HEADER, format_run
     from appliance.state.store import StateStore
     from appliance.tables.catalog import Catalog
@@ -110,9 +112,19 @@ def table_runs(name: str | None, task: str | None, limit: int, fmt: str) -> None
     if name:
         Catalog(loaded).check_exists(name)
     with StateStore(loaded.state_db) as state:
-        runs = state.runs(name, MaintenanceTask(task) if task else None, limit)
+        waiting = [q for q in state.maintenance_queue(name) if task is None or q.task == task]
+        runs = [] if queued else state.runs(name, MaintenanceTask(task) if task else None, limit)
     if fmt == "json":
-        click.echo(json.dumps([{"id": r.id, **r.row()} for r in runs], indent=2))
+        rows = [dataclasses.asdict(q) for q in waiting] if queued else [{"id": r.id, **r.row()} for r in runs]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if waiting:
+        click.echo(f"queued by the engine's maintenance, next first ({len(waiting)}):")
+        for q in waiting:
+            click.echo(f"  {q.position:>4}. {q.task:9} {q.table_name}  ({q.reason}; queued {q.queued_at[11:19]})")
+    if queued:
+        if not waiting:
+            err("nothing queued")
         return
     if not runs:
         err("no maintenance runs yet")

@@ -31,6 +31,8 @@ from appliance.core.vocabulary import (
 from appliance.maintenance import compaction, expiry, orphans, retention
 from appliance.maintenance.job import Job
 from appliance.maintenance.policies import effective_policy
+from appliance.maintenance.queue import Due, commits_since
+from appliance.maintenance.rewrite import SHARING
 from appliance.state.records import RunRecord
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog, warehouse_io
@@ -62,6 +64,7 @@ class Maintainer:
         self.settings = settings
         self._spark = spark
         self.stopping = stopping  # the engine's: once set, a task that breaks off was cancelled, not failed
+        self.sharing = stopping is not None  # in the engine: rewrites share its Spark with the streams' batches
         self.catalog = Catalog(settings)
         self.state = state or StateStore(settings.state_db)
 
@@ -107,6 +110,13 @@ class Maintainer:
         return run
 
     def _perform(self, run: RunRecord) -> None:
+        shared = SHARING.set(self.sharing)
+        try:
+            self._perform_task(run)
+        finally:
+            SHARING.reset(shared)
+
+    def _perform_task(self, run: RunRecord) -> None:
         policy = self.policy(run.table_name)
         with warehouse_io(self.settings, f"maintain table {run.table_name}"):
             table = self.catalog.table(run.table_name)
@@ -118,18 +128,26 @@ class Maintainer:
 
     def due(self, table: str, clock: Callable[[], float] = time.time) -> list[MaintenanceTask]:
         """The tasks the table needs now, in the order they should run."""
+        return list(self.assess(table, clock).tasks)
+
+    def assess(self, table: str, clock: Callable[[], float] = time.time) -> Due:
+        """The tasks the table needs now, in the order they should run, and what places it in the scheduler's
+        queue (`maintenance/queue.py`)."""
         cfg = self.settings.maintenance
         policy = self.policy(table)
         t = self.catalog.table(table)
         out = []
+        merge = 0
         if not policy.retention.forever and self._older_than(table, MaintenanceTask.RETENTION,
                                                              cfg.retention_interval, clock):
             out.append(MaintenanceTask.RETENTION)
         held = totals(t)
         if (held.data_files >= MIN_FILES_TO_COMPACT or held.delete_files) and self._older_than(
                 table, MaintenanceTask.COMPACT, policy.compact_interval, clock):
-            if compaction.plan_compaction(t, policy).triggered(policy):
+            plan = compaction.plan_compaction(t, policy)
+            if plan.triggered(policy):
                 out.append(MaintenanceTask.COMPACT)
+                merge = plan.small_files + plan.delete_files
         snapshots = len(t.metadata.snapshots)
         over_cap = snapshots > policy.max_snapshots + max(10, policy.max_snapshots // 10)
         if snapshots > policy.min_snapshots and (
@@ -139,7 +157,8 @@ class Maintainer:
                 out.append(MaintenanceTask.EXPIRE)
         if self._older_than(table, MaintenanceTask.ORPHANS, cfg.orphans_interval, clock):
             out.append(MaintenanceTask.ORPHANS)
-        return out
+        busy = commits_since([s.timestamp_ms for s in t.metadata.snapshots], int((clock() - 3600) * 1000))
+        return Due(table, tuple(out), merge, busy)
 
     def _older_than(self, table: str, task: MaintenanceTask, seconds: float, clock: Callable[[], float]) -> bool:
         last = self.state.last_run(table, task, outcomes=(RunOutcome.OK, RunOutcome.NOTHING_TO_DO, RunOutcome.FAILED))

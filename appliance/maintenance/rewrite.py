@@ -10,6 +10,8 @@ disk. One Spark task per group, so more Spark cores rewrite more groups at once.
 
 from __future__ import annotations
 
+import contextvars
+
 import datetime as dt
 import time
 import uuid
@@ -304,6 +306,18 @@ def _copy(batches: Iterable[pa.RecordBatch], gone: Any, keep: Any, writer: Any) 
 
 JOB_GROUP = "floe-maintenance"
 
+# Set while the engine's maintenance runs (`Maintainer` in the engine): its rewrites share the Spark session with
+# the streams' batches, and leave them a task slot at all times (see `at_once`).
+SHARING = contextvars.ContextVar("floe_rewrites_share_spark", default=False)
+
+
+def at_once(slots: int, groups: int, sharing: bool) -> int:
+    """How many rewrite tasks run at a time: all of them in a session of their own; beside the engine's streams,
+    never more than the session's task slots less one. Spark cannot take a slot back from a running task (FAIR
+    scheduling only decides who gets the next free one), so a rewrite that took every slot would hold a busy
+    stream's batch until one of its tasks ended: with one slot always left, a batch never waits for a rewrite."""
+    return max(1, min(groups, slots - 1 if sharing else groups))
+
 
 def rewrite_groups(
     spark, target: TableTarget, groups: list[RewriteGroup], target_bytes: int, keep: KeepFilter | None = None
@@ -314,13 +328,19 @@ def rewrite_groups(
     if spark is None:
         return [rewrite_group(target, g, target_bytes, keep) for g in groups]
     context = spark.sparkContext
-    # The engine's streams share this SparkSession: FAIR scheduling in a pool of its own
-    # keeps a long rewrite from holding back their batches, and the job group lets a
+    # The engine's streams share this SparkSession: FAIR scheduling in a pool of its own, and a slot always
+    # left to them (`at_once`), keep a long rewrite from holding back their batches; the job group lets a
     # stopping engine cancel it.
     context.setLocalProperty("spark.scheduler.pool", "maintenance")
     context.setJobGroup(JOB_GROUP, "floe table maintenance", interruptOnCancel=True)
+    step = at_once(context.defaultParallelism, len(groups), SHARING.get())
     try:
-        return run_in_tasks(spark, lambda i: rewrite_group(target, groups[i], target_bytes, keep), len(groups))
+        results: list[RewriteResult] = []
+        for start in range(0, len(groups), step):
+            wave = groups[start:start + step]
+            results += run_in_tasks(spark, lambda i, wave=wave: rewrite_group(target, wave[i], target_bytes, keep),
+                                    len(wave))
+        return results
     finally:
         context.setLocalProperty("spark.scheduler.pool", None)
         context.setLocalProperty("spark.jobGroup.id", None)

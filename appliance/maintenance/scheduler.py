@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -11,6 +12,7 @@ from typing import Any
 from appliance.config.settings import Settings
 from appliance.core.vocabulary import RunTrigger
 from appliance.maintenance.maintainer import Maintainer
+from appliance.maintenance.queue import ordered
 from appliance.maintenance.rewrite import JOB_GROUP
 
 log = logging.getLogger(__name__)
@@ -45,28 +47,35 @@ class MaintenanceScheduler(threading.Thread):
                     trouble = str(exc)
                 self.stop_event.wait(self.poll)
         finally:
+            with contextlib.suppress(sqlite3.Error):  # nothing is queued once the engine is gone
+                maintainer.state.set_maintenance_queue([])
             maintainer.state.close()
 
     def _scheduled(self, maintainer: Maintainer) -> None:
+        """Every table looked at, then what is due run one task at a time, in the queue's order
+        (`maintenance/queue.py`); the queue is in the state database meanwhile, for `floe table runs`."""
         try:
             tables = maintainer.catalog.list_tables()
         except Exception as exc:
             log.warning("maintenance: cannot list tables: %s", exc)
             return
+        dues = []
         for table in tables:
             if self.stop_event.is_set():
                 return
-            if maintainer.state.pending_requests():
-                return  # a user is waiting: their request goes first, the check comes back later
             try:
-                due = maintainer.due(table)
+                dues.append(maintainer.assess(table))
             except Exception as exc:  # a table dropped meanwhile, storage trouble: next check
                 log.warning("maintenance: cannot check %s: %s", table, exc)
-                continue
-            for task in due:
-                if self.stop_event.is_set():
-                    return
-                maintainer.run(table, task, trigger=RunTrigger.SCHEDULE)
+        queue = [(due.table, task, due.reason) for due in ordered(dues) for task in due.tasks]
+        maintainer.state.set_maintenance_queue(queue)
+        for table, task, _ in queue:
+            if self.stop_event.is_set():
+                return
+            if maintainer.state.pending_requests():
+                return  # a user is waiting: their request goes first, the next check queues again
+            maintainer.state.dequeue_maintenance(table, task)
+            maintainer.run(table, task, trigger=RunTrigger.SCHEDULE)
 
     def cancel(self) -> None:
         """Stop a rewrite in flight: its files are never committed and age into orphans."""

@@ -146,6 +146,11 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
     "maintenance_requests": (
         {"id": int, "table_name": str, "task": str, "requested_at": str, "taken_at": str}, "id", [],
     ),
+    # What the engine's scheduled maintenance will run next, in order (`maintenance/queue.py`): rewritten at each
+    # check, an entry taken off as its run starts.
+    "maintenance_queue": (
+        {"position": int, "table_name": str, "task": str, "reason": str, "queued_at": str}, "position", [],
+    ),
     # Work a command or the UI asks of the running engine (`control/requests.py`): what (`ask`, its `args`
     # as JSON) and for whom (`who`: user, host, via, for the audit trail); taken by one engine (its pid);
     # answered with `answer` (JSON: long work writes its progress there before it is answered), `result`

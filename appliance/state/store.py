@@ -31,6 +31,7 @@ from appliance.state.alerting import AlertRecords
 from appliance.state.history import HistoryRecords
 from appliance.state.members import MemberRecords
 from appliance.state.outages import OutageRecords
+from appliance.state.queue import QueueRecords
 from appliance.state.records import (
     BatchRecord,
     EngineRecord,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:  # a definition's mapping is Arrow's and PyIceberg's types: `f
 
 
 class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords,
-                 OutageRecords):
+                 OutageRecords, QueueRecords):
     def __init__(self, path: Path, durable: bool = True) -> None:
         """`durable=False`: commits need not reach the disk before returning (SQLite's
         `synchronous=NORMAL`, safe in WAL mode). For the engine's frequent status, batch and
@@ -278,7 +279,7 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
     def forget_table(self, table: str) -> None:
         """A dropped table's maintenance runs and pending requests: a table made again under its name
         starts with none (those exported stay in `floe.maintenance`)."""
-        for kind in ("maintenance_runs", "maintenance_requests"):
+        for kind in ("maintenance_runs", "maintenance_requests", "maintenance_queue"):
             if self.db[kind].exists():
                 self.db[kind].delete_where("table_name = ?", [table])
 
