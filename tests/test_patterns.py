@@ -291,3 +291,35 @@ async def test_the_ui_shows_a_pattern_stream_as_one_stream_with_its_tables(broke
         await pilot.press("enter")
         await until(pilot, lambda: "3 tables: cdc.customers, cdc.lines, cdc.orders" in screen_text(app), 30,
                     "the stream's detail naming its tables")
+
+
+def test_a_pattern_streams_topics_keep_their_kafka_key_and_headers_as_columns(broker, spark):
+    """`--kafka-columns key,headers` holds for every topic a pattern takes, those that come later too; `--subject`
+    names one topic's subject and is refused for a pattern, in one line."""
+    from appliance.control.patterns import discover_members
+    from appliance.ingest.engine import Engine
+    from appliance.query.connection import run_query
+
+    prefix = f"kc{uuid.uuid4().hex[:6]}"
+    producer = broker.producer()
+    for name in ("a", "b"):
+        producer.produce(f"{prefix}.{name}", key=f"k-{name}".encode(), value=b'{"id": 1}',
+                         headers=[("tenant", name.encode())], partition=0)
+    assert producer.flush(30) == 0
+    refused = floe("stream", "create", "kc", "--bootstrap", broker.bootstrap, "--topic-pattern", rf"{prefix}\.(.*)",
+                   "--table", "kc.{1}", "--subject", "x-value")
+    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "--subject names one topic's subject" in refused.stderr
+    bad = floe("stream", "create", "kc", "--bootstrap", broker.bootstrap, "--topic-pattern", rf"{prefix}\.(.*)",
+               "--table", "kc.{1}", "--kafka-columns", "key,value")
+    assert bad.returncode != 0 and "kafka columns 'value' not allowed" in bad.stderr, bad.stderr
+    created = floe("stream", "create", "kc", "--bootstrap", broker.bootstrap, "--topic-pattern", rf"{prefix}\.(.*)",
+                   "--table", "kc.{1}", "--kafka-columns", "key,headers")
+    assert created.returncode == 0, created.stderr
+    producer.produce(f"{prefix}.c", key=b"k-c", value=b'{"id": 3}', headers=[("tenant", b"c")], partition=0)
+    assert producer.flush(30) == 0
+    settings = load_settings()
+    Engine(settings, spark=spark, discover=discover_members).run(until_caught_up=True)  # takes the later topic
+    for name in ("a", "b", "c"):
+        [row] = run_query(settings, f"select _kafka_key k, _kafka_headers h from kc.{name}").to_pylist()
+        assert row["k"] == f"k-{name}".encode() and row["h"] == [{"key": "tenant", "value": name.encode()}], row

@@ -86,7 +86,11 @@ def stream_create(name: str, bootstrap: str, topic: str | None, topic_pattern: s
     if topic_pattern is not None:
         from appliance.cli.patterns import create_pattern
 
+        if subject is not None:
+            raise click.UsageError("--subject names one topic's subject: a pattern stream maps each topic from its "
+                                   "own (TOPIC-value, or its newest message's writer schema)")
         create_pattern(name, bootstrap=bootstrap, topic_pattern=topic_pattern, table=table, format=fmt,
+                       kafka_columns=kafka_columns or (),
                        mapping=mapping, starting_offsets=starting_offsets, dead_letter_table=dead_letter_table,
                        kafka_options=parse_kafka_options(kafka_options), schema_registry=schema_registry,
                        registry_options=parse_registry_options(registry_options), schema_evolution=schema_evolution,

@@ -24,11 +24,13 @@ from appliance.core.clock import now
 from appliance.core.errors import (
     FloeError,
     InvalidName,
+    MappingError,
     TableConflict,
     TopicNotFound,
 )
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.kafka.client import KafkaClient
+from appliance.model.kafka_columns import parse_kafka_columns
 from appliance.model.keys import key_columns
 from appliance.model.mapping import Mapping
 from appliance.model.partitioning import Partitioning
@@ -53,13 +55,19 @@ def create_pattern_stream(settings: Settings, name: str, *, bootstrap: str, topi
                           kafka_options: dict[str, str] | None = None, schema_registry: str | None = None,
                           registry_options: dict[str, str] | None = None, schema_evolution: str = "auto",
                           mode: str | None = None, key: str | tuple[str, ...] | list[str] = (), cdc: str = "",
-                          cdc_columns: bool = False, partition_by: str = DEFAULT_PARTITIONING) -> CreatedPattern:
+                          cdc_columns: bool = False, partition_by: str = DEFAULT_PARTITIONING,
+                          kafka_columns: str | tuple[str, ...] | list[str] = ()) -> CreatedPattern:
     """Create pattern stream `name`: `table` (and `dead_letter_table`) are templates of `{topic}` and the
     pattern's groups `{1}`, `{2}`...; the other arguments are `create_stream`'s, for every topic."""
     mode = mode or ("upsert" if cdc else "append")
     dead_letter_table = dead_letter_table or f"{table}{settings.dead_letter_suffix}"
     pattern = dead_pattern = None
     problems = {}
+    try:
+        kafka_columns = parse_kafka_columns(kafka_columns)
+    except MappingError as exc:
+        problems[Field.KAFKA_COLUMNS] = str(exc)
+        kafka_columns = ()
     for where, template in ((Field.TABLE, table), (Field.DEAD_LETTER_TABLE, dead_letter_table)):
         try:
             made = TopicPattern.parse(topic_pattern, template)
@@ -71,7 +79,7 @@ def create_pattern_stream(settings: Settings, name: str, *, bootstrap: str, topi
     if pattern and dead_pattern:
         problems = {**check_request(name, topic_pattern, pattern.example(), dead_pattern.example(), format,
                                     starting_offsets, registry, schema_evolution, mode, key_columns(key), cdc,
-                                    cdc_columns, partition_by), **problems}
+                                    cdc_columns, partition_by, kafka_columns), **problems}
     raise_problems(problems)
     given = mapping if isinstance(mapping, Mapping) else None if mapping == "auto" else Mapping.from_file(mapping)
     stream = StreamDef(
@@ -79,7 +87,7 @@ def create_pattern_stream(settings: Settings, name: str, *, bootstrap: str, topi
         dead_letter_table=dead_letter_table, mapping=given or Mapping.of_table(()), starting_offsets=starting_offsets,
         start_positions={}, paused=False, created_at=now(), registry=registry, schema_evolution=schema_evolution,
         mode=mode, key=key_columns(key), cdc=cdc, cdc_columns=cdc_columns, topic_pattern=topic_pattern,
-        table_template=table, partition_by=partition_by)
+        table_template=table, partition_by=partition_by, kafka_columns=kafka_columns)
     ensure_home(settings)
     with StateStore(settings.state_db) as state:
         taken = conflicts(state, name, "", "")
@@ -161,7 +169,8 @@ def _take(settings: Settings, state: StateStore, stream: StreamDef, topic: str, 
         name=stream.name, kafka=stream.kafka, topic=topic, table=table, dead_letter_table=dead_letter_table,
         mapping=given, starting_offsets=starting_offsets, format=stream.format, registry=stream.registry,
         schema_evolution=stream.schema_evolution, mode=stream.mode, key=stream.key, cdc=stream.cdc,
-        cdc_columns=stream.cdc_columns, partition_by=stream.partition_by or DEFAULT_PARTITIONING)
+        cdc_columns=stream.cdc_columns, partition_by=stream.partition_by or DEFAULT_PARTITIONING,
+        kafka_columns=stream.kafka_columns)
     made, _ = _resolve(settings, request)
     member = Member(stream.name, topic, made.id, table, dead_letter_table, made.mapping, made.start_positions,
                     made.created_at, made.key, made.subject)
