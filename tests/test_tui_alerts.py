@@ -83,7 +83,8 @@ async def test_an_alert_added_in_the_form_is_listed_audited_tested_and_removed(f
         await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen", 5, "the confirmation")
         await pilot.press("y")
         await until(pilot, lambda: table.row_count == 0, 10, "the alert removed")
-        assert any("Removed alert orders_lag" in t for t in toasts(app))
+        # The list may be read again before the removal's own message arrives: wait for the toast too.
+        await until(pilot, lambda: any("Removed alert orders_lag" in t for t in toasts(app)), 10, "its toast")
     assert os.environ.get("FLOE_VIA") is None  # the app puts back what it set
 
     assert alerts_overview(settings)[0] == []  # "never" was cancelled, orders_lag removed
