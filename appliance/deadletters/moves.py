@@ -93,7 +93,7 @@ def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
             new_target = commit_changes(target, target_changes,
                                         Operation.OVERWRITE if target_changes.deletes else Operation.APPEND,
                                         {**_carried(target, replay), **merge})
-            failpoint("replay_between_commits")
+            failpoint("replay_between_commits", ".".join(target.name()))
             target_id = new_target.current_snapshot().snapshot_id
             new_dl = commit_changes(dead_letter, dl_changes, Operation.OVERWRITE if dl_deletes else Operation.APPEND,
                                     {**_carried(dead_letter, replay), REPLAY_TARGET_KEY: str(target_id)})
