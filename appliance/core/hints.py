@@ -30,7 +30,6 @@ EVOLVE_STREAM = "floe stream update {stream} --schema-evolution auto"
 DROP_COLUMN = "floe table alter {table} drop-column {column}"
 ADD_STRING_COLUMN = "floe table alter {table} add-column {column} string"
 REPLAY = "floe dlq replay {stream}"
-LIST_DEAD_LETTERS = "floe dlq list {stream}"
 AUDIT = "floe audit {stream}"
 
 # ---- queries (DuckDB, through `floe query` or the UI's Query section) ------------------------------
@@ -48,21 +47,9 @@ def replay(stream: str, topic: str = "") -> str:
     return REPLAY.format(stream=stream) + (f" --topic {topic}" if topic else "")
 
 
-def kept_dead_letters(table: str) -> str:
-    """Where a routed stream's dead letters stay once their table is fixed: a replay does not route them again."""
-    return (f'those messages stay in {table} (a routed stream\'s dead letters are not replayed), where '
-            f'`floe query "{TABLE_SAMPLE.format(table=table)}"` reads them')
-
-
 def routed_dead_letters(table: str) -> str:
     """How a routed stream's dead letters are read, where a command works on single-table streams only."""
     return f'its dead letters: `floe query "{TABLE_SAMPLE.format(table=table)}"`'
-
-
-def routed_replay(stream: str) -> str:
-    """What works on a routed stream's dead letters, where its replay is refused."""
-    return (f"`{LIST_DEAD_LETTERS.format(stream=stream)}` lists its dead letters and `floe dlq purge {stream} --where "
-            f"\"error_stage = 'route'\" --yes` deletes those nobody wants")
 
 
 # ---- a stage's query (Spark SQL over `source`), shown in the empty stage editor ----------------------

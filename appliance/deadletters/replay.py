@@ -23,7 +23,7 @@ from appliance.core.vocabulary import EventKind
 from appliance.deadletters.moves import Move, check_together, commit_move
 from appliance.deadletters.report import TOP_REASONS, ReplayReport
 from appliance.deadletters.selection import Selection, check_where, select
-from appliance.deadletters.sources import DeadLetterSource, replayable
+from appliance.deadletters.sources import DeadLetterSource, sources
 from appliance.deadletters.tasks import PartResult, ReplaySpec, run_replay, split
 from appliance.decode.formats import format_of
 from appliance.decode.keys import Keyed
@@ -53,7 +53,7 @@ def replay(settings: Settings, name: str, where: str | None = None, dry_run: boo
         reports = []
         catalog = Catalog(settings)
         with warehouse_io(settings, f"replay dead letters of {name}"):
-            for source in replayable(state, stream, topic):
+            for source in sources(state, stream, topic):
                 report = _attempts(settings, state, catalog, source, where, dry_run, spark)
                 if not dry_run and report.selected:
                     state.add_event(EventKind.DEAD_LETTERS_REPLAYED, report.lines()[0], stream.name,
@@ -66,7 +66,12 @@ def _attempts(settings: Settings, state: StateStore, catalog: Catalog, source: D
               where: str | None, dry_run: bool, spark) -> ReplayReport:
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            report = _replay(settings, state, catalog, source, where, dry_run, spark)
+            if source.routed:
+                from appliance.deadletters.routed import RoutedReplay
+
+                report = RoutedReplay(settings, state, catalog, source.stream).run(where, dry_run, spark)
+            else:
+                report = _replay(settings, state, catalog, source, where, dry_run, spark)
             break
         except ReplayConflict as exc:
             if attempt == ATTEMPTS:

@@ -24,6 +24,7 @@ class ReplayReport:
     reasons: list[tuple[str, int]] = field(default_factory=list)  # of those that stay, most frequent first
     seconds: float = 0.0
     tables: list[ReplayReport] = field(default_factory=list)  # a pattern stream's: each topic's, by target table
+    routed: bool = False  # a routed stream's: its dead letters move to the tables their values name
 
     @classmethod
     def of_tables(cls, stream: str, dry_run: bool, reports: list[ReplayReport]) -> ReplayReport:
@@ -38,7 +39,7 @@ class ReplayReport:
 
     def lines(self) -> list[str]:
         label = f"{self.stream} ({self.table}): " if self.table else f"{self.stream}: "
-        out = [self._summary(label, "their tables" if self.tables else "the target")]
+        out = [self._summary(label, "their tables" if self.tables or self.routed else "the target")]
         out += ["  " + t._summary(f"{t.table}: ", "it") for t in self.tables if t.selected or t.waiting]
         if self.waiting:
             out.append(f"{self.waiting:,} dead letters are past the stream's committed position: replay them once "

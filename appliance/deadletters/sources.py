@@ -4,7 +4,7 @@ A single stream is itself. A pattern stream is each topic it took (those gone fr
 tables stay), each run as the batches run it (`member_stream`: the member's topic, tables, id and mapping), so
 that a listing, a purge or a replay of one member is a single stream's, under the pattern stream's name. A
 routed stream has one dead-letter table for all its routes; its position is that table's (committed last in
-each batch, `ingest/routed.py`), and a replay of it is not built.
+each batch, `ingest/routed.py`), and its replay routes each dead letter again (`deadletters/routed`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from appliance.core import hints
-from appliance.core.errors import NotForPatterns, TopicNotInStream
+from appliance.core.errors import TopicNotInStream
 from appliance.model.patterns import member_stream
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
@@ -49,12 +49,3 @@ def sources(state: StateStore, stream: StreamDef, topic: str | None = None) -> l
     if topic is not None and topic != stream.topic:
         raise TopicNotInStream(f"stream {stream.name} reads topic {stream.topic!r}, not {topic!r}")
     return [DeadLetterSource(stream, routed=stream.is_routed)]
-
-
-def replayable(state: StateStore, stream: StreamDef, topic: str | None = None) -> list[DeadLetterSource]:
-    """`sources`, for a replay: a routed stream's dead letters would each need routing again, which is not built."""
-    if stream.is_routed:
-        raise NotForPatterns(
-            f"stream {stream.name} routes its messages by field {stream.route_by}: a dead-letter replay works on a "
-            f"single stream and a pattern stream, not a routed one; {hints.routed_replay(stream.name)}")
-    return sources(state, stream, topic)

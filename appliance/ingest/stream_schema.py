@@ -31,14 +31,13 @@ log = logging.getLogger(__name__)
 
 class StreamSchema:
     def __init__(self, settings: Settings, state: StateStore, stream: StreamDef,
-                 record: Callable[[Mapping], None] | None = None, replays: bool = True, member: bool = False) -> None:
+                 record: Callable[[Mapping], None] | None = None, member: bool = False) -> None:
         """`record`: where the mapping the table makes is shown (default: the stream's row; a route's, its own).
-        `replays`: whether a dead-letter replay takes its dead letters home; not a route's, run as a stream of its
-        own under the routed stream's name, which a replay refuses. `member`: a pattern stream's topic, run as a
-        stream of its own under the pattern stream's name: its mapping is its member row's (the pattern stream's
-        is what new topics are given), and its replay names its topic."""
+        `member`: a pattern stream's topic, run as a stream of its own under the pattern stream's name: its mapping
+        is its member row's (the pattern stream's is what new topics are given), and its replay names its topic."""
         self.settings = settings
-        self.replays = replays and not (stream.is_pattern or stream.is_routed)
+        # A schema change proposes the replay of its dead letters: a table's own, a route's, a pattern's topic's
+        self.replays = not (stream.is_pattern or stream.is_routed)
         self.member = member
         self._record = record or (
             (lambda mapping: state.update_member_mapping(stream.name, stream.topic, mapping)) if member else
@@ -119,8 +118,7 @@ def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None, 
     # another kind of value is dropped (older rows then read NULL in it) and added again, as text.
     source = next((describe(c.source) for c in (mapping or stream.mapping).columns if c.name == change.column), None)
     replay = hints.replay(stream.name, stream.topic if member else "")
-    home = (f", then bring those messages home with `{replay}`" if replays
-            else f"; {hints.kept_dead_letters(stream.dead_letter_table)}")
+    home = f", then bring those messages home with `{replay}`" if replays else ""
     return (f"column {change.column} is {change.column_type} but messages now carry {change.seen} there: those "
             f"messages go to {stream.dead_letter_table} with error_stage 'schema'. Fix the producer, or make the "
             f"column text: `{hints.DROP_COLUMN.format(table=stream.table, column=change.column)}` (its older values "
