@@ -472,4 +472,4 @@ def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_schema_ch
         done = floe(*shlex.split(command)[1:])
         assert done.returncode == 0, (command, done.stderr)
     assert done.stdout.startswith("sc: 1 dead letters selected; moved 1 to their tables, 0 stay"), done.stdout
-    assert query("select n from an.sc_a where _kafka_offset = 6") == [{"n": "five"}]
+    assert query("select count(*) n from an.sc_a where n = 'five'") == [{"n": 1}]
