@@ -17,7 +17,7 @@ from appliance.core.errors import DeadLetterFilterInvalid
 from appliance.core.vocabulary import EventKind
 from appliance.deadletters.moves import commit_purge
 from appliance.deadletters.report import Purged, PurgeReport
-from appliance.deadletters.selection import check_where, dead_letter_rows, select
+from appliance.deadletters.selection import Reading, check_where, dead_letter_rows, select
 from appliance.deadletters.sources import DeadLetterSource, sources
 from appliance.model.columns import (
     ERROR_MESSAGE,
@@ -47,22 +47,25 @@ def list_dead_letters(settings: Settings, name: str, where: str | None = None, l
         stream = state.stream(name)
         found = sources(state, stream, topic)
     parts = []
-    for source in found:
-        rows = _listed(settings, source, where, limit, preview)
-        parts.append(rows.add_column(0, TOPIC, pa.array([source.topic] * rows.num_rows, pa.string()))
-                     if stream.is_pattern else rows)
-        limit -= rows.num_rows
-        if limit <= 0:
-            break
+    catalog = Catalog(settings)
+    with Reading(settings) as reading:
+        for source in found:
+            rows = _listed(reading, catalog, source, where, limit, preview)
+            parts.append(rows.add_column(0, TOPIC, pa.array([source.topic] * rows.num_rows, pa.string()))
+                         if stream.is_pattern else rows)
+            limit -= rows.num_rows
+            if limit <= 0:
+                break
     if not parts:  # a pattern stream that took no topic yet
         return pa.table({column: pa.array([], pa.string()) for column in [TOPIC, *LISTED, "value"]})
     return pa.concat_tables(parts)
 
 
-def _listed(settings: Settings, source: DeadLetterSource, where: str | None, limit: int, preview: int) -> pa.Table:
-    with warehouse_io(settings, f"read {source.table}"):
-        table = Catalog(settings).table(source.table)
-        rows = dead_letter_rows(settings, table, source.stream.created_at, where,
+def _listed(reading: Reading, catalog: Catalog, source: DeadLetterSource, where: str | None, limit: int,
+            preview: int) -> pa.Table:
+    with warehouse_io(reading.settings, f"read {source.table}"):
+        table = catalog.table(source.table)
+        rows = dead_letter_rows(reading, table, source.stream.created_at, where,
                                 ", ".join(LISTED) + f", {RAW_VALUE.name}[1:{int(preview)}] as value")
     rows = rows.sort_by([(KAFKA_PARTITION.name, "ascending"), (KAFKA_OFFSET.name, "ascending")]).slice(0, limit)
     values = [None if v is None else codecs.decode(bytes(v), "utf-8", "replace")
@@ -76,11 +79,11 @@ def purge(settings: Settings, name: str, where: str, topic: str | None = None) -
     if check_where(where) is None:
         raise DeadLetterFilterInvalid("purge needs --where: which dead letters nobody wants")
     report = PurgeReport(name)
-    with StateStore(settings.state_db) as state:
+    with StateStore(settings.state_db) as state, Reading(settings) as reading:
         catalog = Catalog(settings)
         for source in sources(state, state.stream(name), topic):
             with warehouse_io(settings, f"purge dead letters of {name}"):
-                report.tables.append(_purge(settings, catalog, source, where))
+                report.tables.append(_purge(reading, catalog, source, where))
             deleted = report.tables[-1].deleted
             if deleted:
                 state.add_event(EventKind.DEAD_LETTERS_PURGED, f"purged {deleted:,} dead letters of "
@@ -88,13 +91,13 @@ def purge(settings: Settings, name: str, where: str, topic: str | None = None) -
     return report
 
 
-def _purge(settings: Settings, catalog: Catalog, source: DeadLetterSource, where: str) -> Purged:
+def _purge(reading: Reading, catalog: Catalog, source: DeadLetterSource, where: str) -> Purged:
     """One dead-letter table's purge, under its commit lock: those under the stream's committed position."""
     target = None if source.routed else catalog.table(source.anchor)  # read before its dead letters, as a batch commits
-    with commit_lock(settings, source.table):
+    with commit_lock(reading.settings, source.table):
         table = catalog.table(source.table)
         anchor = table if target is None else target
-        chosen = select(settings, table, source.stream.created_at, where,
+        chosen = select(reading, table, source.stream.created_at, where,
                         committed_offsets(anchor, source.stream.id) or {})
         if len(chosen):
             commit_purge(table, chosen.positions)

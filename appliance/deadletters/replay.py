@@ -22,7 +22,7 @@ from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind
 from appliance.deadletters.moves import Move, check_together, commit_move
 from appliance.deadletters.report import TOP_REASONS, ReplayReport
-from appliance.deadletters.selection import Selection, check_where, select
+from appliance.deadletters.selection import Reading, Selection, check_where, select
 from appliance.deadletters.sources import DeadLetterSource, sources
 from appliance.deadletters.tasks import PartResult, ReplaySpec, run_replay, split
 from appliance.decode.formats import format_of
@@ -48,13 +48,13 @@ def replay(settings: Settings, name: str, where: str | None = None, dry_run: boo
     """Replay the stream's dead letters that `where` selects (all of them without it); a pattern stream's, each
     topic's (`topic`'s alone) into its own table, as a single stream's: each topic's move is one commit."""
     check_where(where)
-    with StateStore(settings.state_db) as state:
+    with StateStore(settings.state_db) as state, Reading(settings) as reading:
         stream = state.stream(name)
         reports = []
         catalog = Catalog(settings)
         with warehouse_io(settings, f"replay dead letters of {name}"):
             for source in sources(state, stream, topic):
-                report = _attempts(settings, state, catalog, source, where, dry_run, spark)
+                report = _attempts(reading, state, catalog, source, where, dry_run, spark)
                 if not dry_run and report.selected:
                     state.add_event(EventKind.DEAD_LETTERS_REPLAYED, report.lines()[0], stream.name,
                                     table=source.stream.table if source.topic else None)
@@ -62,16 +62,16 @@ def replay(settings: Settings, name: str, where: str | None = None, dry_run: boo
     return ReplayReport.of_tables(name, dry_run, reports) if stream.is_pattern else reports[0]
 
 
-def _attempts(settings: Settings, state: StateStore, catalog: Catalog, source: DeadLetterSource,
+def _attempts(reading: Reading, state: StateStore, catalog: Catalog, source: DeadLetterSource,
               where: str | None, dry_run: bool, spark) -> ReplayReport:
     for attempt in range(1, ATTEMPTS + 1):
         try:
             if source.routed:
                 from appliance.deadletters.routed import RoutedReplay
 
-                report = RoutedReplay(settings, state, catalog, source.stream).run(where, dry_run, spark)
+                report = RoutedReplay(reading, state, catalog, source.stream).run(where, dry_run, spark)
             else:
-                report = _replay(settings, state, catalog, source, where, dry_run, spark)
+                report = _replay(reading, state, catalog, source, where, dry_run, spark)
             break
         except ReplayConflict as exc:
             if attempt == ATTEMPTS:
@@ -82,16 +82,16 @@ def _attempts(settings: Settings, state: StateStore, catalog: Catalog, source: D
     return report
 
 
-def _replay(settings: Settings, state: StateStore, catalog: Catalog, source: DeadLetterSource, where: str | None,
+def _replay(reading: Reading, state: StateStore, catalog: Catalog, source: DeadLetterSource, where: str | None,
             dry_run: bool, spark) -> ReplayReport:
-    started = time.monotonic()
+    started, settings = time.monotonic(), reading.settings
     stream = source.stream
     schema = StreamSchema(settings, state, stream, member=bool(source.topic))
     target = schema.prepared(catalog.table(stream.table))
     dead_letter = catalog.table(stream.dead_letter_table)
     if not dry_run:
         check_together(target)
-    chosen = select(settings, dead_letter, stream.created_at, where, committed_offsets(target, stream.id) or {})
+    chosen = select(reading, dead_letter, stream.created_at, where, committed_offsets(target, stream.id) or {})
     report = ReplayReport(stream.name, dry_run, selected=len(chosen), waiting=chosen.waiting)
     if not len(chosen):
         return report

@@ -25,12 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from appliance.config.settings import Settings
 from appliance.core.errors import FloeError, SchemaError, UnforeseenError
 from appliance.core.failpoints import failpoint
 from appliance.deadletters.moves import check_together, commit_routed_move
 from appliance.deadletters.report import TOP_REASONS, ReplayReport
-from appliance.deadletters.selection import Selection, select
+from appliance.deadletters.selection import Reading, Selection, select
 from appliance.deadletters.tasks import read_dead_letters, reason, split
 from appliance.decode.formats import format_of
 from appliance.decode.parsed import MessageFormat
@@ -128,8 +127,9 @@ def run_parts(spark, spec: RoutedSpec, tasks: list[dict[str, np.ndarray]]) -> li
 class RoutedReplay:
     """One replay of a routed stream's dead letters: its routes' tables and schemas, the decoding, the move."""
 
-    def __init__(self, settings: Settings, state: StateStore, catalog: Catalog, stream: StreamDef) -> None:
-        self.settings, self.stream, self.catalog = settings, stream, catalog
+    def __init__(self, reading: Reading, state: StateStore, catalog: Catalog, stream: StreamDef) -> None:
+        settings = reading.settings
+        self.reading, self.settings, self.stream, self.catalog = reading, settings, stream, catalog
         self.rule = RouteRule.parse(stream.route_by, stream.table)
         routes = state.routes(stream.name).values()
         self.refused = {r.table: r.refused for r in routes if r.refused}
@@ -144,7 +144,7 @@ class RoutedReplay:
         if not dry_run:
             check_together(dead_letter)
         # Its anchor: every dead letter of a batch is committed with the stream's position, none past it.
-        chosen = select(self.settings, dead_letter, self.stream.created_at, where,
+        chosen = select(self.reading, dead_letter, self.stream.created_at, where,
                         committed_offsets(dead_letter, self.stream.id) or {})
         report = ReplayReport(self.stream.name, dry_run, selected=len(chosen), waiting=chosen.waiting, routed=True)
         if not len(chosen):
