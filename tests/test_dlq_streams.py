@@ -4,17 +4,22 @@ one dead-letter table listed, purged, and replayed into the route tables its mes
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import orjson
 
 from appliance.auditor import audit_streams
 from appliance.config.settings import load_settings
+from appliance.core.vocabulary import EngineAsk
 from appliance.model.mapping import Mapping
 from appliance.query.connection import run_query
+from appliance.state.records import EngineRequestRecord
 from appliance.state.store import StateStore
+from appliance.tables.catalog import Catalog
+from appliance.views.engine import engine_status
 
-from conftest import floe, floe_process, run_until_caught_up
+from conftest import floe, floe_process, run_until_caught_up, wait_for
 
 STRICT = ('[[columns]]\nname = "id"\ntype = "long"\nsource = "id"\n'
           '[[columns]]\nname = "code"\ntype = "long"\nsource = "code"\n')
@@ -53,7 +58,7 @@ def _strict_pattern(broker, prefix: str, sizes: dict[str, int]) -> None:
 
 
 def test_a_pattern_stream_s_dead_letters_are_listed_purged_and_replayed_topic_by_topic_once_through_a_kill(
-        broker, spark):
+        broker, spark, running_engine):
     prefix = f"db{uuid.uuid4().hex[:6]}"
     a, b = f"{prefix}.a", f"{prefix}.b"
     _strict_pattern(broker, prefix, {"a": 30, "b": 15})
@@ -117,11 +122,23 @@ def test_a_pattern_stream_s_dead_letters_are_listed_purged_and_replayed_topic_by
         assert state.stream("pd").mapping == Mapping.from_toml(STRICT)
         assert {c.name: c.type for c in state.members("pd")[b].mapping.columns}["code"] == "string"
     assert sorted(e.message.split(":")[0] for e in told) == ["pd (ingest.pd_a)", "pd (ingest.pd_b)"]
-    broker.produce(f"{prefix}.c", [orjson.dumps({"id": 1, "code": 1})])  # a topic created later: the given mapping
-    run_until_caught_up(spark)
+    broker.produce(f"{prefix}.c", [orjson.dumps({"id": 1, "code": "C1"})])  # a topic created later
+    running_engine()
+    wait_for(lambda: "ingest.pd_c_dlq" in Catalog(load_settings()).list_tables() and count("ingest.pd_c_dlq") == 1,
+             60, what="the new topic's dead letter")
     with StateStore(load_settings().state_db) as state:
-        assert state.members("pd")[f"{prefix}.c"].mapping == Mapping.from_toml(STRICT)
-    assert count("ingest.pd_c") == 1
+        assert state.members("pd")[f"{prefix}.c"].mapping == Mapping.from_toml(STRICT)  # the one given
+    # The running engine does a topic's replay and purge, as the command would.
+    wait_for(lambda: EngineAsk.PURGE in engine_status(load_settings()).answers, 60, what="the engine's answers")
+    dry = floe("dlq", "replay", "pd", "--topic", f"{prefix}.c", "--dry-run")
+    assert dry.stdout.startswith("pd: 1 dead letters selected; would move 0"), dry
+    purged = floe("dlq", "purge", "pd", "--topic", f"{prefix}.c", "--where", "true", "--yes")
+    assert purged.stdout.splitlines() == ["pd: purged 1 dead letters"], purged
+    with StateStore(load_settings().state_db) as state:
+        asked = [EngineRequestRecord.of(r) for r in state.db["engine_requests"].rows_where(order_by="id")][-2:]
+    assert [(r.ask, r.taken_by, r.args["topic"]) for r in asked] == [
+        (EngineAsk.REPLAY, os.getpid(), f"{prefix}.c"), (EngineAsk.PURGE, os.getpid(), f"{prefix}.c")]
+    assert count("ingest.pd_c_dlq") == 0
 
 
 def test_a_routed_stream_s_dead_letters_are_listed_replayed_into_their_route_tables_at_once_and_purged(
