@@ -57,7 +57,7 @@ def _strict_pattern(broker, prefix: str, sizes: dict[str, int]) -> None:
     assert created.returncode == 0, created.stderr
 
 
-def test_a_pattern_stream_s_dead_letters_are_listed_purged_and_replayed_topic_by_topic_once_through_a_kill(
+async def test_a_pattern_stream_s_dead_letters_are_listed_purged_and_replayed_topic_by_topic_once_through_a_kill(
         broker, spark, running_engine):
     prefix = f"db{uuid.uuid4().hex[:6]}"
     a, b = f"{prefix}.a", f"{prefix}.b"
@@ -122,23 +122,51 @@ def test_a_pattern_stream_s_dead_letters_are_listed_purged_and_replayed_topic_by
         assert state.stream("pd").mapping == Mapping.from_toml(STRICT)
         assert {c.name: c.type for c in state.members("pd")[b].mapping.columns}["code"] == "string"
     assert sorted(e.message.split(":")[0] for e in told) == ["pd (ingest.pd_a)", "pd (ingest.pd_b)"]
-    broker.produce(f"{prefix}.c", [orjson.dumps({"id": 1, "code": "C1"})])  # a topic created later
+    await _a_later_topic_s_dead_letters_by_the_engine_and_the_ui(broker, prefix, running_engine)
+
+
+async def _a_later_topic_s_dead_letters_by_the_engine_and_the_ui(broker, prefix: str, running_engine) -> None:
+    """A topic created later takes the mapping the user gave (not another topic's); the running engine does its
+    replay's preview and its purge, as the commands ask; the UI's stream detail replays it after a preview that
+    counts it per table."""
+    from tui.app import FloeApp
+    from tui.screens.confirm import ConfirmScreen
+    from tui.screens.stream_detail import StreamDetailScreen
+
+    from tui_helpers import showing, until
+
+    c = f"{prefix}.c"
+    broker.produce(c, [orjson.dumps({"id": i, "code": f"C{i}"}) for i in range(2)], partition=0)
     running_engine()
-    wait_for(lambda: "ingest.pd_c_dlq" in Catalog(load_settings()).list_tables() and count("ingest.pd_c_dlq") == 1,
-             60, what="the new topic's dead letter")
+    wait_for(lambda: "ingest.pd_c_dlq" in Catalog(load_settings()).list_tables() and count("ingest.pd_c_dlq") == 2,
+             60, what="the new topic's dead letters")
     with StateStore(load_settings().state_db) as state:
-        assert state.members("pd")[f"{prefix}.c"].mapping == Mapping.from_toml(STRICT)  # the one given
-    # The running engine does a topic's replay and purge, as the command would.
+        assert state.members("pd")[c].mapping == Mapping.from_toml(STRICT)  # the one given
     wait_for(lambda: EngineAsk.PURGE in engine_status(load_settings()).answers, 60, what="the engine's answers")
-    dry = floe("dlq", "replay", "pd", "--topic", f"{prefix}.c", "--dry-run")
-    assert dry.stdout.startswith("pd: 1 dead letters selected; would move 0"), dry
-    purged = floe("dlq", "purge", "pd", "--topic", f"{prefix}.c", "--where", "true", "--yes")
+    dry = floe("dlq", "replay", "pd", "--topic", c, "--dry-run")
+    assert dry.stdout.startswith("pd: 2 dead letters selected; would move 0"), dry
+    purged = floe("dlq", "purge", "pd", "--topic", c, "--where", "_kafka_offset = 0", "--yes")
     assert purged.stdout.splitlines() == ["pd: purged 1 dead letters"], purged
     with StateStore(load_settings().state_db) as state:
         asked = [EngineRequestRecord.of(r) for r in state.db["engine_requests"].rows_where(order_by="id")][-2:]
     assert [(r.ask, r.taken_by, r.args["topic"]) for r in asked] == [
-        (EngineAsk.REPLAY, os.getpid(), f"{prefix}.c"), (EngineAsk.PURGE, os.getpid(), f"{prefix}.c")]
-    assert count("ingest.pd_c_dlq") == 0
+        (EngineAsk.REPLAY, os.getpid(), c), (EngineAsk.PURGE, os.getpid(), c)]
+
+    for args in (("drop-column", "code"), ("add-column", "code", "string", "--source", "code")):
+        assert floe("table", "alter", "ingest.pd_c", *args).returncode == 0
+    app = FloeApp(load_settings())
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(StreamDetailScreen("pd"))
+        await until(pilot, lambda: showing(app, StreamDetailScreen), 10, "the stream's detail")
+        await pilot.press("d")
+        question = await until(pilot, lambda: showing(app, ConfirmScreen)
+                               and str(app.screen.query_one("#confirm-question").render()), 60, "the preview")
+        assert "pd: 1 dead letters selected; would move 1 to their tables" in question, question
+        assert "ingest.pd_c: 1 dead letters selected; would move 1 to it" in question, question
+        await pilot.press("y")
+        await until(pilot, lambda: count("ingest.pd_c_dlq") == 0, 60, "the replay")
+    assert run_query(load_settings(), "select id, code from ingest.pd_c").to_pylist() == [{"id": 1, "code": "C1"}]
+    audited_clean("pd")
 
 
 def test_a_routed_stream_s_dead_letters_are_listed_replayed_into_their_route_tables_at_once_and_purged(
