@@ -150,8 +150,8 @@ def test_list_and_purge_select_by_where_and_the_audit_accounts_for_the_purged(br
     refused = floe("dlq", "purge", "pg", "--where", "_kafka_offset < 10")
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert count("ingest.pg_dlq") == 10
-    deleted, waiting = purge_dead_letters(load_settings(), "pg", "_kafka_offset < 10")
-    assert (deleted, waiting) == (4, 0)
+    purged = purge_dead_letters(load_settings(), "pg", "_kafka_offset < 10")
+    assert (purged.deleted, purged.waiting, purged.lines()) == (4, 0, ["pg: purged 4 dead letters"])
     assert [r["o"] for r in rows("select _kafka_offset o from ingest.pg_dlq order by o")] == list(range(12, 30, 3))
     report = audit_stream(load_settings(), "pg")
     assert report.ok and sum(r.count for r in report.retention) == 4, (report.gaps, report.retention)

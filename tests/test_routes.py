@@ -368,8 +368,8 @@ def test_routed_stream_cli_create_show_list_pause_resume_delete(broker, topic):
     assert f"topic [b]{topic}[/b] routed by [b]meta.type[/b] → 1 tables: [b]an.ev_click[/b]" in title
     assert "dead letters → an.ev_dlq" in title
     assert floe("stream", "pause", "ev").returncode == 0 and floe("stream", "resume", "ev").returncode == 0
-    replay = floe("dlq", "replay", "ev")
-    assert replay.returncode != 0 and "routes its messages by field meta.type" in replay.stderr
+    replay = floe("dlq", "replay", "ev")  # no dead letter yet
+    assert replay.returncode == 0 and replay.stdout.startswith("ev: 0 dead letters selected"), replay
     deleted = floe("stream", "delete", "ev", "--drop-tables")
     assert deleted.returncode == 0, deleted.stderr
     assert catalog.list_tables() == []
@@ -459,8 +459,8 @@ async def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_sch
         broker, topic, spark):
     """`floe stream show` and the UI's stream detail say what a routed batch committed (its route tables, its
     dead-letter table's snapshot: it has no target table of its own), and a route's schema change proposes
-    commands that work on a routed stream, each run here as printed (no dead-letter replay: it refuses routed
-    streams)."""
+    commands that work on a routed stream, each run here as printed: the fix of the route's table, then the replay
+    that brings its dead letter there."""
     import json
     import re
     import shlex
@@ -491,12 +491,14 @@ async def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_sch
         [told] = [e.message for e in state.events("sc") if e.kind == "schema_changed"]
     assert told.startswith("column n is long but messages now carry a string there: those messages go to "
                            "an.sc_dlq")
-    drop, add, query = re.findall(r"`(floe [^`]+)`", told)
-    assert (drop, add) == ("floe table alter an.sc_a drop-column n", "floe table alter an.sc_a add-column n string")
-    for command in (drop, add, query):
+    proposed = re.findall(r"`(floe [^`]+)`", told)
+    assert proposed == ["floe table alter an.sc_a drop-column n", "floe table alter an.sc_a add-column n string",
+                        "floe dlq replay sc"]
+    for command in proposed:
         done = floe(*shlex.split(command)[1:])
         assert done.returncode == 0, (command, done.stderr)
-    assert '"five"' in done.stdout and "schema" in done.stdout, done.stdout  # the query: the dead letter, and why
+    assert done.stdout.startswith("sc: 1 dead letters selected; moved 1 to their tables, 0 stay"), done.stdout
+    assert query("select count(*) n from an.sc_a where n = 'five'") == [{"n": 1}]
 
     from tui.app import FloeApp
     from tui.screens.stream_detail import StreamDetailScreen

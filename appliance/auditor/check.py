@@ -113,11 +113,17 @@ def _tables(catalog: Catalog, stream: StreamDef, attempts: int = 5):
     return [target], dead
 
 
-def _routed(catalog: Catalog, stream: StreamDef, routes: list[str]):
+def _routed(catalog: Catalog, stream: StreamDef, routes: list[str], attempts: int = 5):
     """A routed stream's tables: the dead-letter table first (it commits last: whatever it says was committed is
-    in the route tables read after it), then each route's."""
-    dead = catalog.table(stream.dead_letter_table)
-    return [catalog.table(t) for t in routes], dead
+    in the route tables read after it), then each route's; loaded again until the dead-letter table names the same
+    newest replay after them as before (a replay moves dead letters to route tables in one catalog transaction:
+    loads on either side of it would find its messages twice)."""
+    for _ in range(attempts):
+        dead = catalog.table(stream.dead_letter_table)
+        tables = [catalog.table(t) for t in routes]
+        if replay_of(catalog.table(stream.dead_letter_table)) == replay_of(dead):
+            break
+    return tables, dead
 
 
 def _dead_reasons(settings: Settings, dead, stream: StreamDef) -> list[Reason]:

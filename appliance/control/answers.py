@@ -68,19 +68,19 @@ def _maintain(work: Work) -> Answered:
 def _replay(work: Work) -> Answered:
     from appliance.control.dead_letters import preview_replay, replay_dead_letters
 
-    stream, where = work.args["stream"], work.args["where"]
+    stream, where, topic = work.args["stream"], work.args["where"], work.args.get("topic")
     if work.args["dry_run"]:
-        return Answered(preview_replay(work.settings, stream, where, spark=work.spark).as_dict())
+        return Answered(preview_replay(work.settings, stream, where, spark=work.spark, topic=topic).as_dict())
     with on_behalf(work.request.who, work.stopping):
-        return Answered(replay_dead_letters(work.settings, stream, where, spark=work.spark).as_dict())
+        return Answered(replay_dead_letters(work.settings, stream, where, spark=work.spark, topic=topic).as_dict())
 
 
 def _purge(work: Work) -> Answered:
     from appliance.control.dead_letters import purge_dead_letters
 
     with on_behalf(work.request.who, work.stopping):
-        deleted, waiting = purge_dead_letters(work.settings, work.args["stream"], work.args["where"])
-    return Answered({"deleted": deleted, "waiting": waiting})
+        purged = purge_dead_letters(work.settings, work.args["stream"], work.args["where"], work.args.get("topic"))
+    return Answered(purged.as_dict())
 
 
 # Each ask's work: the code the command runs in its own process, here on the engine's session.

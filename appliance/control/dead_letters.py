@@ -10,46 +10,50 @@ from appliance.config.settings import Settings
 from appliance.control.audit import audited
 from appliance.control.requests import served
 from appliance.core.vocabulary import EngineAsk
-from appliance.deadletters.report import ReplayReport
+from appliance.deadletters.report import PurgeReport, ReplayReport
 
 
-def preview_replay(settings: Settings, name: str, where: str | None = None, spark=None) -> ReplayReport:
+def preview_replay(settings: Settings, name: str, where: str | None = None, spark=None,
+                   topic: str | None = None) -> ReplayReport:
     """What a replay would do, in this process: how many would move, and why the others would stay."""
     from appliance.deadletters.replay import replay
 
-    return replay(settings, name, where, dry_run=True, spark=spark)
+    return replay(settings, name, where, dry_run=True, spark=spark, topic=topic)
 
 
 @audited(lambda a: "dlq replay")
-def replay_dead_letters(settings: Settings, name: str, where: str | None = None, spark=None) -> ReplayReport:
-    """A replay in this process (on `spark`, or a session of its own)."""
+def replay_dead_letters(settings: Settings, name: str, where: str | None = None, spark=None,
+                        topic: str | None = None) -> ReplayReport:
+    """A replay in this process (on `spark`, or a session of its own); a pattern stream's, `topic`'s alone if given."""
     from appliance.deadletters.replay import replay
 
-    return replay(settings, name, where, spark=spark)
+    return replay(settings, name, where, spark=spark, topic=topic)
 
 
 @audited(lambda a: "dlq purge")
-def purge_dead_letters(settings: Settings, name: str, where: str) -> tuple[int, int]:
-    """A purge in this process: (deleted, left for later)."""
+def purge_dead_letters(settings: Settings, name: str, where: str, topic: str | None = None) -> PurgeReport:
+    """A purge in this process: what it deleted and left for later, table by table."""
     from appliance.deadletters.listing import purge
 
-    return purge(settings, name, where)
+    return purge(settings, name, where, topic)
 
 
-def replay_now(settings: Settings, name: str, where: str | None = None, dry_run: bool = False) -> ReplayReport:
+def replay_now(settings: Settings, name: str, where: str | None = None, dry_run: bool = False,
+               topic: str | None = None) -> ReplayReport:
     """`floe dlq replay`: by the running engine, else in this process."""
     def here() -> ReplayReport:
-        return preview_replay(settings, name, where) if dry_run else replay_dead_letters(settings, name, where)
+        if dry_run:
+            return preview_replay(settings, name, where, topic=topic)
+        return replay_dead_letters(settings, name, where, topic=topic)
 
-    return served(settings, EngineAsk.REPLAY, {"stream": name, "where": where, "dry_run": dry_run},
+    return served(settings, EngineAsk.REPLAY, {"stream": name, "where": where, "dry_run": dry_run, "topic": topic},
                   lambda r: ReplayReport.of(r.answer), here)
 
 
-def purge_now(settings: Settings, name: str, where: str) -> tuple[int, int]:
+def purge_now(settings: Settings, name: str, where: str, topic: str | None = None) -> PurgeReport:
     """`floe dlq purge`: by the running engine, else in this process."""
-    return served(settings, EngineAsk.PURGE, {"stream": name, "where": where},
-                  lambda r: (r.answer["deleted"], r.answer["waiting"]),
-                  lambda: purge_dead_letters(settings, name, where))
+    return served(settings, EngineAsk.PURGE, {"stream": name, "where": where, "topic": topic},
+                  lambda r: PurgeReport.of(r.answer), lambda: purge_dead_letters(settings, name, where, topic))
 
 
 def replay_for_ui(settings: Settings, name: str, dry_run: bool = False) -> ReplayReport:

@@ -107,6 +107,10 @@ class StreamNotFound(FloeError):
     """No stream has that name."""
 
 
+class TopicNotInStream(FloeError):
+    """A `--topic` that the stream does not read (a pattern stream: none of the topics it took)."""
+
+
 class StreamExists(FloeError):
     """A stream with that name exists already."""
 

@@ -41,17 +41,10 @@ TABLE_SAMPLE = "select * from {table} limit 100"
 TABLE_SAMPLE_SYNTAX = "select * from NAMESPACE.TABLE limit 100"
 
 
-def pattern_dead_letters(stream: str) -> str:
-    """How a pattern stream's dead letters are read, for now: each topic's table, which `floe stream show`
-    lists, by `floe query`."""
-    return (f"query each topic's dead-letter table, which `{SHOW_STREAM.format(stream=stream)}` lists: "
-            f'`floe query "{TABLE_SAMPLE_SYNTAX}"`')
-
-def kept_dead_letters(table: str) -> str:
-    """Where a pattern stream's topic's or a routed stream's dead letters stay once their table is fixed: a
-    dead-letter replay works on a single table's stream only."""
-    return (f'those messages stay in {table} (a stream of many tables replays none), where '
-            f'`floe query "{TABLE_SAMPLE.format(table=table)}"` reads them')
+def replay(stream: str, topic: str = "") -> str:
+    """The replay of a stream's dead letters; of a pattern stream's one topic's, `topic`'s (a Kafka topic's name
+    needs no quoting: letters, digits, `.`, `_` and `-`)."""
+    return REPLAY.format(stream=stream) + (f" --topic {topic}" if topic else "")
 
 
 def routed_dead_letters(table: str) -> str:

@@ -93,7 +93,7 @@ def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
             new_target = commit_changes(target, target_changes,
                                         Operation.OVERWRITE if target_changes.deletes else Operation.APPEND,
                                         {**_carried(target, replay), **merge})
-            failpoint("replay_between_commits")
+            failpoint("replay_between_commits", ".".join(target.name()))
             target_id = new_target.current_snapshot().snapshot_id
             new_dl = commit_changes(dead_letter, dl_changes, Operation.OVERWRITE if dl_deletes else Operation.APPEND,
                                     {**_carried(dead_letter, replay), REPLAY_TARGET_KEY: str(target_id)})
@@ -102,6 +102,33 @@ def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
         delete_files(dead_letter, [f.file_path for f in dl_deletes])
         raise
     return Moved(target_id, new_dl.current_snapshot().snapshot_id, superseded, count)
+
+
+def commit_routed_move(routes: dict[str, tuple[Table, list[DataFile]]], dead_letter: Table,
+                       taken: dict[str, np.ndarray], dead_letter_files: list[DataFile]) -> None:
+    """A routed stream's replay: each route table's new rows (`routes`: table -> its table and files) appended, the
+    dead letters at `taken` deleted by position and those that still fail added with their new reason, in one
+    catalog transaction; the caller holds every table's commit lock. ReplayConflict as `commit_move`."""
+    check_together(dead_letter)
+    entries = live_entries(dead_letter)
+    files = {e.data_file.file_path: e.data_file for e in entries if e.data_file.content == DataFileContent.DATA}
+    _check_taken(dead_letter, entries, files, taken)
+    replay = uuid.uuid4().hex
+    deletes = write_deletes_by_partition(dead_letter.metadata, dead_letter.io, taken, files) if taken else []
+    try:
+        # The route tables first, the anchor last, as a routed batch commits them (`ingest/routed.py`).
+        with dead_letter.catalog.together():
+            for name in sorted(routes):
+                table, new = routes[name]
+                for f in new:
+                    f.spec_id = spec_of(f, table.metadata.default_spec_id)
+                commit_changes(table, FileChanges(data=new), Operation.APPEND, _carried(table, replay))
+                failpoint("replay_between_commits", name)
+            commit_changes(dead_letter, FileChanges(data=dead_letter_files, deletes=deletes),
+                           Operation.OVERWRITE if deletes else Operation.APPEND, _carried(dead_letter, replay))
+    except BaseException:
+        delete_files(dead_letter, [f.file_path for f in deletes])
+        raise
 
 
 def _check_taken(dead_letter: Table, entries, files: dict[str, DataFile], taken: dict[str, np.ndarray]) -> None:

@@ -17,13 +17,13 @@ import time
 from collections import Counter
 
 from appliance.config.settings import Settings
-from appliance.core import hints
 from appliance.core.errors import FloeError, ReplayConflict, SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind
 from appliance.deadletters.moves import Move, check_together, commit_move
-from appliance.deadletters.report import ReplayReport
-from appliance.deadletters.selection import Selection, check_where, select
+from appliance.deadletters.report import TOP_REASONS, ReplayReport
+from appliance.deadletters.selection import Reading, Selection, check_where, select
+from appliance.deadletters.sources import DeadLetterSource, sources
 from appliance.deadletters.tasks import PartResult, ReplaySpec, run_replay, split
 from appliance.decode.formats import format_of
 from appliance.decode.keys import Keyed
@@ -41,39 +41,57 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS = 3  # a replay whose dead letters were taken or rewritten meanwhile reads them again
 MAX_EVOLUTIONS = 3
-TOP_REASONS = 5
 
 
 def replay(settings: Settings, name: str, where: str | None = None, dry_run: bool = False,
-           spark=None) -> ReplayReport:
-    """Replay the stream's dead letters that `where` selects (all of them without it)."""
+           spark=None, topic: str | None = None) -> ReplayReport:
+    """Replay the stream's dead letters that `where` selects (all of them without it); a pattern stream's, each
+    topic's (`topic`'s alone) into its own table, as a single stream's: each topic's move is one commit."""
     check_where(where)
-    with StateStore(settings.state_db) as state:
-        stream = state.stream(name).single("dead-letter replay", hints.pattern_dead_letters(name))
+    with StateStore(settings.state_db) as state, Reading(settings) as reading:
+        stream = state.stream(name)
+        reports = []
         catalog = Catalog(settings)
         with warehouse_io(settings, f"replay dead letters of {name}"):
-            for attempt in range(1, ATTEMPTS + 1):
-                try:
-                    report = _replay(settings, state, catalog, stream, where, dry_run, spark)
-                    break
-                except ReplayConflict as exc:
-                    if attempt == ATTEMPTS:
-                        raise
-                    log.info("replay of %s: %s; reading the dead letters again", name, exc)
-        if not dry_run and report.selected:
-            state.add_event(EventKind.DEAD_LETTERS_REPLAYED, report.lines()[0], stream.name)
+            for source in sources(state, stream, topic):
+                report = _attempts(reading, state, catalog, source, where, dry_run, spark)
+                if not dry_run and report.selected:
+                    state.add_event(EventKind.DEAD_LETTERS_REPLAYED, report.lines()[0], stream.name,
+                                    table=source.stream.table if source.topic else None)
+                reports.append(report)
+    return ReplayReport.of_tables(name, dry_run, reports) if stream.is_pattern else reports[0]
+
+
+def _attempts(reading: Reading, state: StateStore, catalog: Catalog, source: DeadLetterSource,
+              where: str | None, dry_run: bool, spark) -> ReplayReport:
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            if source.routed:
+                from appliance.deadletters.routed import RoutedReplay
+
+                report = RoutedReplay(reading, state, catalog, source.stream).run(where, dry_run, spark)
+            else:
+                report = _replay(reading, state, catalog, source, where, dry_run, spark)
+            break
+        except ReplayConflict as exc:
+            if attempt == ATTEMPTS:
+                raise
+            log.info("replay of %s: %s; reading the dead letters again", source.table, exc)
+    if source.topic:
+        report.table = source.stream.table
     return report
 
 
-def _replay(settings: Settings, state: StateStore, catalog: Catalog, stream: StreamDef, where: str | None,
+def _replay(reading: Reading, state: StateStore, catalog: Catalog, source: DeadLetterSource, where: str | None,
             dry_run: bool, spark) -> ReplayReport:
-    started = time.monotonic()
-    schema = StreamSchema(settings, state, stream)
+    started, settings = time.monotonic(), reading.settings
+    stream = source.stream
+    schema = StreamSchema(settings, state, stream, member=bool(source.topic))
     target = schema.prepared(catalog.table(stream.table))
     dead_letter = catalog.table(stream.dead_letter_table)
     if not dry_run:
         check_together(target)
-    chosen = select(settings, dead_letter, stream.created_at, where, committed_offsets(target, stream.id) or {})
+    chosen = select(reading, dead_letter, stream.created_at, where, committed_offsets(target, stream.id) or {})
     report = ReplayReport(stream.name, dry_run, selected=len(chosen), waiting=chosen.waiting)
     if not len(chosen):
         return report
@@ -95,7 +113,7 @@ def _replay(settings: Settings, state: StateStore, catalog: Catalog, stream: Str
                 dead_letter_files=[f for r in results for f in r.dead_letter_files],
                 keyed=_keyed(results) if stream.upserts else None,
                 key_columns=tuple(stream.key) if stream.upserts else (), home=settings.home)
-    failpoint("replay_before_commit")
+    failpoint("replay_before_commit", stream.table)
     try:
         with commit_lock(settings, stream.table), commit_lock(settings, stream.dead_letter_table):
             moved = commit_move(target.refresh(), dead_letter.refresh(), move)

@@ -60,32 +60,54 @@ def check_where(where: str | None) -> str | None:
     return where
 
 
-def dead_letter_rows(settings: Settings, table: Table, since: str, where: str | None,
-                     columns: str = "*") -> pa.Table:
+class Reading:
+    """One DuckDB connection for a command's reads of dead-letter tables (a pattern stream's may be hundreds): its
+    extensions loaded once, not once a table; opened at the first read, closed with the block."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._con: duckdb.DuckDBPyConnection | None = None
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            self._con = open_connection(self.settings)
+        return self._con
+
+    def __enter__(self) -> Reading:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+
+def dead_letter_rows(reading: Reading, table: Table, since: str, where: str | None, columns: str = "*") -> pa.Table:
     """The live rows of the dead-letter table ingested `since` (the stream's creation) that `where`
     selects, each with its data file (`__file`) and row position (`__position`)."""
     where = check_where(where)
     entries = live_entries(table)
     files = [e.data_file.file_path for e in entries if e.data_file.content == DataFileContent.DATA]
-    con = open_connection(settings)
+    con = reading.con
+    if files:
+        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+        source = f"read_parquet([{listed}], filename=true, file_row_number=true)"
+    else:
+        # No file yet: the same query over no rows of the table's columns, so that what it selects and
+        # the filter are checked as they would be, and the result has the columns asked for.
+        con.register("no_rows", schema_to_pyarrow(table.schema(), include_field_ids=False).empty_table())
+        source = "(select ''::varchar as filename, 0::bigint as file_row_number, * from no_rows)"
+    sql = (f"select filename as {FILE}, file_row_number as {POSITION}, {columns} from {source} "
+           f"where {INGESTED_AT.name} >= ?::timestamptz"
+           + (f" and ({where})" if where else "") + f" order by {FILE}, {POSITION}")
     try:
-        if files:
-            listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-            source = f"read_parquet([{listed}], filename=true, file_row_number=true)"
-        else:
-            # No file yet: the same query over no rows of the table's columns, so that what it selects and
-            # the filter are checked as they would be, and the result has the columns asked for.
-            con.register("no_rows", schema_to_pyarrow(table.schema(), include_field_ids=False).empty_table())
-            source = "(select ''::varchar as filename, 0::bigint as file_row_number, * from no_rows)"
-        sql = (f"select filename as {FILE}, file_row_number as {POSITION}, {columns} from {source} "
-               f"where {INGESTED_AT.name} >= ?::timestamptz"
-               + (f" and ({where})" if where else "") + f" order by {FILE}, {POSITION}")
-        try:
-            rows = con.execute(sql, [since]).to_arrow_table()
-        except duckdb.Error as exc:
-            raise DeadLetterFilterInvalid(f"--where: {one_line(exc)}") from None
+        rows = con.execute(sql, [since]).to_arrow_table()
+    except duckdb.Error as exc:
+        raise DeadLetterFilterInvalid(f"--where: {one_line(exc)}") from None
     finally:
-        con.close()
+        if not files:
+            con.unregister("no_rows")
     return _live(rows, table, files, entries) if files else rows
 
 
@@ -113,12 +135,12 @@ def _local(path: str) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
-def select(settings: Settings, table: Table, since: str, where: str | None,
+def select(reading: Reading, table: Table, since: str, where: str | None,
            committed: dict[int, int] | None) -> Selection:
     """The dead letters to replay or purge; those at or past `committed` (the target's position, per
     partition; `{}` when the target holds none yet) are counted as waiting, as a batch in flight may
     still read them back; None: every one (a purge)."""
-    rows = dead_letter_rows(settings, table, since, where, f"{KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}")
+    rows = dead_letter_rows(reading, table, since, where, f"{KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}")
     out = Selection()
     grouped: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
     for path, pos, p, o in zip(*(rows.column(i).to_pylist() for i in range(4))):

@@ -82,7 +82,7 @@ class PatternRunner:
             if topic not in self.runners:
                 self.runners[topic] = StreamRunner(self.settings, self.spark, self.catalog, self.state,
                                                    member_stream(self.stream, member), self.jobs, kafka=self.kafka,
-                                                   replays=False)
+                                                   member=True)
 
     def watermarks(self, fresh: bool = False) -> dict[tuple[str, int], Watermarks]:
         """Every member's partitions' watermarks, by (topic, partition)."""

@@ -91,8 +91,7 @@ class RoutedRunner(StreamRunner):
             self._refuse(route, str(exc))
             return
         schema = StreamSchema(self.settings, self.state, route_stream(self.stream, route),
-                              lambda mapping: self.state.update_route(dataclasses.replace(route, mapping=mapping)),
-                              replays=False)
+                              lambda mapping: self.state.update_route(dataclasses.replace(route, mapping=mapping)))
         self.routes[route.table] = RouteTable(route, table, schema, committed_offsets(table, self.stream.id))
 
     def _refuse(self, route: Route, why: str) -> None:

@@ -76,9 +76,9 @@ class StreamRunner:
 
     def __init__(self, settings: Settings, spark, catalog: Catalog, state: StateStore, stream: StreamDef,
                  jobs: BatchJobs | None = None, pollers: WatermarkPollers | None = None,
-                 kafka: KafkaClient | None = None, replays: bool = True) -> None:
+                 kafka: KafkaClient | None = None, member: bool = False) -> None:
         """`kafka`: a client shared with other runners (a pattern stream's), which this one never closes;
-        `replays`: whether a dead-letter replay takes the stream's dead letters (not a pattern's topic's)."""
+        `member`: a pattern stream's topic (`StreamSchema`'s `member`)."""
         self.settings = settings
         # The cluster's shared poller asks the watermarks; without one, the stream asks them itself.
         self.poller = pollers.of(stream.kafka) if pollers is not None else None
@@ -97,7 +97,7 @@ class StreamRunner:
         self._partitions: tuple[float, list[int]] | None = None  # (looked up at, partitions)
         self._cores: tuple[float, int] | None = None  # (asked at, Spark's default parallelism)
         self._targets: dict[tuple, tuple[tuple, TableTarget]] = {}
-        self.schema = StreamSchema(settings, state, stream, replays=replays)
+        self.schema = StreamSchema(settings, state, stream, member=member)
         self._format = format_of(stream)
         self._keyed = Keyed(stream.key, tombstones_delete=not stream.cdc) if stream.upserts else None
 

@@ -31,13 +31,17 @@ log = logging.getLogger(__name__)
 
 class StreamSchema:
     def __init__(self, settings: Settings, state: StateStore, stream: StreamDef,
-                 record: Callable[[Mapping], None] | None = None, replays: bool = True) -> None:
+                 record: Callable[[Mapping], None] | None = None, member: bool = False) -> None:
         """`record`: where the mapping the table makes is shown (default: the stream's row; a route's, its own).
-        `replays`: whether a dead-letter replay takes its dead letters home; not those of a pattern's topic or a
-        route, each run as a stream of its own under the name of the stream of many tables, which it refuses."""
+        `member`: a pattern stream's topic, run as a stream of its own under the pattern stream's name: its mapping
+        is its member row's (the pattern stream's is what new topics are given), and its replay names its topic."""
         self.settings = settings
-        self.replays = replays and not (stream.is_pattern or stream.is_routed)
-        self._record = record or (lambda mapping: state.update_stream(stream.name, mapping=mapping))
+        # A schema change proposes the replay of its dead letters: a table's own, a route's, a pattern's topic's
+        self.replays = not (stream.is_pattern or stream.is_routed)
+        self.member = member
+        self._record = record or (
+            (lambda mapping: state.update_member_mapping(stream.name, stream.topic, mapping)) if member else
+            (lambda mapping: state.update_stream(stream.name, mapping=mapping)))
         self.state = state
         self.stream = stream
         self._key: tuple | None = None
@@ -80,8 +84,8 @@ class StreamSchema:
         """Each schema change once per stream (not once per message), and the writer schemas met."""
         for change in sorted(changes):
             if self.state.note_change(self.stream.name, change.key):
-                self.state.add_event(EventKind.SCHEMA_CHANGED, _describe(self.stream, change, self._mapping, self.replays),
-                                     self.stream.name, EventLevel.WARNING)
+                told = _describe(self.stream, change, self._mapping, self.replays, self.member)
+                self.state.add_event(EventKind.SCHEMA_CHANGED, told, self.stream.name, EventLevel.WARNING)
         if schemas:
             self.state.saw_schemas(self.stream.name, schemas, self._versions_of(set(schemas) - self._versions))
             self._versions |= set(schemas)
@@ -105,7 +109,7 @@ class StreamSchema:
         return out
 
 
-def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None, replays: bool) -> str:
+def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None, replays: bool, member: bool) -> str:
     if change.kind is ChangeKind.IGNORED:
         return (f"new field {change.seen} is not ingested: schema evolution is off for this stream (column "
                 f"{change.column} {change.column_type} would hold it); "
@@ -113,8 +117,8 @@ def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None, 
     # Iceberg widens only int to long, float to double and a decimal's precision: a column that must hold
     # another kind of value is dropped (older rows then read NULL in it) and added again, as text.
     source = next((describe(c.source) for c in (mapping or stream.mapping).columns if c.name == change.column), None)
-    home = (f", then bring those messages home with `{hints.REPLAY.format(stream=stream.name)}`" if replays
-            else f"; {hints.kept_dead_letters(stream.dead_letter_table)}")
+    replay = hints.replay(stream.name, stream.topic if member else "")
+    home = f", then bring those messages home with `{replay}`" if replays else ""
     return (f"column {change.column} is {change.column_type} but messages now carry {change.seen} there: those "
             f"messages go to {stream.dead_letter_table} with error_stage 'schema'. Fix the producer, or make the "
             f"column text: `{hints.DROP_COLUMN.format(table=stream.table, column=change.column)}` (its older values "

@@ -93,6 +93,11 @@ class MemberRecords:
             return [stream.table, stream.dead_letter_table]
         return [t for m in self.members(stream.name).values() for t in (m.table, m.dead_letter_table)]
 
+    def update_member_mapping(self, stream: str, topic: str, mapping) -> None:
+        """The mapping the member's table makes now (its schema evolved, or changed by another client)."""
+        self.db.execute("update stream_members set mapping = ? where stream = ? and topic = ?",
+                        [mapping.to_toml(), stream, topic])
+
     def remove_member(self, stream: str, topic: str) -> None:
         """Its topic left the cluster: it is no longer read; its tables and record stay."""
         self.db.execute("update stream_members set removed_at = ? where stream = ? and topic = ?",
