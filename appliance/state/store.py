@@ -42,7 +42,7 @@ from appliance.state.records import (
 )
 from appliance.state.requests import EngineRequests
 from appliance.state.routes import RouteRecords
-from appliance.state.schema import migrate, prepare
+from appliance.state.schema import migrate, prepare, up_to_date
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
 from appliance.state.stream_rows import stream_of_row, stream_row
@@ -63,12 +63,16 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
         conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
         if fresh:
             os.chmod(path, 0o600)  # it holds Kafka credentials
-        self.db = Database(conn)
+        # No sqlite-utils plugins: Floe has none, and looking for them scans every installed package's metadata
+        # (a tenth of `floe status`), and one would change the connection the engine writes with.
+        self.db = Database(conn, execute_plugins=False)
         self.db.execute("PRAGMA busy_timeout=30000")
         prepare(conn)
         use_wal(conn)
         if not durable:
             self.db.execute("PRAGMA synchronous=NORMAL")
+        if not fresh and up_to_date(conn):
+            return
         # One writer migrates at a time: the engine, the UI's workers and a CLI call may all
         # open a fresh database at once. BEGIN IMMEDIATE waits on the busy timeout, where a
         # check-then-create in autocommit would fail with "database is locked".
