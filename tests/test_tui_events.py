@@ -202,6 +202,8 @@ def test_a_follower_reads_what_a_fresh_read_does_after_each_change(floe_home):
         lambda s: s.add_event("stream_paused", "paused", "a"),
         lambda s: batch(s, "b", 9, 40, 40),
         lambda s: [s.add_event("engine_started", f"started {i}") for i in range(5)],  # more than the limit
+        lambda s: s.db.execute("delete from events where id = (select min(id) from events)"),  # pruned
+        lambda s: s.db.execute("delete from batches where id = (select min(id) from batches)"),
     ]
     with StateStore(settings.state_db) as state:
         feeds = []
@@ -212,7 +214,8 @@ def test_a_follower_reads_what_a_fresh_read_does_after_each_change(floe_home):
             feeds.append(mine)
     assert feeds[1].version == feeds[0].version != feeds[2].version  # a clean batch changed nothing
     assert feeds[2].events[0].message.endswith("over 2 batches in 5s") and len(feeds[2].events) == 1
-    assert feeds[-1].streams == ["a"]
+    assert feeds[-3].streams == ["a"] and feeds[-1].streams == [] and "paused" not in [e.message for e in feeds[-1].events]
+    assert feeds[-1].events[-1].message.startswith("30 of 100 messages")  # the burst's first batch pruned
     small = EventsFollower(settings, limit=3)
     assert [e.message for e in small.read().events][:3] == ["started 4", "started 3", "started 2"]
     with StateStore(settings.state_db) as state:

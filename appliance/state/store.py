@@ -226,9 +226,11 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
             out.setdefault(r["stream"], []).append(BatchRecord.of(r))
         return out
 
-    def newest_ids(self) -> tuple[int, int]:
-        """The newest event's id and the newest batch's (0 with none): what a reader of what is new starts from."""
-        return self.db.execute("select (select coalesce(max(id), 0) from events), "
+    def id_ranges(self) -> tuple[int, int, int, int]:
+        """The oldest and newest events' ids, and batches' (0 with none): what a reader of what is new starts
+        from, and what it may still show (older rows were pruned)."""
+        return self.db.execute("select (select coalesce(min(id), 0) from events), (select coalesce(max(id), 0) "
+                               "from events), (select coalesce(min(id), 0) from batches), "
                                "(select coalesce(max(id), 0) from batches)").fetchone()
 
     def heavy_dead_letter_batches(self, min_messages: int, min_share: float, newest: int,

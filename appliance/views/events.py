@@ -28,6 +28,7 @@ class EventView:
     level: EventLevel
     kind: EventKind | str
     message: str
+    id: int = 0  # a recorded event's id in the state database (0 for a derived one)
 
 
 @dataclass
@@ -82,13 +83,14 @@ def _bursts(heavy: list[BatchRecord]) -> list[EventView]:
 
 
 def _view(e: EventRecord) -> EventView:
-    return EventView(key=f"event:{e.id}", at=e.at, stream=e.stream, level=e.level, kind=e.kind, message=e.message)
+    return EventView(key=f"event:{e.id}", at=e.at, stream=e.stream, level=e.level, kind=e.kind, message=e.message,
+                     id=e.id)
 
 
 class EventsFollower:
     """The newest `limit` events (of one stream, or all), recorded and derived, read again at the cost of what
     changed: the events after the newest one read, the batches after the newest one read (the bursts are derived
-    from the heavy ones, kept), the list of streams only when a stream was created or deleted. A second where
+    from the heavy ones, kept), the list of streams only when a stream was created or deleted or events were pruned. A second where
     nothing changed is a few small statements.
 
     `read` returns the whole feed each time, with a `version` that moves only when it changed: a reader that
@@ -101,7 +103,7 @@ class EventsFollower:
         self._reset()
 
     def _reset(self) -> None:
-        self._last_event = self._last_batch = 0
+        self._first_event = self._last_event = self._last_batch = 0
         self._recorded: list[EventView] = []  # newest first, at most `limit`
         self._heavy: list[BatchRecord] = []  # heavy batches among the newest BURST_SCAN_BATCHES, oldest first
         self._streams_version: tuple[object, ...] | None = None
@@ -115,7 +117,7 @@ class EventsFollower:
     def _read(self) -> EventsFeed:
         with StateStore(self.settings.state_db) as state:
             state.db.conn.execute("BEGIN")  # one snapshot: nothing committed between two reads is read twice
-            last_event, last_batch = state.newest_ids()
+            first_event, last_event, first_batch, last_batch = state.id_ranges()
             if last_event < self._last_event or last_batch < self._last_batch:
                 self._reset()  # a state database restored from a backup: read it all again
             new = state.events(self.stream, self.limit, self._last_event) if last_event > self._last_event else []
@@ -123,14 +125,18 @@ class EventsFollower:
                                                     self._last_batch) if last_batch > self._last_batch else []
             version = state.streams_version()
             names = None
-            if version != self._streams_version:  # no mapping parsed; every event's stream read only now
+            if (version, first_event) != (self._streams_version, self._first_event):
+                # A stream created or deleted, or events pruned (a deleted stream's last ones): read only now.
                 names = {s.name for s in state.stream_summaries()} | state.event_streams()
             state.db.conn.execute("COMMIT")
-        kept = [b for b in self._heavy if b.id > last_batch - BURST_SCAN_BATCHES]
-        changed = bool(new) or bool(heavy) or len(kept) < len(self._heavy) or names is not None
+        kept = [b for b in self._heavy if b.id > last_batch - BURST_SCAN_BATCHES and b.id >= first_batch]
+        recorded = [e for e in self._recorded if e.id >= first_event]  # the older ones were pruned
+        changed = bool(new) or bool(heavy) or len(kept) < len(self._heavy) or len(recorded) < len(self._recorded) \
+            or names is not None
         self._last_event, self._last_batch, self._streams_version = last_event, last_batch, version
+        self._first_event = first_event
         self._heavy = kept + heavy
-        self._recorded = ([_view(e) for e in new] + self._recorded)[:self.limit]
+        self._recorded = ([_view(e) for e in new] + recorded)[:self.limit]
         self._names = (names if names is not None else self._names) | {e.stream for e in new if e.stream}
         if changed or not self._feed.version:
             # Stable sort: recorded events keep their id order within one millisecond.
