@@ -44,3 +44,41 @@ def test_an_older_state_database_gains_the_new_columns_when_opened(tmp_path):
                                    dead_letter_rows=0, bytes=0, target_snapshot_id=None, dead_letter_snapshot_id=None,
                                    offsets="{}", lag=3))
     assert [(r["messages"], r["lag"]) for r in store.db["batches"].rows] == [(5, None), (7, 3)]
+
+
+def test_opening_an_up_to_date_state_database_waits_for_no_writer(tmp_path):
+    """`floe status`, `floe stream list` and the UI's workers open the state database while the engine writes it:
+    a database with every table, column and index needs no migration, so opening it takes no write lock and
+    never waits for a writer's transaction to end (it waited the whole busy timeout, 30 s)."""
+    path = tmp_path / "state.db"
+    StateStore(path).close()
+    writer = StateStore(path)
+    writer.db.conn.execute("BEGIN IMMEDIATE")  # a writer in the middle of its transaction
+    writer.update_status("s", phase="running", lag=3)
+    opened = threading.Event()
+    seen: list[object] = []
+
+    def read_it() -> None:
+        with StateStore(path) as reader:
+            seen.append(reader.statuses())
+        opened.set()
+
+    thread = threading.Thread(target=read_it, daemon=True)
+    thread.start()
+    try:
+        assert opened.wait(5), "opening the state database waited for the writer"
+        assert seen == [{}]  # the writer's uncommitted row is not seen
+    finally:
+        writer.db.conn.execute("COMMIT")
+        thread.join(40)
+        writer.close()
+
+
+def test_a_state_database_missing_an_index_gains_it_when_opened(tmp_path):
+    path = tmp_path / "state.db"
+    StateStore(path).close()
+    with StateStore(path) as store:
+        store.db.execute("drop index idx_batches_committed_at")
+    with StateStore(path) as store:
+        names = {r[0] for r in store.db.execute("select name from sqlite_master where type = 'index'")}
+    assert "idx_batches_committed_at" in names

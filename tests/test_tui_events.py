@@ -11,7 +11,7 @@ from appliance.control.streams import create_stream, set_paused
 from appliance.ingest.engine import Engine
 from appliance.state.records import BatchRecord
 from appliance.state.store import StateStore
-from appliance.views.events import dead_letter_bursts, events_feed
+from appliance.views.events import EventsFollower, dead_letter_bursts, events_feed
 from tui.app import FloeApp
 
 from conftest import pizza_values
@@ -129,3 +129,95 @@ def test_dead_letter_bursts_are_derived_from_batches_and_merged(floe_home):
     feed = events_feed(settings, "a")
     assert [e.kind for e in feed.events] == ["dead_letter_burst", "dead_letter_burst"]
     assert feed.streams == []  # neither stream exists, nor has recorded events
+
+
+async def test_an_unchanged_second_reads_nothing_new_and_changes_still_show(floe_home, monkeypatch):
+    """With hundreds of streams and their events, the pane's refresh reads what changed: the events after the
+    newest one shown (none, in an unchanged second), the list of streams only when a stream was created. New
+    events still appear on top, and a new stream in the filter."""
+    import sqlite3
+
+    from appliance.core.clock import now
+    from appliance.kafka.settings import KafkaSettings
+    from appliance.model.stream import StreamDef
+
+    from many_streams import MAPPING, fill, name_of
+
+    settings = load_settings()
+    fill(settings, 300)
+    with StateStore(settings.state_db, durable=False) as state:
+        for i in range(3000):
+            state.add_event("stream_resumed", f"event {i}", name_of(i % 300))
+    statements: list[str] = []
+    real = sqlite3.connect
+
+    def traced(*args, **kwargs):
+        conn = real(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    app = FloeApp(settings, start_section="events")
+    async with app.run_test(size=(160, 50)) as pilot:
+        pane = app.query_one("#events-pane")
+        table = app.query_one("#events-table")
+        await until(pilot, lambda: table.row_count == 200 and len(pane.streams) == 300, 20, "the events")
+        assert shown_events(table)[0][3] == "event 2999"
+        version = pane.shown_version
+        statements.clear()
+        await until(pilot, lambda: sum("newest" in s or "max(id)" in s for s in statements) >= 3, 20,
+                    "three refreshes")
+        reads = [s for s in statements if s.lstrip().lower().startswith("select")]
+        assert not [s for s in reads if "distinct" in s.lower()], "the streams of every event read again"
+        assert not [s for s in reads if "from [events]" in s.lower() or "from [batches]" in s.lower()], reads
+        assert pane.shown_version == version  # nothing redrawn
+
+        with StateStore(settings.state_db) as state:
+            state.add_stream(StreamDef(name="zz_new", id="id-new", topic="zz", kafka=KafkaSettings.create("b:9092"),
+                                       format="json", table="ingest.zz", dead_letter_table="ingest.zz_dlq",
+                                       mapping=MAPPING, starting_offsets="earliest", start_positions={0: 0},
+                                       paused=False, created_at=now()))
+            state.add_event("stream_created", "a new one", "zz_new")
+        await until(pilot, lambda: shown_events(table)[0][1:] == ("zz_new", "stream_created", "a new one"), 10,
+                    "the new event on top")
+        await until(pilot, lambda: "zz_new" in pane.streams, 10, "the new stream in the filter")
+        assert len(pane.streams) == 301 and table.row_count == 200
+
+
+def test_a_follower_reads_what_a_fresh_read_does_after_each_change(floe_home):
+    """What the Events pane reads each second, a change at a time, is what reading everything again says."""
+    settings = load_settings()
+    follower = EventsFollower(settings)
+
+    def batch(state, stream, second, messages, dead):
+        at = f"2026-01-01T00:{second // 60:02d}:{second % 60:02d}.000+00:00"
+        state.record_batch(BatchRecord(stream=stream, started_at=at, committed_at=at, duration_ms=10,
+                                       messages=messages, rows=messages - dead, dead_letter_rows=dead, bytes=0,
+                                       target_snapshot_id=None, dead_letter_snapshot_id=None, offsets="{}", lag=None))
+
+    changes = [
+        lambda s: batch(s, "a", 0, 100, 50),  # a burst...
+        lambda s: batch(s, "a", 3, 100, 0),  # a clean batch: nothing changes
+        lambda s: batch(s, "a", 5, 100, 30),  # ...the burst goes on: the same event, a new message
+        lambda s: s.add_event("stream_paused", "paused", "a"),
+        lambda s: batch(s, "b", 9, 40, 40),
+        lambda s: [s.add_event("engine_started", f"started {i}") for i in range(5)],  # more than the limit
+        lambda s: s.db.execute("delete from events where id = (select min(id) from events)"),  # pruned
+        lambda s: s.db.execute("delete from batches where id = (select min(id) from batches)"),
+    ]
+    with StateStore(settings.state_db) as state:
+        feeds = []
+        for change in changes:
+            change(state)
+            mine, fresh = follower.read(), events_feed(settings, limit=200)
+            assert (mine.events, mine.streams) == (fresh.events, fresh.streams)
+            feeds.append(mine)
+    assert feeds[1].version == feeds[0].version != feeds[2].version  # a clean batch changed nothing
+    assert feeds[2].events[0].message.endswith("over 2 batches in 5s") and len(feeds[2].events) == 1
+    assert feeds[-3].streams == ["a"] and feeds[-1].streams == [] and "paused" not in [e.message for e in feeds[-1].events]
+    assert feeds[-1].events[-1].message.startswith("30 of 100 messages")  # the burst's first batch pruned
+    small = EventsFollower(settings, limit=3)
+    assert [e.message for e in small.read().events][:3] == ["started 4", "started 3", "started 2"]
+    with StateStore(settings.state_db) as state:
+        state.add_event("engine_started", "started 5")
+    assert [e.message for e in small.read().events] == ["started 5", "started 4", "started 3"]

@@ -16,6 +16,7 @@ from textual import on, work
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.widgets import Header, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState, get_current_worker
 
@@ -136,8 +137,9 @@ class FloeApp(ReportsFailures, App):
     def show_engine(self, message: EngineStatusRead) -> None:
         status = message.status
         self.engine_alive = status.alive
-        labels = self.query("#engine-status")
-        if not labels:  # a late answer while the app shuts down
+        try:  # by id among the sections screen's children: a query would walk every widget, once a second
+            self.screen_stack[0].get_child_by_id("engine-status")
+        except (IndexError, NoMatches):  # a late answer while the app shuts down
             return
         if status.alive != getattr(self, "_shown_alive", None):
             self._shown_alive = status.alive

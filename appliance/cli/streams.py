@@ -127,7 +127,7 @@ def stream_list(fmt: str, name: str | None, state: str | None, namespace: str | 
     from appliance.views.engine import Shown
     from appliance.views.streams import select_streams, streams_overview
 
-    views = streams_overview(settings())
+    views = streams_overview(settings(), batches=False)  # it prints no batch figures
     picked = select_streams(views, name, state, namespace, sort)
     rows = [view.summary() for view in picked]
     if fmt == "json":

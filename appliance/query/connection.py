@@ -16,6 +16,7 @@ import pyarrow as pa
 from appliance.config.settings import Settings
 from appliance.core.errors import QueryError
 from appliance.core.extensions import extension_path
+from appliance.query.names import named_tables
 from appliance.tables.catalog import open_catalog, warehouse_io
 
 EXTENSIONS = ("avro", "iceberg", "httpfs")  # avro before iceberg: iceberg reads Avro manifests
@@ -31,12 +32,12 @@ def statement(sql: str) -> str:
     return EVERY_TABLE if _SHOW_TABLES.fullmatch(sql) else sql
 
 
-def connect(settings: Settings, tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with a view for every table of the catalog, or for `tables` alone (a read of one
-    stream's table need not load the hundreds of tables a catalog may hold)."""
+def connect(settings: Settings, tables: list[str] | None = None, sql: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view for each of `tables`, or for each table of the catalog `sql` reads
+    (`query.names`: a statement over one table of hundreds loads that one), or, with neither, for every table."""
     con = open_connection(settings)
     if tables is None:
-        attach_catalog(con, settings)
+        attach_catalog(con, settings, sql)
     else:
         attach_tables(con, settings, tables)
     return con
@@ -82,8 +83,11 @@ def drop(con: duckdb.DuckDBPyConnection, schema: str, name: str, unless: str | N
         con.execute(f'DROP {kind.upper()} "{schema}"."{name}"')
 
 
-def attach_catalog(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[str]:
-    """Create or replace a view for every table of the catalog; returns their names.
+def attach_catalog(con: duckdb.DuckDBPyConnection, settings: Settings, sql: str | None = None,
+                   views: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """Create or replace a view for every table of the catalog that `sql` reads (with `views`, the connection's
+    own: see `names.named_tables`), or for every one without `sql`; a schema for every namespace. Returns the
+    catalog's tables and those it made views of.
 
     Safe to call again on the same connection: each view then moves to its table's
     newest metadata file.
@@ -93,7 +97,8 @@ def attach_catalog(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[s
     for ns in catalog.list_namespaces():
         con.execute(f'CREATE SCHEMA IF NOT EXISTS "{ns[0]}"')  # an empty namespace too
         names += [".".join(ident) for ident in catalog.list_tables(ns)]
-    return attach_tables(con, settings, names, catalog)
+    wanted = names if sql is None else named_tables(sql, names, views)
+    return names, attach_tables(con, settings, wanted, catalog)
 
 
 def attach_tables(con: duckdb.DuckDBPyConnection, settings: Settings, names: list[str], catalog=None) -> list[str]:
@@ -124,10 +129,11 @@ def one_line(exc: BaseException) -> str:
 
 
 def run_query(settings: Settings, sql: str, tables: list[str] | None = None) -> pa.Table:
-    """`sql` on a fresh connection with a view for every table, or for `tables` alone."""
-    con = connect(settings, tables)
+    """`sql` on a fresh connection with a view for each table it reads, or for `tables` alone."""
+    sql = statement(sql)
+    con = connect(settings, tables, sql)
     try:
-        result = con.execute(statement(sql))
+        result = con.execute(sql)
         if result.description is None:
             return pa.table({})
         return result.to_arrow_table()

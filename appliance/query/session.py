@@ -45,9 +45,10 @@ class QuerySession:
             if self._con is None:
                 self._con = open_connection(self.settings)
             con = self._con
-            self._refresh(con)
+            sql = statement(sql)
+            self._refresh(con, sql)
             self._check_cancelled()
-            result = con.execute(statement(sql))
+            result = con.execute(sql)
             self._check_cancelled()
             if result.description is None:
                 return pa.table({})
@@ -67,12 +68,23 @@ class QuerySession:
             if close:
                 self._close()
 
-    def _refresh(self, con: duckdb.DuckDBPyConnection) -> None:
-        names = set(attach_catalog(con, self.settings))
+    def _refresh(self, con: duckdb.DuckDBPyConnection, sql: str) -> None:
+        """The views of the tables `sql` reads moved to their newest snapshots (those of other tables stay as
+        they were, unread); views of tables gone from the catalog dropped."""
+        every, attached = attach_catalog(con, self.settings, sql, self._own_views(con))
+        names = set(every)
         for gone in self._views - names:
             schema, _, name = gone.partition(".")
             drop(con, schema, name)
-        self._views = names
+        self._views = (self._views & names) | set(attached)
+
+    def _own_views(self, con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+        """The views the user made in this session (SCHEMA.NAME, lower case -> their SQL): a statement naming
+        one reads the tables it names."""
+        ours = {v.lower() for v in self._views}
+        rows = con.execute("SELECT schema_name || '.' || view_name, sql FROM duckdb_views() "
+                           "WHERE database_name = current_database() AND NOT internal").fetchall()
+        return {name.lower(): text for name, text in rows if name.lower() not in ours}
 
     def _check_cancelled(self) -> None:
         if self._cancelled:

@@ -170,8 +170,24 @@ def prepare(conn: sqlite3.Connection) -> None:
     """A new database hands the space of pruned rows back to the file system when asked (incremental
     auto-vacuum: set before its first table, a no-op on an older one, which `reclaim_space` rewrites
     once); the write-ahead log is cut back to 16 MiB after each checkpoint rather than kept at its peak."""
-    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # setting it again would wait for a writer
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     conn.execute(f"PRAGMA journal_size_limit = {16 * 1024 * 1024}")
+
+
+def _index_name(table: str, columns: list[str]) -> str:
+    return f"idx_{table}_{'_'.join(columns)}"  # the name sqlite-utils gives `create_index(columns)`
+
+
+def up_to_date(conn: sqlite3.Connection) -> bool:
+    """Whether every table, column and index of SCHEMA is there, read in two statements and without a lock: every
+    open but the first after an upgrade then skips `migrate`, which takes the write lock (a `floe status` or a UI
+    worker would wait for the engine's writes) and asks for each table's columns one table at a time."""
+    have = set(conn.execute("select m.name, p.name from sqlite_master m join pragma_table_info(m.name) p "
+                            "where m.type = 'table'").fetchall())
+    indexes = {row[0] for row in conn.execute("select name from sqlite_master where type = 'index'").fetchall()}
+    return all((name, column) in have for name, (columns, _, _) in SCHEMA.items() for column in columns) and \
+        all(_index_name(name, index) in indexes for name, (_, _, wanted) in SCHEMA.items() for index in wanted)
 
 
 def migrate(db: Database) -> None:

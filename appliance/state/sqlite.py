@@ -1,25 +1,28 @@
-"""sqlite-utils, imported without pandas.
+"""sqlite-utils, imported without pandas and numpy.
 
-sqlite-utils imports pandas whenever it is installed (only to map `pandas.Timestamp` to a TEXT
-column when it guesses a table's columns from values). Floe declares every column itself
-(state/schema.py) and never stores a pandas value, yet that import was 0.12 s of every `floe`
-command. Hiding pandas for the one import keeps `floe stream list` and `floe status` quick; pandas
-stays importable afterwards for whoever needs it (PySpark's Arrow path).
+sqlite-utils imports pandas and numpy whenever they are installed (only to map `pandas.Timestamp` and numpy's
+scalar types to a column type when it guesses a table's columns from values). Floe declares every column itself
+(state/schema.py) and never stores a pandas or numpy value, yet those imports were 0.12 s and 0.1 s of every
+`floe` command. Hiding them for the one import keeps `floe stream list` and `floe status` quick; both stay
+importable afterwards for whoever needs them (PySpark's Arrow path, the key index).
 """
 
 from __future__ import annotations
 
 import sys
 
-_hidden = sys.modules.get("pandas")
-sys.modules["pandas"] = None  # type: ignore[assignment]  # `import pandas` raises ImportError meanwhile
+_HIDDEN = ("pandas", "numpy")
+_kept = {name: sys.modules.get(name) for name in _HIDDEN}
+for _name in _HIDDEN:
+    sys.modules[_name] = None  # type: ignore[assignment]  # `import pandas` raises ImportError meanwhile
 try:
     import sqlite_utils
 finally:
-    if _hidden is None:
-        del sys.modules["pandas"]
-    else:
-        sys.modules["pandas"] = _hidden
+    for _name, _module in _kept.items():
+        if _module is None:
+            del sys.modules[_name]
+        else:
+            sys.modules[_name] = _module
 
 Database = sqlite_utils.Database
 

@@ -43,7 +43,7 @@ from appliance.state.records import (
 )
 from appliance.state.requests import EngineRequests
 from appliance.state.routes import RouteRecords
-from appliance.state.schema import migrate, prepare
+from appliance.state.schema import migrate, prepare, up_to_date
 from appliance.state.sqlite import Database
 from appliance.state.stages import StageRecords
 from appliance.state.stream_rows import stream_of_row, stream_row
@@ -64,12 +64,16 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
         conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
         if fresh:
             os.chmod(path, 0o600)  # it holds Kafka credentials
-        self.db = Database(conn)
+        # No sqlite-utils plugins: Floe has none, and looking for them scans every installed package's metadata
+        # (a tenth of `floe status`), and one would change the connection the engine writes with.
+        self.db = Database(conn, execute_plugins=False)
         self.db.execute("PRAGMA busy_timeout=30000")
         prepare(conn)
         use_wal(conn)
         if not durable:
             self.db.execute("PRAGMA synchronous=NORMAL")
+        if not fresh and up_to_date(conn):
+            return
         # One writer migrates at a time: the engine, the UI's workers and a CLI call may all
         # open a fresh database at once. BEGIN IMMEDIATE waits on the busy timeout, where a
         # check-then-create in autocommit would fail with "database is locked".
@@ -223,12 +227,20 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
             out.setdefault(r["stream"], []).append(BatchRecord.of(r))
         return out
 
+    def id_ranges(self) -> tuple[int, int, int, int]:
+        """The oldest and newest events' ids, and batches' (0 with none): what a reader of what is new starts
+        from, and what it may still show (older rows were pruned)."""
+        return self.db.execute("select (select coalesce(min(id), 0) from events), (select coalesce(max(id), 0) "
+                               "from events), (select coalesce(min(id), 0) from batches), "
+                               "(select coalesce(max(id), 0) from batches)").fetchone()
+
     def heavy_dead_letter_batches(self, min_messages: int, min_share: float, newest: int,
-                                  stream: str | None = None) -> list[BatchRecord]:
-        """Batches among the `newest` whose dead-letter rows are at least `min_share` of their messages."""
+                                  stream: str | None = None, after: int = 0) -> list[BatchRecord]:
+        """Batches among the `newest` (and after the batch id `after`) whose dead-letter rows are at least
+        `min_share` of their messages."""
         top = self.db.execute("select coalesce(max(id), 0) from batches").fetchone()[0]
         where = "id > ? and messages >= ? and dead_letter_rows * 1000 >= messages * ?"
-        args: list[Any] = [top - newest, min_messages, int(min_share * 1000)]
+        args: list[Any] = [max(top - newest, after), min_messages, int(min_share * 1000)]
         if stream:
             where += " and stream = ?"
             args.append(stream)
@@ -239,14 +251,19 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
         self.db.conn.execute("insert into events (at, stream, level, kind, message, table_name) "
                              "values (?, ?, ?, ?, ?, ?)", [now(), stream, str(level), str(kind), message, table])
 
-    def events(self, stream: str | None = None, limit: int = 100) -> list[EventRecord]:
-        """The newest events (of one stream, or all), newest first."""
-        where, args = ("stream = ?", [stream]) if stream else (None, [])
+    def events(self, stream: str | None = None, limit: int = 100, after: int = 0) -> list[EventRecord]:
+        """The newest events (of one stream, or all; after the event id `after`), newest first."""
+        where, args = ("stream = ? and id > ?", [stream, after]) if stream else ("id > ?", [after])
         return [EventRecord.of(r) for r in self._rows("events", where, args, order_by="id desc", limit=limit)]
 
     def event_streams(self) -> set[str]:
         """Every stream that has events, deleted ones included."""
         return {r[0] for r in self.db.execute("select distinct stream from events where stream is not null")}
+
+    def streams_version(self) -> tuple[Any, ...]:
+        """Changes whenever a stream is created or deleted (its new row, with a later creation, or one row
+        fewer): tells a reader of the list of streams when to read it again."""
+        return tuple(self.db.execute("select count(*), max(rowid), max(created_at) from streams").fetchone())
 
     def engine_heartbeat(self, pid: int, spark_master: str, state: EngineState, started_at: str,
                          answers: Iterable[str] = ()) -> None:

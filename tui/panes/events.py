@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Label, Select, Static
 from textual.worker import get_current_worker
 
 from appliance.core.vocabulary import EventLevel
-from appliance.views.events import EventsFeed, EventView, events_feed
+from appliance.views.events import EventsFeed, EventsFollower, EventView
 from tui.format import clock, one_line
 from tui.screens.sections import REFRESH
 from tui.styles import LEVEL_STYLE, level_text, styled
@@ -48,6 +48,8 @@ class EventsPane(ReportsFailures, Vertical):
         self.keys: list[str] = []  # event keys, in row order
         self.events: list[EventView] = []
         self.texts = Texts(self)
+        self.follower: EventsFollower | None = None  # the chosen filter's: each second reads what changed
+        self.shown_version = 0  # the version of the feed on screen (0: none)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="events-bar"):
@@ -66,12 +68,16 @@ class EventsPane(ReportsFailures, Vertical):
         self.set_interval(1.0, self.reload, name=REFRESH)
 
     def reload(self) -> None:
-        self.load(self.stream_filter)
+        if self.follower is None:
+            self.follower = EventsFollower(self.app.settings, None if self.stream_filter == ALL else self.stream_filter,
+                                           LIMIT)
+            self.shown_version = 0
+        self.load(self.stream_filter, self.follower)
 
     @work(thread=True, exclusive=True, group="events-load", exit_on_error=False)
-    def load(self, stream: str) -> None:
+    def load(self, stream: str, follower: EventsFollower) -> None:
         try:
-            feed = events_feed(self.app.settings, None if stream == ALL else stream, LIMIT)
+            feed = follower.read()
         except Exception as exc:
             self.post_message(EventsLoaded(stream, None, str(exc)))
             return
@@ -83,6 +89,7 @@ class EventsPane(ReportsFailures, Vertical):
         value = event.value if isinstance(event.value, str) else ALL
         if value != self.stream_filter:
             self.stream_filter = value
+            self.follower = None
             self.reload()
 
     def action_filter(self) -> None:
@@ -96,7 +103,11 @@ class EventsPane(ReportsFailures, Vertical):
             return  # answers a filter no longer chosen
         if message.feed is None:
             self.texts.set("#events-count", f"[red]cannot read events: {escape(message.error)}[/]")
+            self.shown_version = 0  # the count line no longer shows the feed
             return
+        if message.feed.version == self.shown_version:
+            return  # nothing changed since the feed on screen
+        self.shown_version = message.feed.version
         self._options(message.feed.streams)
         events = message.feed.events
         table = self.query_one("#events-table", DataTable)

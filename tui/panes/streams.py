@@ -114,6 +114,8 @@ class StreamsPane(ReportsFailures, Vertical):
 
     @on(StreamsLoaded)
     def show(self, message: StreamsLoaded) -> None:
+        if message.streams == self.views:
+            return  # an unchanged second (idle streams that never committed): the rows on screen say it already
         self.views = message.streams
         self.present()
 
