@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from appliance.core.errors import FloeError, SchemaError, UnforeseenError
+from appliance.core.errors import FloeError, SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.deadletters.moves import check_together, commit_routed_move
 from appliance.deadletters.report import TOP_REASONS, ReplayReport
 from appliance.deadletters.selection import Reading, Selection, select
-from appliance.deadletters.tasks import read_dead_letters, reason, split
+from appliance.deadletters.tasks import read_dead_letters, reason, run_parts, split
 from appliance.decode.formats import format_of
 from appliance.decode.parsed import MessageFormat
 from appliance.decode.rows import dead_letter_rows, decode_batch
@@ -42,7 +42,6 @@ from appliance.model.mapping import Mapping
 from appliance.model.routes import Route, RouteRule, route_stream
 from appliance.model.stream import StreamDef
 from appliance.spark.session import parallelism
-from appliance.spark.tasks import run_in_tasks
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_lock
@@ -110,20 +109,6 @@ def replay_part(spec: RoutedSpec, parts: dict[str, np.ndarray], at: dt.datetime)
     return out
 
 
-def run_parts(spark, spec: RoutedSpec, tasks: list[dict[str, np.ndarray]]) -> list[RoutedPart | FloeError]:
-    at = dt.datetime.now(dt.UTC)
-
-    def work(i: int) -> RoutedPart | FloeError:
-        try:
-            return replay_part(spec, tasks[i], at)
-        except FloeError as exc:
-            return exc
-        except Exception as exc:  # a bug: this replay fails, whole, and changes nothing
-            return UnforeseenError.of(exc, f"replaying dead letters of {spec.stream}")
-
-    return run_in_tasks(spark, work, len(tasks)) if tasks else []
-
-
 class RoutedReplay:
     """One replay of a routed stream's dead letters: its routes' tables and schemas, the decoding, the move."""
 
@@ -176,7 +161,7 @@ class RoutedReplay:
         routes' tables ask for committed first (a dry run's staged only)."""
         tasks, results = split(chosen.positions, parallelism(spark)), []
         for _ in range(MAX_EVOLUTIONS + 1):
-            done = run_parts(spark, self._spec(dead_letter, dry_run), tasks)
+            done = run_parts(spark, replay_part, self._spec(dead_letter, dry_run), tasks)
             failed = next((r for r in done if isinstance(r, FloeError)), None)
             ok = [r for r in done if isinstance(r, RoutedPart)]
             if failed is not None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +43,8 @@ from appliance.model.mapping import Mapping
 from appliance.spark.tasks import run_in_tasks
 from appliance.tables.datafiles import TableTarget, in_file_order, table_metadata, write_data_files
 from appliance.tables.storage import storage_errors
+
+T = TypeVar("T")
 
 READ = [KAFKA_PARTITION.name, KAFKA_OFFSET.name, KAFKA_TIMESTAMP.name, RAW_KEY.name, RAW_VALUE.name, HEADERS]
 REASON_WIDTH = 160
@@ -129,11 +133,18 @@ def replay_part(spec: ReplaySpec, parts: dict[str, np.ndarray], at: dt.datetime)
 
 def run_replay(spark, spec: ReplaySpec, tasks: list[dict[str, np.ndarray]]) -> list[PartResult | FloeError]:
     """One Spark task per entry of `tasks`: what each did, or the error that stopped it."""
+    return run_parts(spark, replay_part, spec, tasks)
+
+
+def run_parts(spark, part: Callable[[Any, dict[str, np.ndarray], dt.datetime], T], spec: Any,
+              tasks: list[dict[str, np.ndarray]]) -> list[T | FloeError]:
+    """`part(spec, task, at)` in one Spark task per entry of `tasks` (a replay's, single or routed): what each
+    made, or the error that stopped it; all of them told the same ingestion time."""
     at = dt.datetime.now(dt.UTC)
 
-    def work(i: int) -> PartResult | FloeError:
+    def work(i: int) -> T | FloeError:
         try:
-            return replay_part(spec, tasks[i], at)
+            return part(spec, tasks[i], at)
         except FloeError as exc:
             return exc
         except Exception as exc:  # a bug: this replay fails, whole, and changes nothing
