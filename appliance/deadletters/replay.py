@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 
 from appliance.config.settings import Settings
 from appliance.core.errors import FloeError, ReplayConflict, SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind
 from appliance.deadletters.moves import Move, check_together, commit_move
-from appliance.deadletters.report import TOP_REASONS, ReplayReport
+from appliance.deadletters.report import ReplayReport
 from appliance.deadletters.selection import Reading, Selection, check_where, select
 from appliance.deadletters.sources import DeadLetterSource, sources
 from appliance.deadletters.tasks import PartResult, ReplaySpec, run_replay, split
@@ -100,11 +99,7 @@ def _replay(reading: Reading, state: StateStore, catalog: Catalog, source: DeadL
 
         spark = running_session() or spark_session(settings)
     target, results = _decode(settings, spark, schema, stream, target, dead_letter, chosen, dry_run)
-    reasons: Counter = Counter()
-    for r in results:
-        reasons.update(r.reasons)
-    report.moved, report.stayed = sum(r.moved for r in results), sum(r.stayed for r in results)
-    report.reasons = reasons.most_common(TOP_REASONS)
+    report.tally(results)
     if dry_run:
         return report
     written = [f for r in results for f in r.target_files + r.dead_letter_files]

@@ -37,6 +37,14 @@ class ReplayReport:
                    waiting=sum(r.waiting for r in reports), reasons=reasons.most_common(TOP_REASONS),
                    seconds=sum(r.seconds for r in reports), tables=reports)
 
+    def tally(self, parts: list) -> None:
+        """What a replay's Spark tasks did (each part's `moved`, `stayed` and `reasons`), added up."""
+        reasons: Counter = Counter()
+        for part in parts:
+            reasons.update(part.reasons)
+        self.moved, self.stayed = sum(p.moved for p in parts), sum(p.stayed for p in parts)
+        self.reasons = reasons.most_common(TOP_REASONS)
+
     def lines(self) -> list[str]:
         label = f"{self.stream} ({self.table}): " if self.table else f"{self.stream}: "
         out = [self._summary(label, "their tables" if self.tables or self.routed else "the target")]

@@ -28,7 +28,7 @@ import pyarrow as pa
 from appliance.core.errors import FloeError, SchemaError
 from appliance.core.failpoints import failpoint
 from appliance.deadletters.moves import check_together, commit_routed_move
-from appliance.deadletters.report import TOP_REASONS, ReplayReport
+from appliance.deadletters.report import ReplayReport
 from appliance.deadletters.selection import Reading, Selection, select
 from appliance.deadletters.tasks import read_dead_letters, reason, run_parts, split
 from appliance.decode.formats import format_of
@@ -139,11 +139,7 @@ class RoutedReplay:
 
             spark = running_session() or spark_session(self.settings)
         results = self._decode(spark, dead_letter, chosen, dry_run)
-        reasons: Counter = Counter()
-        for r in results:
-            reasons.update(r.reasons)
-        report.moved, report.stayed = sum(r.moved for r in results), sum(r.stayed for r in results)
-        report.reasons = reasons.most_common(TOP_REASONS)
+        report.tally(results)
         if dry_run:
             return report
         self._move(dead_letter, chosen, results)
