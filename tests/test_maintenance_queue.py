@@ -39,6 +39,17 @@ def test_rewrites_beside_the_streams_leave_them_a_task_slot(slots, groups, shari
     assert at_once(slots, groups, sharing) == step
 
 
+def _lab(floe_home):
+    """A FLOE_HOME whose tables are due for compaction from 5 small files on, and a namespace `lab`."""
+    floe_home.mkdir(parents=True)
+    (floe_home / "floe.toml").write_text('[maintenance.policy]\ncompact_small_files = 5\n')
+    settings = load_settings()
+    ensure_home(settings)
+    catalog = Catalog(settings)
+    catalog.iceberg.create_namespace("lab")
+    return settings, catalog
+
+
 def _fragmented(catalog: Catalog, name: str, files: int) -> None:
     """A table of `files` small files (one append each), as a stream leaves it between two compactions."""
     schema = pa.schema([("id", pa.int64()), ("day", pa.string())])
@@ -50,12 +61,7 @@ def _fragmented(catalog: Catalog, name: str, files: int) -> None:
 
 
 def test_the_engines_maintenance_queues_the_most_fragmented_first_says_so_and_leaves_a_slot(floe_home, spark):
-    floe_home.mkdir(parents=True)
-    (floe_home / "floe.toml").write_text('[maintenance.policy]\ncompact_small_files = 5\n')
-    settings = load_settings()
-    ensure_home(settings)
-    catalog = Catalog(settings)
-    catalog.iceberg.create_namespace("lab")
+    settings, catalog = _lab(floe_home)
     for name, files in (("lab.few", 6), ("lab.many", 14), ("lab.some", 9)):
         _fragmented(catalog, name, files)
     stop = threading.Event()  # the engine's: its Maintainer shares Spark with the streams
@@ -90,12 +96,7 @@ def test_the_engines_maintenance_queues_the_most_fragmented_first_says_so_and_le
 
 
 def test_a_compaction_in_a_process_of_its_own_takes_every_slot(floe_home, spark):
-    floe_home.mkdir(parents=True)
-    (floe_home / "floe.toml").write_text('[maintenance.policy]\ncompact_small_files = 5\n')
-    settings = load_settings()
-    ensure_home(settings)
-    catalog = Catalog(settings)
-    catalog.iceberg.create_namespace("lab")
+    settings, catalog = _lab(floe_home)
     _fragmented(catalog, "lab.alone", 6)
     tracker = spark.sparkContext.statusTracker()
     before = set(tracker.getJobIdsForGroup(JOB_GROUP))
