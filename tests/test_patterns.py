@@ -323,3 +323,40 @@ def test_a_pattern_streams_topics_keep_their_kafka_key_and_headers_as_columns(br
     for name in ("a", "b", "c"):
         [row] = run_query(settings, f"select _kafka_key k, _kafka_headers h from kc.{name}").to_pylist()
         assert row["k"] == f"k-{name}".encode() and row["h"] == [{"key": "tenant", "value": name.encode()}], row
+
+
+def test_a_pattern_streams_topics_ask_their_watermarks_through_the_clusters_poller(broker):
+    """Hundreds of topics must not mean hundreds of watermark requests a poll: the members' watermarks come from the
+    cluster's poller, every topic in one poll, and a topic no longer a member is no longer asked."""
+    from appliance.ingest.patterns import PatternRunner
+    from appliance.ingest.watermarks import WatermarkPollers
+
+    prefix = f"wm{uuid.uuid4().hex[:6]}"
+    producer = broker.producer()
+    for i, name in enumerate(("a", "b", "c")):
+        for n in range(i + 1):
+            producer.produce(f"{prefix}.{name}", value=orjson.dumps({"id": n}), partition=0)
+    assert producer.flush(30) == 0
+    assert floe("stream", "create", "wm", "--bootstrap", broker.bootstrap, "--topic-pattern", rf"{prefix}\.(.*)",
+                "--table", "wm.{1}").returncode == 0
+    stop = threading.Event()
+    pollers = WatermarkPollers(600.0, stop)  # polls only when asked: each one counted below
+    try:
+        with StateStore(load_settings().state_db) as state:
+            stream = state.stream("wm")
+            runner = PatternRunner(load_settings(), None, Catalog(load_settings()), state, stream, pollers=pollers)
+            poller = pollers.of(stream.kafka)
+            marks = runner.watermarks(fresh=True)
+            assert {t: w.high for (t, p), w in marks.items() if p == 0} == {
+                f"{prefix}.a": 1, f"{prefix}.b": 2, f"{prefix}.c": 3}
+            asked = poller.requests
+            runner.watermarks(fresh=True)
+            assert poller.requests == asked + 1, "one poll for every topic"
+            state.remove_member("wm", f"{prefix}.c")
+            runner.members(force=True)
+            assert sorted(poller._topics) == [f"{prefix}.a", f"{prefix}.b"]
+            runner.close()
+            assert poller._topics == {}
+    finally:
+        stop.set()
+        pollers.close()

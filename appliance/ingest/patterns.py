@@ -3,7 +3,8 @@
 Each topic (a member, `model/patterns.py`) keeps its own `StreamRunner`, as a stream of its own tables, mapping,
 schema evolution and offsets (in its tables' snapshots, under the member's id), so everything a stream's batch
 does holds for each. What the topics share is what costs: the worker thread and its wake-ups, the driver's
-Kafka client (metadata and watermarks), and the Spark job: every member due plans its batch, the batches run
+Kafka client (metadata), the cluster's watermark poller (with every other stream's topics: two requests a poll
+for hundreds of topics, not one a topic), and the Spark job: every member due plans its batch, the batches run
 as one job (`BatchJobs.run_many`, with other streams' due at the same tick), then each member commits its own
 tables. The members come from `discover` (given to the engine by `floe run`), looked at every DISCOVER_EVERY
 seconds: topics that appear are taken, read from their earliest offset; those gone stop.
@@ -11,6 +12,7 @@ seconds: topics that appear are taken, read from their earliest offset; those go
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable
 
@@ -18,6 +20,7 @@ from appliance.config.settings import Settings
 from appliance.ingest.batch import BatchResult, BatchSpec, run_batches
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.runner import BatchOutcome, Prepared, StreamRunner
+from appliance.ingest.watermarks import WatermarkPollers
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.model.patterns import Member, member_stream
 from appliance.model.stream import StreamDef
@@ -34,15 +37,19 @@ class PatternRunner:
     """Runs the batches of a pattern stream's topics. Not thread-safe: one worker thread owns it."""
 
     def __init__(self, settings: Settings, spark, catalog: Catalog, state: StateStore, stream: StreamDef,
-                 jobs: BatchJobs | None = None, discover: Discover | None = None) -> None:
+                 jobs: BatchJobs | None = None, discover: Discover | None = None,
+                 pollers: WatermarkPollers | None = None) -> None:
         self.settings, self.spark, self.catalog, self.state = settings, spark, catalog, state
         self.stream = stream
         self.jobs = jobs
         self.discover = discover  # None: the members recorded (a topic that appears waits for an engine with it)
         self.runners: dict[str, StreamRunner] = {}  # by topic
-        # No cluster poller wakes a pattern stream yet: it steps every poll interval, each member asking its
-        # topic's watermarks itself (the many-streams pollers serve single-topic streams).
+        # The members' watermarks come from the cluster's poller with every other stream's (two requests a poll,
+        # whatever the number of topics), each topic subscribed while it is a member. The stream itself still
+        # steps every poll interval (`poller` None: no worker sleeps on one event for hundreds of topics).
+        self.pollers = pollers
         self.poller = None
+        self._moved = threading.Event()  # what the cluster's poller sets for the members' topics; nobody waits on it
         self._kafka: KafkaClient | None = None
         self._looked: float | None = None  # when the members were last looked at (monotonic)
 
@@ -54,9 +61,8 @@ class PatternRunner:
 
     def close(self) -> None:
         """The shared client closed, and with it the members' runners (a fresh connection next time)."""
-        for runner in self.runners.values():
-            runner.close()
-        self.runners.clear()
+        for topic in list(self.runners):
+            self._drop(topic)
         self._looked = None
         if self._kafka is not None:
             self._kafka.close()
@@ -77,17 +83,31 @@ class PatternRunner:
         self._looked = time.monotonic()
         current = {m.topic: m for m in found}
         for topic in [t for t in self.runners if t not in current]:
-            self.runners.pop(topic).close()
+            self._drop(topic)
         for topic, member in current.items():
             if topic not in self.runners:
-                self.runners[topic] = StreamRunner(self.settings, self.spark, self.catalog, self.state,
-                                                   member_stream(self.stream, member), self.jobs, kafka=self.kafka,
-                                                   member=True)
+                runner = StreamRunner(self.settings, self.spark, self.catalog, self.state,
+                                      member_stream(self.stream, member), self.jobs, self.pollers, kafka=self.kafka,
+                                      member=True)
+                if runner.poller is not None:
+                    runner.poller.subscribe(topic, self._moved)
+                self.runners[topic] = runner
+
+    def _drop(self, topic: str) -> None:
+        runner = self.runners.pop(topic)
+        if runner.poller is not None:
+            runner.poller.unsubscribe(topic, self._moved)
+        runner.close()
 
     def watermarks(self, fresh: bool = False) -> dict[tuple[str, int], Watermarks]:
-        """Every member's partitions' watermarks, by (topic, partition)."""
+        """Every member's partitions' watermarks, by (topic, partition). `fresh`: from one poll begun after this
+        call, which asks every member's topic at once (the first member's fresh answer waits for it)."""
         self.members()
-        return {(topic, p): w for topic, runner in self.runners.items() for p, w in runner.watermarks(fresh).items()}
+        out: dict[tuple[str, int], Watermarks] = {}
+        for topic, runner in self.runners.items():
+            out.update({(topic, p): w for p, w in runner.watermarks(fresh).items()})
+            fresh = fresh and runner.poller is None
+        return out
 
     def caught_up(self, goal: dict[tuple[str, int], int]) -> bool:
         """Every member that was there when `goal` was taken has read up to it."""

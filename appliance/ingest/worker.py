@@ -95,7 +95,7 @@ class StreamWorker(threading.Thread):
         engine = self.engine
         if self.stream.is_pattern:
             runner = PatternRunner(settings, engine.spark, engine.catalog, state, self.stream, engine.jobs,
-                                   engine.discover)
+                                   engine.discover, engine.pollers)
         else:
             kind = RoutedRunner if self.stream.is_routed else StreamRunner
             runner = kind(settings, engine.spark, engine.catalog, state, self.stream, engine.jobs, engine.pollers)
