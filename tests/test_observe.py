@@ -136,6 +136,7 @@ def test_bad_messages_open_one_incident_then_resolve_once(broker, topic, running
     assert scraped[("floe_stream_dead_letters_total", label)] == 100
     assert scraped[("floe_stream_messages_total", label)] == rows + 100
     assert scraped[("floe_stream_up", label)] == 1
+    assert scraped[("floe_table_rows_total", (("stream", "orders"), ("table", "ingest.orders")))] == rows  # per table
     assert scraped[("floe_stream_batch_duration_seconds_count", label)] >= 2
     # The newest committed row's age: seconds (not milliseconds), since this test produced it.
     assert 0 <= scraped[("floe_stream_freshness_seconds", label)] <= time.time() - produced_from

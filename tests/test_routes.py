@@ -472,6 +472,9 @@ async def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_sch
     broker.produce(topic, [orjson.dumps({"type": "a", "n": i}) for i in range(5)] + [orjson.dumps({"type": "b"})])
     assert floe("stream", "create", "sc", "--bootstrap", broker.bootstrap, "--topic", topic, "--route-by", "type",
                 "--table", "an.sc_{value}").returncode == 0
+    from appliance.observe.metrics import FloeCollector
+
+    collector = FloeCollector(load_settings())  # as the engine's endpoint: it counts what commits after its start
     run_until_caught_up(spark)
     broker.produce(topic, [orjson.dumps({"type": "a", "n": "five"})])  # a text where an.sc_a's column n is a number
     run_until_caught_up(spark)
@@ -479,6 +482,12 @@ async def test_a_routed_stream_shows_what_each_batch_committed_and_a_route_s_sch
     shown = json.loads(floe("stream", "show", "sc", "--format", "json").stdout)
     newest, first = shown["recent_batches"]
     assert (first["route_tables"], newest["route_tables"]) == (2, 0)  # the second batch: one dead letter only
+    assert (json.loads(first["table_rows"]), json.loads(newest["table_rows"])) == ({"an.sc_a": 5, "an.sc_b": 1}, {})
+    scraped = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in collector.collect()
+               for s in family.samples}  # what `floe run --metrics-port` serves
+    collector.close()
+    assert scraped[("floe_table_rows_total", (("stream", "sc"), ("table", "an.sc_a")))] == 5
+    assert scraped[("floe_table_rows_total", (("stream", "sc"), ("table", "an.sc_b")))] == 1
     dead_letters = Catalog(load_settings()).table("an.sc_dlq")
     assert newest["dead_letter_snapshot_id"] == dead_letters.metadata.current_snapshot_id
     text = floe("stream", "show", "sc").stdout

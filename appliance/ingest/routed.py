@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -149,8 +150,12 @@ class RoutedRunner(StreamRunner):
         self._report(result)
         outcome = BatchOutcome(int(result.total("messages")), int(result.total("rows")),
                                int(result.total("dead_letter_rows")), self.lag(), True, result.newest_timestamp)
+        taken: Counter = Counter()
+        for r in result.tasks:
+            for table, files in r.routed_files.items():
+                taken[table] += sum(f.record_count for f in files)
         self._record(outcome, result, Snapshots(None, snapshot), offsets, prepared.started_at,
-                     time.monotonic() - prepared.started, route_tables=tables)
+                     time.monotonic() - prepared.started, route_tables=tables, table_rows=dict(taken))
         return outcome
 
     def _report(self, result: BatchResult) -> None:

@@ -8,6 +8,7 @@ offsets (`commit`); record the batch for whoever watches.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -247,7 +248,10 @@ class StreamRunner:
                 self.state.add_event(EventKind.DATA_EXPIRED, gap.describe(), self.stream.name, EventLevel.WARNING)
 
     def _record(self, outcome: BatchOutcome, result: BatchResult, snapshots: Snapshots, offsets: dict[int, int],
-                started_at: str, seconds: float, route_tables: int | None = None) -> None:
+                started_at: str, seconds: float, route_tables: int | None = None,
+                table_rows: dict[str, int] | None = None) -> None:
+        """The batch's record; `table_rows`: the rows each table took (a routed batch's), else the target's."""
+        table_rows = table_rows if table_rows is not None else {self.stream.table: outcome.rows}
         self.state.record_batch(BatchRecord(
             stream=self.stream.name, started_at=started_at, committed_at=now(), duration_ms=int(seconds * 1000),
             messages=outcome.messages, rows=outcome.rows, dead_letter_rows=outcome.dead_letter_rows,
@@ -255,6 +259,7 @@ class StreamRunner:
             dead_letter_snapshot_id=snapshots.dead_letter, offsets=offsets_json(offsets), lag=outcome.lag,
             newest_kafka_ts=result.newest_timestamp, median_kafka_ts=result.median_timestamp,
             throttle_ms=result.throttle_ms, route_tables=route_tables,
+            table_rows=json.dumps(table_rows, sort_keys=True),
         ))
         log.info(
             "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs",

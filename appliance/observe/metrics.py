@@ -7,6 +7,7 @@ the alerts read. Counters count from the engine's start, as Prometheus expects o
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import defaultdict
@@ -53,6 +54,9 @@ class FloeCollector(Collector):
         self.durations: dict[str, _Histogram] = defaultdict(_Histogram)
         self.failures: dict[str, float] = defaultdict(float)
         self.runs: dict[tuple[str, str, str], float] = defaultdict(float)
+        # (stream, table) -> rows: a pattern stream's topics' tables and a routed stream's route tables each
+        # their own series, labelled by their stream
+        self.table_rows: dict[tuple[str, str], float] = defaultdict(float)
 
     def close(self) -> None:
         with self.lock:
@@ -66,6 +70,8 @@ class FloeCollector(Collector):
                                 ("bytes", "bytes")):
                 totals[key] += row[column] or 0
             self.durations[row["stream"]].observe((row["duration_ms"] or 0) / 1000)
+            for table, rows in json.loads(row.get("table_rows") or "{}").items():
+                self.table_rows[(row["stream"], table)] += rows
         for row in self.state.rows_after("events", self.seen["events"]):
             self.seen["events"] = row["id"]
             if row["kind"] in FAILURES and row["stream"]:
@@ -90,6 +96,11 @@ class FloeCollector(Collector):
                                    labels=["table", "task", "outcome"])
         for (table, task, outcome), n in sorted(self.runs.items()):
             runs.add_metric([table, task, outcome], n)
+        tables = CounterMetricFamily("floe_table_rows", "Rows committed to each table since the engine started, by "
+                                     "the stream that writes it", labels=["stream", "table"])
+        for (stream, table), n in sorted(self.table_rows.items()):
+            tables.add_metric([stream, table], n)
+        out.append(tables)
         incidents = GaugeMetricFamily("floe_incidents_open", "Open alert incidents", labels=["alert"])
         per_alert: dict[str, int] = defaultdict(int)
         for incident in self.state.open_incidents():

@@ -135,6 +135,7 @@ class BatchRecord:
     # A routed stream's batch: how many route tables it committed, besides its dead-letter table (the anchor, whose
     # snapshot is `dead_letter_snapshot_id`; it has no target of its own). None for any other stream's batch.
     route_tables: int | None = None
+    table_rows: str | None = None  # JSON {table: rows committed there}; None in batches recorded before it
     id: int | None = None
 
     @property

@@ -64,6 +64,9 @@ SCHEMA: dict[str, tuple[dict[str, type], str | tuple[str, ...], list[list[str]]]
             "newest_kafka_ts": int, "median_kafka_ts": int, "throttle_ms": int,
             # A routed stream's batch: how many route tables it committed (null for any other stream's).
             "route_tables": int,
+            # The rows the batch committed to each table, as JSON {table: rows}: a stream's target, a pattern
+            # stream's topic's table, a routed stream's route tables (for per-table metrics).
+            "table_rows": str,
         },
         # committed_at alone: every stream's last two minutes, read each second by the UI and `floe stream list`,
         # without scanning the day of batches hundreds of streams keep.
