@@ -57,6 +57,19 @@ def engines_of(home: Path) -> set[int]:
     return found
 
 
+def _stop_engines(engine_pid: int | None) -> None:
+    """The engine may have started even if the UI never said so before a timeout (a JVM still starting on a
+    loaded machine has no heartbeat yet): every `floe run` of this FLOE_HOME goes."""
+    status = engine_status(load_settings())
+    pids = {p for p in (engine_pid, status.pid if status.alive else None) if p} | engines_of(load_settings().home)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    for pid in pids:
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
+                 "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), 60, 0.2, what="engine process gone")
+
+
 @pytest.mark.slow
 def test_tui_in_a_real_terminal(broker, floe_home):
     # Named to sort first: the session's broker holds every earlier test's topics, and the list opens at its top.
@@ -109,8 +122,11 @@ def test_tui_in_a_real_terminal(broker, floe_home):
         term.keys("F5")
         screen = term.wait(r"1 row in", 60)
         assert re.search(r"\b400\b", screen) and re.search(str(sum(range(400))), screen), screen
-    finally:
-        term.close()  # the terminal goes away, as when its window is closed
+    except BaseException:  # a failure on the way leaves no engine behind to load the machine
+        term.close()
+        _stop_engines(engine_pid)
+        raise
+    term.close()  # the terminal goes away, as when its window is closed
 
     try:
         assert engine_pid, "the UI started no engine"
@@ -122,17 +138,7 @@ def test_tui_in_a_real_terminal(broker, floe_home):
         wait_for(lambda: count() == 500, 120, 1, what="rows ingested after the terminal closed")
         assert engine_status(load_settings()).alive
     finally:
-        # The engine may have started even if the UI never said so before a timeout (a JVM still starting on a
-        # loaded machine has no heartbeat yet): every `floe run` of this FLOE_HOME goes.
-        status = engine_status(load_settings())
-        pids = {p for p in (engine_pid, status.pid if status.alive else None) if p} | engines_of(load_settings().home)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        for pid in pids:
-            wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
-                     "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), 60, 0.2,
-                     what="engine process gone")
+        _stop_engines(engine_pid)
 
 
 @pytest.mark.slow
