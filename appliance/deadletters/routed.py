@@ -34,7 +34,7 @@ from appliance.deadletters.tasks import read_dead_letters, reason, run_parts, sp
 from appliance.decode.formats import format_of
 from appliance.decode.parsed import MessageFormat
 from appliance.decode.rows import dead_letter_rows, decode_batch
-from appliance.ingest.routing import ROUTE_STAGE, Router, RouteTarget
+from appliance.ingest.routing import ROUTE_STAGE, Router, RouteTarget, merged_evolutions
 from appliance.ingest.stream_schema import StreamSchema
 from appliance.model.changes import Evolution
 from appliance.model.columns import ERROR_MESSAGE, ERROR_STAGE
@@ -167,7 +167,7 @@ class RoutedReplay:
             again = [r for r in ok if r.evolutions]
             if not again:
                 return results
-            for table, evolution in _merged(again).items():
+            for table, evolution in merged_evolutions(again).items():
                 schema = self.schemas[table]
                 if dry_run:
                     self.tables[table], self.mappings[table] = schema.staged(self.tables[table], evolution)
@@ -199,11 +199,3 @@ class RoutedReplay:
 def _recorder(state: StateStore, route: Route) -> Callable[[Mapping], None]:
     """Where a route's mapping is shown as its table makes it: its own row (as the engine's runner records it)."""
     return lambda mapping: state.update_route(dataclasses.replace(route, mapping=mapping))
-
-
-def _merged(results: list[RoutedPart]) -> dict[str, Evolution]:
-    out: dict[str, Evolution] = {}
-    for r in results:
-        for table, evolution in r.evolutions.items():
-            out[table] = out.get(table, Evolution()).merged(evolution)
-    return out

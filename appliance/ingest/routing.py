@@ -186,8 +186,9 @@ def _json_values(values: list[bytes | None], path: tuple[str, ...], max_message_
     return out, bad
 
 
-def merged_evolutions(tasks: list[TaskResult]) -> dict[str, Evolution]:
-    """What each route's table must become, over a batch's tasks."""
+def merged_evolutions(tasks: list) -> dict[str, Evolution]:
+    """What each route's table must become, over a batch's tasks (or a routed replay's parts: anything with
+    `evolutions` by table)."""
     out: dict[str, Evolution] = {}
     for r in tasks:
         for table, evolution in r.evolutions.items():
