@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from appliance.core import hints
 from appliance.core.polling import poll
 
-pytest_plugins = ["budget"]  # the suite's time and its slowest tests, said at the end of every run
+pytest_plugins = ["budget", "order"]  # the suite's time and slowest tests at the end; long files first
 
 from commands import FLOE, ROOT, command_logging, floe, floe_process  # noqa: F401  (the tests import them from here)
 
@@ -207,9 +207,10 @@ class JavaReader:
             self.log.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def java(tmp_path_factory):
-    """The reference Java Iceberg reader of a test module, started as the first test asking for it sets up."""
+    """The reference Java Iceberg reader of a worker, started as the first test asking for it sets up (a JVM's
+    start is seconds of a 2-core machine: the modules that read with it share one)."""
     if not JAVA.exists():
         pytest.fail(f"the reference Java Iceberg is not set up ({JAVA}): run scripts/javaiceberg/setup --no-s3",
                     pytrace=False)
