@@ -127,19 +127,21 @@ async def test_a_pattern_stream_s_dead_letters_are_listed_purged_and_replayed_to
 
 async def _a_later_topic_s_dead_letters_by_the_engine_and_the_ui(broker, prefix: str, running_engine) -> None:
     """A topic created later takes the mapping the user gave (not another topic's); the running engine does its
-    replay's preview and its purge, as the commands ask; the UI's stream detail replays it after a preview that
-    counts it per table."""
+    replay's preview and its purge, as the commands ask; the UI's stream detail replays the topic picked in its
+    list of tables alone, after a preview that counts it per table, and with none picked every topic's."""
     from tui.app import FloeApp
     from tui.screens.confirm import ConfirmScreen
     from tui.screens.stream_detail import StreamDetailScreen
 
-    from tui_helpers import showing, until
+    from tui_helpers import showing, text, until
 
-    c = f"{prefix}.c"
+    c, d = f"{prefix}.c", f"{prefix}.d"
     broker.produce(c, [orjson.dumps({"id": i, "code": f"C{i}"}) for i in range(2)], partition=0)
+    broker.produce(d, [orjson.dumps({"id": i, "code": f"D{i}"}) for i in range(2)], partition=0)
     running_engine()
-    wait_for(lambda: "ingest.pd_c_dlq" in Catalog(load_settings()).list_tables() and count("ingest.pd_c_dlq") == 2,
-             60, what="the new topic's dead letters")
+    made = {"ingest.pd_c_dlq", "ingest.pd_d_dlq"}
+    wait_for(lambda: made <= set(Catalog(load_settings()).list_tables())
+             and (count("ingest.pd_c_dlq"), count("ingest.pd_d_dlq")) == (2, 2), 60, what="the dead letters")
     with StateStore(load_settings().state_db) as state:
         assert state.members("pd")[c].mapping == Mapping.from_toml(STRICT)  # the one given
     wait_for(lambda: EngineAsk.PURGE in engine_status(load_settings()).answers, 60, what="the engine's answers")
@@ -152,21 +154,58 @@ async def _a_later_topic_s_dead_letters_by_the_engine_and_the_ui(broker, prefix:
     assert [(r.ask, r.taken_by, r.args["topic"]) for r in asked] == [
         (EngineAsk.REPLAY, os.getpid(), c), (EngineAsk.PURGE, os.getpid(), c)]
 
-    for args in (("drop-column", "code"), ("add-column", "code", "string", "--source", "code")):
-        assert floe("table", "alter", "ingest.pd_c", *args).returncode == 0
+    for member in ("c", "d"):
+        for args in (("drop-column", "code"), ("add-column", "code", "string", "--source", "code")):
+            assert floe("table", "alter", f"ingest.pd_{member}", *args).returncode == 0
     app = FloeApp(load_settings())
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app.run_test(size=(160, 60)) as pilot:
         app.push_screen(StreamDetailScreen("pd"))
-        await until(pilot, lambda: showing(app, StreamDetailScreen), 10, "the stream's detail")
-        await pilot.press("d")
-        question = await until(pilot, lambda: showing(app, ConfirmScreen)
-                               and str(app.screen.query_one("#confirm-question").render()), 60, "the preview")
-        assert "pd: 1 dead letters selected; would move 1 to their tables" in question, question
+        screen = await until(pilot, lambda: showing(app, StreamDetailScreen), 10, "the stream's detail")
+        tables = screen.query_one("#topics-table")
+        await until(pilot, lambda: d in [k.value for k in tables.rows], 30, "the topics' tables listed")
+        # Topic c picked in the list (Enter on its row): the preview and the replay are its dead letters alone.
+        tables.focus()
+        await pilot.pause()
+        for _ in range([k.value for k in tables.rows].index(c)):
+            await pilot.press("down")
+        await pilot.press("enter")
+        await until(pilot, lambda: f"picked {c}" in text(screen.query_one("#topics-title")), 10, "the pick")
+        question = await _previewed(app, pilot)
+        assert question.startswith("pd: 1 dead letters selected; would move 1 to their tables"), question
         assert "ingest.pd_c: 1 dead letters selected; would move 1 to it" in question, question
+        assert "pd_d" not in question and f"Replay topic {c}" in question, question
         await pilot.press("y")
         await until(pilot, lambda: count("ingest.pd_c_dlq") == 0, 60, "the replay")
+        assert count("ingest.pd_d_dlq") == 2  # the topic not picked: its dead letters stay
+        with StateStore(load_settings().state_db) as state:
+            asked = [EngineRequestRecord.of(r) for r in state.db["engine_requests"].rows_where(order_by="id")][-2:]
+        assert [(r.ask, r.taken_by, r.args["topic"], r.args["dry_run"]) for r in asked] == [
+            (EngineAsk.REPLAY, os.getpid(), c, True), (EngineAsk.REPLAY, os.getpid(), c, False)]  # by the engine
+
+        # Enter on it again: no topic picked, `d` replays every topic's (only d's are left).
+        await until(pilot, lambda: not showing(app, ConfirmScreen) and screen.focused is tables, 10, "the detail")
+        await pilot.press("enter")
+        await until(pilot, lambda: "picked" not in text(screen.query_one("#topics-title")), 10, "no pick")
+        question = await _previewed(app, pilot)
+        assert question.startswith("pd: 2 dead letters selected; would move 2 to their tables"), question
+        assert "ingest.pd_d: 2 dead letters selected; would move 2 to it" in question, question
+        await pilot.press("y")
+        await until(pilot, lambda: count("ingest.pd_d_dlq") == 0, 60, "the replay of every topic")
     assert run_query(load_settings(), "select id, code from ingest.pd_c").to_pylist() == [{"id": 1, "code": "C1"}]
+    assert run_query(load_settings(), "select id, code from ingest.pd_d order by id").to_pylist() == [
+        {"id": 0, "code": "D0"}, {"id": 1, "code": "D1"}]
     audited_clean("pd")
+
+
+async def _previewed(app, pilot) -> str:
+    """`d` pressed on the stream detail: the question its preview asks."""
+    from tui.screens.confirm import ConfirmScreen
+
+    from tui_helpers import showing, until
+
+    await pilot.press("d")
+    return await until(pilot, lambda: showing(app, ConfirmScreen) and str(app.screen.query_one("#confirm-question")
+                                                                          .render()), 60, "the preview")
 
 
 def test_a_routed_stream_s_dead_letters_are_listed_replayed_into_their_route_tables_at_once_and_purged(

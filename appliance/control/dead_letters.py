@@ -56,21 +56,23 @@ def purge_now(settings: Settings, name: str, where: str, topic: str | None = Non
                   lambda r: PurgeReport.of(r.answer), lambda: purge_dead_letters(settings, name, where, topic))
 
 
-def replay_for_ui(settings: Settings, name: str, dry_run: bool = False) -> ReplayReport:
+def replay_for_ui(settings: Settings, name: str, dry_run: bool = False, topic: str | None = None) -> ReplayReport:
     """A replay (or its preview) for the UI, which never hosts a JVM: by the running engine, else by `floe dlq
-    replay` in a process of its own."""
-    return served(settings, EngineAsk.REPLAY, {"stream": name, "where": None, "dry_run": dry_run},
-                  lambda r: ReplayReport.of(r.answer), lambda: replay_in_process(settings, name, dry_run))
+    replay` in a process of its own; a pattern stream's, `topic`'s dead letters alone if given."""
+    return served(settings, EngineAsk.REPLAY, {"stream": name, "where": None, "dry_run": dry_run, "topic": topic},
+                  lambda r: ReplayReport.of(r.answer), lambda: replay_in_process(settings, name, dry_run, topic=topic))
 
 
-def replay_in_process(settings: Settings, name: str, dry_run: bool = False, timeout: float = 900.0) -> ReplayReport:
+def replay_in_process(settings: Settings, name: str, dry_run: bool = False, timeout: float = 900.0,
+                      topic: str | None = None) -> ReplayReport:
     """`floe dlq replay` as a process of its own: its report, or the one-line error it ended with, raised
     as a FloeError."""
     from appliance.control.processes import run_floe, said_last
     from appliance.core.errors import FloeError
 
-    done = run_floe(settings, ["dlq", "replay", name, "--format", "json", *(["--dry-run"] if dry_run else [])],
-                    timeout=timeout)
+    args = ["dlq", "replay", name, "--format", "json", *(["--dry-run"] if dry_run else []),
+            *(["--topic", topic] if topic else [])]
+    done = run_floe(settings, args, timeout=timeout)
     if done.returncode != 0:
         raise FloeError(said_last(done) or f"floe dlq replay exited with {done.returncode}")
     return ReplayReport.of(json.loads(done.stdout))

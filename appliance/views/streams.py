@@ -213,6 +213,16 @@ def history_series(batches: list[BatchRecord], now: dt.datetime, buckets: int = 
     return rate, lag
 
 
+@dataclass(frozen=True)
+class TopicTables:
+    """A pattern stream's topic as its detail lists it: its tables, and since when the topic is gone."""
+
+    topic: str
+    table: str
+    dead_letter_table: str
+    removed_at: str = ""
+
+
 @dataclass
 class StreamDetail:
     view: StreamView
@@ -223,6 +233,7 @@ class StreamDetail:
     lag_series: list[float]
     series_width: float
     source: SourceView | None = None
+    topics: list[TopicTables] = field(default_factory=list)  # a pattern stream's, in name order
 
 
 @dataclass(frozen=True)
@@ -266,7 +277,8 @@ def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int
         now = utcnow()
         s = state.stream(name)
         recent = state.batches_since(name, (now - RECENT).isoformat(timespec="milliseconds"))
-        tables = [m.table for m in state.members(name).values()] if s.is_pattern else \
+        members = list(state.members(name).values()) if s.is_pattern else []
+        tables = [m.table for m in members] if s.is_pattern else \
             [r.table for r in state.routes(name).values() if not r.refused] if s.is_routed else None
         view = _stream_view(recent, s, state.status(name), now, engine_health(settings, state).up, tables)
         # Enough batches to cover the window (one a second at most per stream by default) and the table.
@@ -283,6 +295,7 @@ def stream_detail(settings: Settings, name: str, batches: int = 50, buckets: int
         lag_series=lag,
         series_width=width,
         source=source,
+        topics=[TopicTables(m.topic, m.table, m.dead_letter_table, m.removed_at) for m in members],
     )
 
 

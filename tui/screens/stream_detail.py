@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from textual import on, work
@@ -17,11 +16,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import Button, DataTable, Header, Sparkline, Static
 from textual.worker import get_current_worker
 
-from appliance.control.dead_letters import replay_for_ui
 from appliance.control.streams import set_paused
 from appliance.core.vocabulary import StreamPhase
 from appliance.state.records import BatchRecord
@@ -30,15 +27,13 @@ from appliance.views.streams import StreamDetail, StreamView, stream_detail, tar
 from tui.format import age, clock, count, number, one_line
 from tui.messages import ActionDone
 from tui.screens.audit_report import AuditScreen
-from tui.screens.confirm import ConfirmScreen
+from tui.screens.detail_replay import ReplaysDeadLetters
 from tui.styles import phase_text
 from tui.widgets.footer import Footer
 from tui.widgets.rows import put_row, trim_rows
 from tui.widgets.texts import Texts
+from tui.widgets.topic_tables import TopicTablesList
 from tui.workers import ReportsFailures
-
-if TYPE_CHECKING:
-    from appliance.deadletters.report import ReplayReport
 
 BATCH_COLUMNS = [
     ("time", "Committed"), ("messages", "Messages"), ("rows", "Rows"), ("dead", "Dead letters"),
@@ -102,7 +97,7 @@ def title_text(v: StreamView, bootstrap: str) -> str:
             f"  [dim](dead letters → {escape(v.dead_letter_table)}; broker {escape(bootstrap)})[/]")
 
 
-class StreamDetailScreen(ReportsFailures, Screen):
+class StreamDetailScreen(ReplaysDeadLetters, ReportsFailures):
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("p", "pause", "Pause"),
@@ -141,6 +136,7 @@ class StreamDetailScreen(ReportsFailures, Screen):
         error = Static("", id="detail-error")
         error.display = False
         yield error
+        yield TopicTablesList(id="topic-tables")
         with Horizontal(id="detail-charts"):
             with Vertical(classes="chart"):
                 yield Static("Messages/s", id="rate-label")
@@ -209,6 +205,7 @@ class StreamDetailScreen(ReportsFailures, Screen):
             f"   last commit {age(v.last_commit_age)}",
         )
         self.texts.set("#detail-source", source_text(d.source))
+        self.query_one(TopicTablesList).show(d.topics)
         error = self.query_one("#detail-error", Static)
         error.display = bool(v.last_error)
         self.texts.set("#detail-error", f"last error: {escape(v.last_error)}")
@@ -327,41 +324,9 @@ class StreamDetailScreen(ReportsFailures, Screen):
         """Exactly-once, checked on the live tables (`floe audit`): reads only, so safe while ingesting."""
         self.app.push_screen(AuditScreen(self.stream_name))
 
-    def action_replay(self) -> None:
-        """Dead letters decoded again with the mapping as it is now (`floe dlq replay`): a preview
-        first, then, once confirmed, the replay itself."""
-        self.notify(f"Previewing a replay of {self.stream_name}'s dead letters…", timeout=4)
-        self.preview_replay()
-
-    @work(thread=True, exclusive=True, group="detail-replay", exit_on_error=False)
-    def preview_replay(self) -> None:
-        try:
-            report = replay_for_ui(self.app.settings, self.stream_name, dry_run=True)
-        except Exception as exc:
-            self.post_message(ActionDone(f"Replay preview: {exc}", error=True))
-            return
-        self.app.call_from_thread(self._confirm_replay, report)
-
-    def _confirm_replay(self, report: ReplayReport) -> None:
-        lines = report.lines()
-        if not report.moved:  # none selected, or none would decode now: nothing to offer
-            self.notify("\n".join(lines[:3]), timeout=8)
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.notify(f"Replaying {self.stream_name}'s dead letters…", timeout=4)
-                self.run_replay()
-
-        self.app.push_screen(ConfirmScreen("\n".join(lines) + "\n\nReplay them now?", yes="Replay"), answered)
-
-    @work(thread=True, exclusive=True, group="detail-replay", exit_on_error=False)
-    def run_replay(self) -> None:
-        try:
-            report = replay_for_ui(self.app.settings, self.stream_name)
-            self.post_message(ActionDone(report.lines()[0]))
-        except Exception as exc:
-            self.post_message(ActionDone(f"Replay: {exc}", error=True))
+    def replay_topic(self) -> str | None:
+        """The topic picked in a pattern stream's list of tables: `d` replays its dead letters alone."""
+        return self.query_one(TopicTablesList).picked
 
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:
