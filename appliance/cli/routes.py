@@ -9,17 +9,18 @@ import click
 from appliance.cli.base import err, settings
 
 
-def create_routed(name: str, *, mapping: str, subject: str | None, key: str | None, cdc_columns: bool,
+def create_routed(name: str, *, mapping: str, subject: str | None, cdc_columns: bool,
                   kafka_options: tuple[str, ...], registry_options: tuple[str, ...], **arguments: Any) -> None:
     """Create routed stream NAME: its tables are made by the engine as their values appear."""
     from appliance.control.routes import create_routed_stream
     from appliance.kafka.settings import parse_kafka_options, parse_registry_options
 
-    for given, option in ((mapping != "auto", "--mapping"), (subject, "--subject"), (key, "--key"),
+    for given, option in ((mapping != "auto", "--mapping"), (subject, "--subject"),
                           (cdc_columns, "--cdc-columns")):
         if given:
             raise click.UsageError(f"{option} does not apply with --route-by: each table's columns come from its "
                                    "own messages")
+    arguments["key"] = arguments["key"] or ()  # refused with --mode upsert and --cdc, in one line
     s = create_routed_stream(settings(), name, kafka_options=parse_kafka_options(kafka_options),
                              registry_options=parse_registry_options(registry_options), **arguments)
     err(f"created stream {s.name}: {s.topic} routed by {s.route_by} -> {s.table} (dead letters: "

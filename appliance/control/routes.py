@@ -2,8 +2,9 @@
 
 `floe stream create --route-by FIELD --table 'NS.PREFIX_{value}'` checks the field and the template, the cluster
 and the topic, records the stream and makes its dead-letter table; the tables themselves are made by the running
-engine as their values appear (`ingest/routed.py`), each with the columns of its own messages. Append streams only:
-an upsert stream's key index per routed table is not built yet, and `--mode upsert`/`--cdc` are refused.
+engine as their values appear (`ingest/routed.py`), each with the columns of its own messages. Append streams only
+(`APPEND_ONLY` says what works instead): an upsert table per route needs a key index per route table, the routed
+batch's upserts committed together, and the audit and the dead-letter replay of upserts split by route.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.iceberg_schemas import dead_letter_iceberg_schema
 
+# The refusal of `--mode upsert`, `--key` and `--cdc` with `--route-by`: what works, in one line.
+APPEND_ONLY = ("--route-by makes append tables only (every routed message a row of its value's table): --mode "
+               "upsert, --key and --cdc are not supported with it; for a table of each key's newest row, give each "
+               "kind its own topic and create a pattern stream (--topic-pattern ... --mode upsert --key COLS, or "
+               "--cdc debezium)")
+
 
 def default_dead_letter_table(settings: Settings, name: str, template: str) -> str:
     """The template's namespace, and the stream's name with the dead-letter suffix."""
@@ -38,7 +45,8 @@ def create_routed_stream(settings: Settings, name: str, *, bootstrap: str, topic
                          format: str = "json", starting_offsets: str = "earliest", dead_letter_table: str | None = None,
                          kafka_options: dict[str, str] | None = None, schema_registry: str | None = None,
                          registry_options: dict[str, str] | None = None, schema_evolution: str = "auto",
-                         mode: str | None = None, cdc: str = "", partition_by: str = DEFAULT_PARTITIONING,
+                         mode: str | None = None, cdc: str = "", key: str | tuple[str, ...] = (),
+                         partition_by: str = DEFAULT_PARTITIONING,
                          kafka_columns: str | tuple[str, ...] | list[str] = ()) -> StreamDef:
     """Create routed stream `name`: `topic`'s messages into the tables `table` (a template of `{value}`) names with
     their field `route_by` (`a.b`: a nested field); the other arguments are `create_stream`'s."""
@@ -48,9 +56,8 @@ def create_routed_stream(settings: Settings, name: str, *, bootstrap: str, topic
         rule = RouteRule.parse(route_by, table)
     except InvalidName as exc:
         problems[Field.TABLE] = str(exc)
-    if (mode or "append") != "append" or cdc:
-        problems[Field.MODE] = ("--route-by makes append streams only: leave out --mode upsert and --cdc (a routed "
-                                "upsert stream is not supported yet)")
+    if (mode or "append") != "append" or cdc or key:
+        problems[Field.MODE] = APPEND_ONLY
     try:
         kafka_columns = parse_kafka_columns(kafka_columns)
     except MappingError as exc:
