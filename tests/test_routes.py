@@ -72,7 +72,7 @@ def test_a_route_taken_from_the_key_or_a_header_names_tables_without_reading_the
                    keys=[b"a", b'{"k": "buy"}', b"c", b'{"k": "buy"}', b"e", b"f"], values=values, headers=headers)
     known = RouteTarget(Mapping.of_table(()), None, None)
     router = Router(RouteRule.parse("@header.kind", "ev.t_{value}"), {"ev.t_click": known}, {})
-    groups, new, bad = router.split(raw, None, 1 << 20)
+    groups, new, bad, _ = router.split(raw, None, 1 << 20)
     # The value is not read to route: a malformed or empty one is its table's dead letter, at decode.
     assert groups == {"ev.t_click": [0, 1, 2]}  # the last header of a name wins, as Kafka's lastHeader
     reasons = {i: (stage, why) for i, stage, why in bad}
@@ -80,7 +80,7 @@ def test_a_route_taken_from_the_key_or_a_header_names_tables_without_reading_the
     assert reasons[4][0] == "decode" and "@header.kind is not UTF-8 text" in reasons[4][1]
     assert reasons[5][0] == ROUTE_STAGE and not new
     by_key = Router(RouteRule.parse("@key.k", "ev.t_{value}"), {}, {})
-    groups, new, bad = by_key.split(raw, None, 1 << 20)
+    groups, new, bad, _ = by_key.split(raw, None, 1 << 20)
     assert not groups and list(new) == ["ev.t_buy"] and new["ev.t_buy"][1] == [values[1], values[3]]
     assert {i for i, _, _ in bad} == {0, 2, 4, 5}  # keys that are not JSON objects name no table
 
@@ -112,7 +112,7 @@ def test_a_task_splits_its_messages_by_route_and_hands_back_new_tables_with_samp
     router = Router(rule, {"ev.t_click": known}, {"ev.t_bad": "table ev.t_bad is written by stage 's'"})
     values = [orjson.dumps({"meta": {"type": t}, "n": i}) for i, t in enumerate(["click", "buy", "click", "Buy"])]
     values += [b"{not json", orjson.dumps({"n": 9}), orjson.dumps({"meta": {"type": "bad"}}), None, b"[1]"]
-    groups, new, bad = router.split(_raw(values), None, 1 << 20)
+    groups, new, bad, _ = router.split(_raw(values), None, 1 << 20)
     assert groups == {"ev.t_click": [0, 2]}  # the skip by committed offsets is the write's, after the split
     assert list(new) == ["ev.t_buy"] and new["ev.t_buy"][0] == "buy" and new["ev.t_buy"][1] == [values[1], values[3]]
     reasons = {i: (stage, why) for i, stage, why in bad}
@@ -285,9 +285,10 @@ def test_avro_messages_route_by_a_field_and_each_table_takes_its_writer_schemas_
                                                             "name a table"}
 
 
-def test_a_task_writes_each_route_what_its_table_has_not_taken_and_dead_letters_the_rest():
+def test_a_task_writes_each_route_what_its_table_has_not_taken_and_dead_letters_the_rest(monkeypatch):
     """The per-table skip: a batch read again after a kill between two tables' commits writes a message only to
-    a table that has not committed its offset (no Spark here: the task's work, called as a task calls it)."""
+    a table that has not committed its offset (no Spark here: the task's work, called as a task calls it). Each
+    JSON message is parsed once, for its route value and its table's columns alike."""
     import datetime as dt
 
     from appliance.config.settings import ensure_home
@@ -317,7 +318,12 @@ def test_a_task_writes_each_route_what_its_table_has_not_taken_and_dead_letters_
     spec = BatchSpec(stream="s", stream_id="id", topic="t", kafka=KafkaSettings.create("127.0.0.1:9"), group="g",
                      mapping=Mapping.of_table(()), target=dead, dead_letter=dead, landed={}, max_message_bytes=1 << 20,
                      fetch_timeout=1.0, fmt=JsonFormat(), router=router)
+    parsed: list[bytes] = []
+    loads = orjson.loads
+    monkeypatch.setattr(orjson, "loads", lambda value: parsed.append(value) or loads(value))
     done = router.write(spec, [], _raw(values), [], dt.datetime.now(dt.UTC), 0.0)
+    monkeypatch.undo()
+    assert sorted(parsed) == sorted(values)  # once each (twice before: for the route, then by the route's mapping)
     assert not done.new_routes and not done.evolutions
     assert done.rows == 2 + 4 and done.dead_letter_rows == 3  # t_a: offsets 5 and 7 only; t_b: 0, 2, 4, 6
     assert [f.record_count for f in done.routed_files["r.t_a"]] == [2]

@@ -82,7 +82,7 @@ class RoutedPart:
 
 def replay_part(spec: RoutedSpec, parts: dict[str, np.ndarray], at: dt.datetime) -> RoutedPart:
     raw = read_dead_letters(spec.dead_letter.io_properties, parts)
-    groups, _, bad = spec.router.split(raw, spec.fmt, spec.max_message_bytes)
+    groups, _, bad, fmt = spec.router.split(raw, spec.fmt, spec.max_message_bytes)
     placed = {i for indexes in groups.values() for i in indexes} | {b[0] for b in bad}
     bad += [(i, ROUTE_STAGE, UNMADE) for i in range(len(raw)) if i not in placed]
     out = RoutedPart(parts)
@@ -90,7 +90,7 @@ def replay_part(spec: RoutedSpec, parts: dict[str, np.ndarray], at: dt.datetime)
     dead = [dead_letter_rows(raw, sorted(bad), at)]
     for table, indexes in groups.items():
         decoded = decode_batch(raw.take(indexes), spec.router.routes[table].mapping, spec.max_message_bytes, at,
-                               spec.fmt, spec.evolve)
+                               fmt, spec.evolve)
         if decoded.evolution:
             out.evolutions[table] = decoded.evolution
             continue

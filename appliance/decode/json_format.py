@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from appliance.decode.parsed import Parsed, extract_columns, validate
+from appliance.decode.parsed import Bad, Parsed, extract_columns, validate
 from appliance.model.mapping import Column, Mapping
 
 
@@ -23,36 +23,62 @@ def _kind_of(value: Any) -> str:
     return "null"
 
 
+def parse_objects(values: list[bytes | None], max_message_bytes: int) -> tuple[list[int], list[dict], list[Bad]]:
+    """Each message's object: (the indexes of those that are JSON objects, their objects, the others with why).
+    A value in the registry's wire format has its 5-byte header skipped (no JSON text starts with a NUL byte)."""
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    ok, bad = validate(values, max_message_bytes)
+    good: list[int] = []
+    objects: list[dict[str, Any]] = []
+    for i in ok:
+        value = values[i]
+        if value[0] == 0 and len(value) >= 5:
+            value = value[5:]
+        try:
+            obj = loads(value)
+        except decode_error as exc:
+            text = str(exc)
+            low = text.lower()
+            bad.append((i, "decode", f"invalid UTF-8: {text}" if "utf-8" in low or "surrogate" in low
+                        else f"invalid JSON: {text}"))
+            continue
+        if type(obj) is not dict:
+            bad.append((i, "decode", f"JSON value is {_kind_of(obj)}, not an object"))
+            continue
+        good.append(i)
+        objects.append(obj)
+    return good, objects, bad
+
+
 class JsonFormat:
-    """Schemaless JSON objects, also in the registry's wire format (its 5-byte header is skipped:
-    no JSON text starts with a NUL byte)."""
+    """Schemaless JSON objects, also in the registry's wire format."""
 
     name = "json"
 
     def parse(self, values: list[bytes | None], max_message_bytes: int, mapping: Mapping) -> Parsed:
-        loads, decode_error = orjson.loads, orjson.JSONDecodeError
-        ok, bad = validate(values, max_message_bytes)
-        good: list[int] = []
-        objects: list[dict[str, Any]] = []
-        for i in ok:
-            value = values[i]
-            if value[0] == 0 and len(value) >= 5:
-                value = value[5:]
-            try:
-                obj = loads(value)
-            except decode_error as exc:
-                text = str(exc)
-                low = text.lower()
-                bad.append((i, "decode", f"invalid UTF-8: {text}" if "utf-8" in low or "surrogate" in low
-                            else f"invalid JSON: {text}"))
-                continue
-            if type(obj) is not dict:
-                bad.append((i, "decode", f"JSON value is {_kind_of(obj)}, not an object"))
-                continue
-            good.append(i)
-            objects.append(obj)
-        return Parsed(good, bad, lambda columns: extract_columns(objects, [c.source for c in columns]),
-                      proposed=new_fields(objects, mapping))
+        good, objects, bad = parse_objects(values, max_message_bytes)
+        return _parsed(good, objects, bad, mapping)
+
+
+class ParsedJson(JsonFormat):
+    """JSON messages parsed already (a routed batch's, for their route values: `ingest/routing.py`), each object
+    found by the bytes object it was parsed from, which the batch's messages keep alive (so `id` names one value);
+    a value not among them (none, in a routed batch) is parsed then."""
+
+    def __init__(self, objects: dict[int, dict[str, Any]]) -> None:
+        self.objects = objects  # id(value) -> its object
+
+    def parse(self, values: list[bytes | None], max_message_bytes: int, mapping: Mapping) -> Parsed:
+        found = self.objects.get
+        objects = [found(id(v)) for v in values]
+        if any(o is None for o in objects):
+            return super().parse(values, max_message_bytes, mapping)
+        return _parsed(list(range(len(values))), objects, [], mapping)
+
+
+def _parsed(good: list[int], objects: list[dict[str, Any]], bad: list[Bad], mapping: Mapping) -> Parsed:
+    return Parsed(good, bad, lambda columns: extract_columns(objects, [c.source for c in columns]),
+                  proposed=new_fields(objects, mapping))
 
 
 # ---- new JSON fields ----------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 The task reads its pieces once (`batch.run_items`), takes each message's route value (its value parsed once with
 the stream's format, the field looked up; or its key's or a header's text, with no value parsed: `route_values`),
-groups the messages by the table the value names
-(`model/routes.RouteRule`) and decodes each group with its route's mapping into that table's files. A message
+groups the messages by the table the value names (`model/routes.RouteRule`) and decodes each group with its
+route's mapping into that table's files. A JSON message is parsed once: its object, parsed for its route value,
+is the one its route's mapping reads (`json_format.ParsedJson`). A message
 without the field, or whose value makes no valid table name, is a dead letter with the reason (stage `route`).
 
 A value naming a table that has no route yet is like a schema change: the task writes nothing and hands back the
@@ -20,12 +21,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pyarrow as pa
 
-from appliance.decode.json_format import JsonFormat
+from appliance.decode.json_format import JsonFormat, ParsedJson, parse_objects
 from appliance.decode.kafka_sources import column_values
-from appliance.decode.parsed import Bad, MessageFormat, Parsed, validate
+from appliance.decode.parsed import Bad, MessageFormat, Parsed
 from appliance.decode.rows import dead_letter_rows, decode_batch
 from appliance.ingest.batch import BatchSpec, TaskResult, timestamp_sample
 from appliance.kafka.reader import Piece, PieceResult
@@ -70,7 +70,7 @@ class Router:
               ingested_at: dt.datetime, read_seconds: float) -> TaskResult:
         t1 = time.perf_counter()
         messages, size = len(raw), sum(len(v) for v in raw.values if v)
-        groups, new, bad = self.split(raw, spec.fmt, spec.max_message_bytes)
+        groups, new, bad, fmt = self.split(raw, spec.fmt, spec.max_message_bytes)
         if new:  # written once the driver has made their tables
             return TaskResult(pieces=results, read=pieces, new_routes=new, messages=messages,
                               read_seconds=read_seconds)
@@ -82,7 +82,7 @@ class Router:
             # Every message of the group is decoded, even one its table has taken (an attempt cut between two
             # tables' commits): its dead letter, if it makes one, is still owed, as the dead-letter table
             # commits last. Only its row is not written again.
-            decoded = decode_batch(raw.take(indexes), route.mapping, spec.max_message_bytes, ingested_at, spec.fmt,
+            decoded = decode_batch(raw.take(indexes), route.mapping, spec.max_message_bytes, ingested_at, fmt,
                                    spec.evolve)
             if decoded.changes:
                 result.route_changes.setdefault(table, set()).update(decoded.changes)
@@ -108,10 +108,11 @@ class Router:
         return result
 
     def split(self, raw: RawBatch, fmt: MessageFormat | None, max_message_bytes: int
-              ) -> tuple[dict[str, list[int]], dict[str, tuple[str, list[bytes]]], list[Bad]]:
+              ) -> tuple[dict[str, list[int]], dict[str, tuple[str, list[bytes]]], list[Bad], MessageFormat | None]:
         """(the messages of each routed table, the tables without a route yet with their value and a sample of
-        their messages, the messages that name no table with the reason)."""
-        values, bad = route_values(raw, self.rule, fmt, max_message_bytes)
+        their messages, the messages that name no table with the reason, the format to decode the groups with:
+        `fmt`, or for JSON the objects parsed already)."""
+        values, bad, fmt = route_values(raw, self.rule, fmt, max_message_bytes)
         groups: dict[str, list[int]] = {}
         new: dict[str, tuple[str, list[bytes]]] = {}
         named: dict[Any, tuple[str | None, str]] = {}
@@ -130,22 +131,27 @@ class Router:
                 sample = new.setdefault(table, (route_text(value) or "", []))[1]
                 if len(sample) < SAMPLES:
                     sample.append(raw.values[i])
-        return groups, new, bad
+        return groups, new, bad, fmt
 
 
 def route_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
-                 ) -> tuple[list[tuple[int, Any]], list[Bad]]:
-    """Each parsed message's route value (None: no such field), and the messages that do not parse, with why."""
+                 ) -> tuple[list[tuple[int, Any]], list[Bad], MessageFormat | None]:
+    """Each parsed message's route value (None: no such field), the messages that do not parse, with why, and the
+    format their route's mapping decodes them with (JSON's: the objects parsed here, not parsed again)."""
     if rule.from_kafka:
-        return _kafka_values(raw, rule, fmt, max_message_bytes)
+        return (*_kafka_values(raw, rule, fmt, max_message_bytes), fmt)
     values = raw.values
     if fmt is None or isinstance(fmt, JsonFormat):
-        return _json_values(values, rule.path, max_message_bytes)
+        good, objects, bad = parse_objects(values, max_message_bytes)
+        found: list[Any] = objects
+        for key in rule.path:
+            found = [o.get(key) if o.__class__ is dict else None for o in found]
+        return list(zip(good, found)), bad, ParsedJson({id(values[i]): o for i, o in zip(good, objects)})
     column = Column("route", "string", rule.path)
     parsed = fmt.parse(values, max_message_bytes, Mapping.of_table([column]))
     [found] = parsed.values([column])
     found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
-    return list(zip(parsed.good, found)), list(parsed.bad)
+    return list(zip(parsed.good, found)), list(parsed.bad), fmt
 
 
 def _kafka_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
@@ -160,30 +166,6 @@ def _kafka_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max
     found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
     bad: list[Bad] = [(i, problem.stage, problem.message) for i, problem in sorted(problems.items())]
     return [(i, value) for i, value in enumerate(found) if i not in problems], bad
-
-
-def _json_values(values: list[bytes | None], path: tuple[str, ...], max_message_bytes: int
-                 ) -> tuple[list[tuple[int, Any]], list[Bad]]:
-    """JSON's: each object parsed and the field looked up, nothing else (no column is built here)."""
-    loads, decode_error = orjson.loads, orjson.JSONDecodeError
-    ok, bad = validate(values, max_message_bytes)
-    out: list[tuple[int, Any]] = []
-    for i in ok:
-        value = values[i]
-        if value[0] == 0 and len(value) >= 5:  # the registry's wire format header
-            value = value[5:]
-        try:
-            found = loads(value)
-        except decode_error as exc:
-            bad.append((i, "decode", f"invalid JSON: {exc}"))
-            continue
-        if type(found) is not dict:
-            bad.append((i, "decode", "JSON value is not an object"))
-            continue
-        for key in path:
-            found = found.get(key) if type(found) is dict else None
-        out.append((i, found))
-    return out, bad
 
 
 def merged_evolutions(tasks: list) -> dict[str, Evolution]:
