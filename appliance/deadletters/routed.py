@@ -34,7 +34,7 @@ from appliance.deadletters.tasks import read_dead_letters, reason, run_parts, sp
 from appliance.decode.formats import format_of
 from appliance.decode.parsed import MessageFormat
 from appliance.decode.rows import dead_letter_rows, decode_batch
-from appliance.ingest.routing import ROUTE_STAGE, Router, RouteTarget, merged_evolutions
+from appliance.ingest.routing import ROUTE_STAGE, Router, RouteTarget, group, merged_evolutions
 from appliance.ingest.stream_schema import StreamSchema
 from appliance.model.changes import Evolution
 from appliance.model.columns import ERROR_MESSAGE, ERROR_STAGE
@@ -82,15 +82,15 @@ class RoutedPart:
 
 def replay_part(spec: RoutedSpec, parts: dict[str, np.ndarray], at: dt.datetime) -> RoutedPart:
     raw = read_dead_letters(spec.dead_letter.io_properties, parts)
-    groups, _, bad, fmt = spec.router.split(raw, spec.fmt, spec.max_message_bytes)
+    groups, _, bad, objects = spec.router.split(raw, spec.fmt, spec.max_message_bytes)
     placed = {i for indexes in groups.values() for i in indexes} | {b[0] for b in bad}
     bad += [(i, ROUTE_STAGE, UNMADE) for i in range(len(raw)) if i not in placed]
     out = RoutedPart(parts)
     rows: dict[str, pa.Table] = {}
     dead = [dead_letter_rows(raw, sorted(bad), at)]
     for table, indexes in groups.items():
-        decoded = decode_batch(raw.take(indexes), spec.router.routes[table].mapping, spec.max_message_bytes, at,
-                               fmt, spec.evolve)
+        part, fmt = group(raw, indexes, spec.fmt, objects)
+        decoded = decode_batch(part, spec.router.routes[table].mapping, spec.max_message_bytes, at, fmt, spec.evolve)
         if decoded.evolution:
             out.evolutions[table] = decoded.evolution
             continue

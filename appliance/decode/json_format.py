@@ -61,19 +61,17 @@ class JsonFormat:
 
 
 class ParsedJson(JsonFormat):
-    """JSON messages parsed already (a routed batch's, for their route values: `ingest/routing.py`), each object
-    found by the bytes object it was parsed from, which the batch's messages keep alive (so `id` names one value);
-    a value not among them (none, in a routed batch) is parsed then."""
+    """Messages parsed already (a routed group's, parsed for their route values: `ingest/routing.py`): `objects`,
+    one a value of `values`, are what parsing that very list gives; any other list is parsed (a batch's decode
+    looking for the message it fails on)."""
 
-    def __init__(self, objects: dict[int, dict[str, Any]]) -> None:
-        self.objects = objects  # id(value) -> its object
+    def __init__(self, values: list[bytes | None], objects: list[dict[str, Any]]) -> None:
+        self.values, self.objects = values, objects
 
     def parse(self, values: list[bytes | None], max_message_bytes: int, mapping: Mapping) -> Parsed:
-        found = self.objects.get
-        objects = [found(id(v)) for v in values]
-        if any(o is None for o in objects):
+        if values is not self.values:
             return super().parse(values, max_message_bytes, mapping)
-        return _parsed(list(range(len(values))), objects, [], mapping)
+        return _parsed(list(range(len(values))), self.objects, [], mapping)
 
 
 def _parsed(good: list[int], objects: list[dict[str, Any]], bad: list[Bad], mapping: Mapping) -> Parsed:

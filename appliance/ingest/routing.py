@@ -4,7 +4,7 @@ The task reads its pieces once (`batch.run_items`), takes each message's route v
 the stream's format, the field looked up; or its key's or a header's text, with no value parsed: `route_values`),
 groups the messages by the table the value names (`model/routes.RouteRule`) and decodes each group with its
 route's mapping into that table's files. A JSON message is parsed once: its object, parsed for its route value,
-is the one its route's mapping reads (`json_format.ParsedJson`). A message
+is the one its route's mapping reads (`group`, `json_format.ParsedJson`). A message
 without the field, or whose value makes no valid table name, is a dead letter with the reason (stage `route`).
 
 A value naming a table that has no route yet is like a schema change: the task writes nothing and hands back the
@@ -70,7 +70,7 @@ class Router:
               ingested_at: dt.datetime, read_seconds: float) -> TaskResult:
         t1 = time.perf_counter()
         messages, size = len(raw), sum(len(v) for v in raw.values if v)
-        groups, new, bad, fmt = self.split(raw, spec.fmt, spec.max_message_bytes)
+        groups, new, bad, objects = self.split(raw, spec.fmt, spec.max_message_bytes)
         if new:  # written once the driver has made their tables
             return TaskResult(pieces=results, read=pieces, new_routes=new, messages=messages,
                               read_seconds=read_seconds)
@@ -82,8 +82,8 @@ class Router:
             # Every message of the group is decoded, even one its table has taken (an attempt cut between two
             # tables' commits): its dead letter, if it makes one, is still owed, as the dead-letter table
             # commits last. Only its row is not written again.
-            decoded = decode_batch(raw.take(indexes), route.mapping, spec.max_message_bytes, ingested_at, fmt,
-                                   spec.evolve)
+            part, fmt = group(raw, indexes, spec.fmt, objects)
+            decoded = decode_batch(part, route.mapping, spec.max_message_bytes, ingested_at, fmt, spec.evolve)
             if decoded.changes:
                 result.route_changes.setdefault(table, set()).update(decoded.changes)
             for schema, n in decoded.schemas.items():
@@ -108,11 +108,11 @@ class Router:
         return result
 
     def split(self, raw: RawBatch, fmt: MessageFormat | None, max_message_bytes: int
-              ) -> tuple[dict[str, list[int]], dict[str, tuple[str, list[bytes]]], list[Bad], MessageFormat | None]:
+              ) -> tuple[dict[str, list[int]], dict[str, tuple[str, list[bytes]]], list[Bad], list | None]:
         """(the messages of each routed table, the tables without a route yet with their value and a sample of
-        their messages, the messages that name no table with the reason, the format to decode the groups with:
-        `fmt`, or for JSON the objects parsed already)."""
-        values, bad, fmt = route_values(raw, self.rule, fmt, max_message_bytes)
+        their messages, the messages that name no table with the reason, and for JSON each message's object,
+        parsed already: see `group`)."""
+        values, bad, objects = route_values(raw, self.rule, fmt, max_message_bytes)
         groups: dict[str, list[int]] = {}
         new: dict[str, tuple[str, list[bytes]]] = {}
         named: dict[Any, tuple[str | None, str]] = {}
@@ -131,27 +131,40 @@ class Router:
                 sample = new.setdefault(table, (route_text(value) or "", []))[1]
                 if len(sample) < SAMPLES:
                     sample.append(raw.values[i])
-        return groups, new, bad, fmt
+        return groups, new, bad, objects
+
+
+def group(raw: RawBatch, indexes: list[int], fmt: MessageFormat | None, objects: list | None
+          ) -> tuple[RawBatch, MessageFormat | None]:
+    """A route's messages, and the format to decode them with: for JSON, their objects as `split` parsed them
+    (`objects`, by the batch's index), not parsed again."""
+    part = raw.take(indexes)
+    if objects is None:
+        return part, fmt
+    return part, ParsedJson(part.values, [objects[i] for i in indexes])
 
 
 def route_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
-                 ) -> tuple[list[tuple[int, Any]], list[Bad], MessageFormat | None]:
-    """Each parsed message's route value (None: no such field), the messages that do not parse, with why, and the
-    format their route's mapping decodes them with (JSON's: the objects parsed here, not parsed again)."""
+                 ) -> tuple[list[tuple[int, Any]], list[Bad], list | None]:
+    """Each parsed message's route value (None: no such field), the messages that do not parse, with why, and for
+    JSON each message's object (None for one that is not an object), which its route's mapping then reads."""
     if rule.from_kafka:
-        return (*_kafka_values(raw, rule, fmt, max_message_bytes), fmt)
+        return (*_kafka_values(raw, rule, fmt, max_message_bytes), None)
     values = raw.values
     if fmt is None or isinstance(fmt, JsonFormat):
         good, objects, bad = parse_objects(values, max_message_bytes)
         found: list[Any] = objects
         for key in rule.path:
             found = [o.get(key) if o.__class__ is dict else None for o in found]
-        return list(zip(good, found)), bad, ParsedJson({id(values[i]): o for i, o in zip(good, objects)})
+        everyone: list = [None] * len(values)
+        for i, o in zip(good, objects):
+            everyone[i] = o
+        return list(zip(good, found)), bad, everyone
     column = Column("route", "string", rule.path)
     parsed = fmt.parse(values, max_message_bytes, Mapping.of_table([column]))
     [found] = parsed.values([column])
     found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
-    return list(zip(parsed.good, found)), list(parsed.bad), fmt
+    return list(zip(parsed.good, found)), list(parsed.bad), None
 
 
 def _kafka_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
