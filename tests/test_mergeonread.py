@@ -31,7 +31,7 @@ from appliance.mergeonread.keyforms import KeyForm
 from appliance.mergeonread.lineage import bring_to
 from appliance.mergeonread.plans import KeyedRows, Keys, plan
 from appliance.mergeonread.precedence import UNKNOWN, Position, newer, newest
-from appliance.mergeonread.store import IndexStore, index_directory
+from appliance.mergeonread.store import CYCLE, IndexStore, index_directory
 from appliance.model.mapping import Column, Mapping
 from appliance.model.partitioning import Partitioning
 from appliance.state.store import StateStore
@@ -322,6 +322,28 @@ def test_a_lost_truncated_foreign_or_mismatched_checkpoint_is_built_again(table)
     assert bring_to(KeyIndex(("id",), IndexStore(index_directory(settings.home, other))), other) == "built"
     shutil.rmtree(directory)
     assert restart() == "built"
+
+
+def test_an_index_built_again_over_its_checkpoint_saves_its_own_shards_not_the_old_copies(table):
+    """A checkpoint loaded, then another writer's commit: the index is built again, and the shards a
+    later step saves are the built ones, never the old copies relabelled as the current snapshot."""
+    settings = load_settings()
+    directory = index_directory(settings.home, table)
+    stream = Stream(table, KeyIndex(("id",), IndexStore(directory, owner="s")))
+    stream.commit({k: f"a{k}" for k in range(20)})
+    checkpoint(stream.index, everything=True)
+    index = KeyIndex(("id",), IndexStore(directory, owner="s"))
+    assert bring_to(index, stream.table) == "loaded"
+    stream.table.append(stream.table.scan().to_arrow().slice(0, 1).set_column(
+        0, "id", pa.array([99], pa.int64())))  # another writer's new key
+    stream.table = stream.table.refresh()
+    assert bring_to(index, stream.table) == "built"
+    index.store._last -= CYCLE  # a cycle later: the step saves every file in turn
+    checkpoint(index)
+    restarted = KeyIndex(("id",), IndexStore(directory, owner="s"))
+    assert bring_to(restarted, stream.table) == "loaded"
+    assert restarted.contents() == fresh(stream.table).contents()
+    assert restarted.locate(99) is not None
 
 
 def test_a_compaction_whose_map_is_missing_makes_the_index_build_again(table):

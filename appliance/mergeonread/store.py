@@ -94,6 +94,7 @@ class IndexStore:
 
     def _load_shard(self, entry: dict, wide: bool) -> Shard:
         shard, keys = Shard(wide), entry["keys"]
+        shard.dirty = False  # its saved copy is this one
         if not keys:
             return shard
         path = self.directory / entry["file"]
