@@ -206,17 +206,19 @@ class Case:
 
         table = Catalog(self.settings).table(self.table)
         index = index_for(self.settings.home, self.stream("big_u"), table)
-        before, t0 = rss(), time.monotonic()
+        before_build = before = rss()
+        t0 = time.monotonic()
         build(index, table)
         built, grown = time.monotonic() - t0, rss() - before
         n = len(index)
         self.say(f"index built in {built:.1f} s: {n:,} keys, arrays {index.nbytes() / n:.1f} B/key, process "
                  f"+{grown / n:.1f} B/key ({grown / 2**30:.2f} GiB), form {index.form.exact}")
         t0 = time.monotonic()
-        checkpoint(index, everything=True)
+        checkpoint(index, everything=True)  # the engine's first after a build: then served from it
         size = sum(p.stat().st_size for p in index.store.directory.glob("*") if p.is_file())
         self.say(f"checkpoint written in {time.monotonic() - t0:.1f} s: {size / 2**30:.2f} GiB, "
-                 f"{len(list(index.store.directory.glob('shards-*')))} files")
+                 f"{len(list(index.store.directory.glob('shards-*')))} files; the built index served from it: "
+                 f"process +{(rss() - before_build) / n:.1f} B/key")
         before, t0 = rss(), time.monotonic()
         again = KeyIndex(index.columns, IndexStore(index.store.directory, writable=False))
         how = bring_to(again, table)

@@ -296,6 +296,26 @@ def test_a_restart_loads_the_checkpoint_and_replays_what_came_after_it(table):
     assert oct(next(store.directory.glob("shards-*")).stat().st_mode & 0o777) == "0o600"
 
 
+def test_a_built_index_serves_from_its_first_checkpoint_and_keeps_committing_on_copies(table):
+    """The first checkpoint after a build saves every shard and maps them back (as a restart loads
+    them): the heap's copies go; later commits write to private copies of the pages, never the files."""
+    settings = load_settings()
+    store = IndexStore(index_directory(settings.home, table), owner="s")
+    stream = Stream(table, KeyIndex(("id",), store))
+    stream.commit({k: f"a{k}" for k in range(300)})  # built, committed, then checkpointed whole
+    shards = [p for p in stream.index.shards.parts if len(p.h)]
+    assert shards and all(isinstance(a, np.memmap) and Path(a.filename).parent == store.directory
+                          for p in shards for a in (p.h, p.loc))
+    saved = {f: f.read_bytes() for f in store.directory.glob("shards-*")}
+    stream.commit({k: f"b{k}" for k in range(0, 300, 7)}, deletes=[1, 2, 3])
+    assert {f: f.read_bytes() for f in saved} == saved, "a mapped file is never written through"
+    assert stream.held() == stream.state
+    assert stream.index.contents() == fresh(stream.table).contents()
+    restarted = KeyIndex(("id",), IndexStore(store.directory, owner="s"))
+    assert bring_to(restarted, stream.table) == "loaded"
+    assert restarted.contents() == fresh(stream.table).contents()
+
+
 def test_a_lost_truncated_foreign_or_mismatched_checkpoint_is_built_again(table):
     settings = load_settings()
     directory = index_directory(settings.home, table)
