@@ -118,7 +118,9 @@ class Engine:
     def start_spark(self) -> None:
         if self.spark is None:
             self._heartbeat(EngineState.STARTING)
+            started = time.monotonic()
             self.spark = spark_session(self.settings)
+            log.info("spark session started in %.2f s", time.monotonic() - started)
 
     def stop(self) -> None:
         self.stopping.set()
