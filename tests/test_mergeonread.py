@@ -21,6 +21,8 @@ from appliance.config.settings import ensure_home, load_settings
 from appliance.config.units import parse_period
 from appliance.decode.keys import CODES, OP, newest_per_key
 from appliance.decode.parsed import Op
+from appliance.ingest.indexes import index_for, preload
+from appliance.kafka.settings import KafkaSettings
 from appliance.maintenance.compaction import compact
 from appliance.maintenance.policies import effective_policy
 from appliance.maintenance.retention import apply_retention
@@ -34,6 +36,7 @@ from appliance.mergeonread.precedence import UNKNOWN, Position, newer, newest
 from appliance.mergeonread.store import CYCLE, IndexStore, index_directory
 from appliance.model.mapping import Column, Mapping
 from appliance.model.partitioning import Partitioning
+from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import TableTarget, in_file_order, write_data_files
@@ -314,6 +317,24 @@ def test_a_built_index_serves_from_its_first_checkpoint_and_keeps_committing_on_
     restarted = KeyIndex(("id",), IndexStore(store.directory, owner="s"))
     assert bring_to(restarted, stream.table) == "loaded"
     assert restarted.contents() == fresh(stream.table).contents()
+
+
+def test_an_engine_loads_the_index_ahead_and_the_stream_takes_it_current(table):
+    """`preload` (the engine, while Spark starts) loads the checkpoint; the stream's worker then gets
+    that index, already at the table's snapshot, instead of loading it after its first batch."""
+    settings = load_settings()
+    stream = Stream(table, KeyIndex(("id",), IndexStore(index_directory(settings.home, table), owner="s")))
+    stream.commit({k: f"a{k}" for k in range(50)})
+    checkpoint(stream.index, everything=True)
+    definition = StreamDef(name="s", id="preloaded", topic="t", kafka=KafkaSettings.create("h:9092"), format="json",
+                           table="n.t", dead_letter_table="n.t_dlq", mapping=MAPPING, starting_offsets="earliest",
+                           start_positions={}, paused=False, created_at="", mode="upsert", key=("id",))
+    appended = dataclasses.replace(definition, id="appends", mode="append", key=())
+    thread = preload(settings.home, [appended, definition], lambda s: stream.table)
+    index = index_for(settings.home, definition, stream.table)  # waits for the preload
+    assert not thread.is_alive() and index is not stream.index
+    assert bring_to(index, stream.table) == "current"
+    assert index.contents() == fresh(stream.table).contents()
 
 
 def test_a_lost_truncated_foreign_or_mismatched_checkpoint_is_built_again(table):
