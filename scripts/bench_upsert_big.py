@@ -154,14 +154,22 @@ class Case:
     def streams(self) -> None:
         from appliance.control.streams import create_stream, delete_stream
         from appliance.state.store import StateStore
+        from appliance.tables.catalog import Catalog
 
         with StateStore(self.settings.state_db) as state:
             old = [s.name for s in state.streams()]
+        catalog = Catalog(self.settings)
         for name in old:  # an earlier run's: its topic is gone with its broker
-            delete_stream(self.settings, name, drop_tables=name.endswith("_a"))
+            gone = delete_stream(self.settings, name, drop_tables=name.endswith("_a"))
+            if catalog.exists(gone.dead_letter_table):  # made by an older Floe, perhaps of other columns
+                catalog.drop(gone.dead_letter_table)
+                with StateStore(self.settings.state_db) as state:
+                    state.forget_table(gone.dead_letter_table)
         self.send(np.arange(PARTITIONS))  # the topic is made by its first messages
+        # Dead-letter tables of this run's own (an older run's may be of an older Floe's columns).
         create_stream(self.settings, "big_u", bootstrap=self.bootstrap, topic=self.topic, table=self.table,
-                      mode="upsert", key=["id"], mapping=mapping(self.kind))
+                      mode="upsert", key=["id"], mapping=mapping(self.kind),
+                      dead_letter_table=f"bench.big_dlq_{self.run_id}")
         create_stream(self.settings, "big_a", bootstrap=self.bootstrap, topic=self.topic, table=self.append_table,
                       mapping=mapping(self.kind))
 
