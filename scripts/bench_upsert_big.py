@@ -273,7 +273,7 @@ class Case:
         """The engine runs while updates arrive at `rate` a second; the table is compacted. How long the
         compaction's commit holds the table, and how long the stream's batches take around it."""
         from appliance.control.streams import set_paused
-        from appliance.ingest import batch_commit
+        from appliance.ingest import runner
         from appliance.ingest.engine import Engine
         from appliance.maintenance import compaction
         from appliance.maintenance.policies import effective_policy
@@ -287,14 +287,15 @@ class Case:
         stop = threading.Event()
         feeding = threading.Thread(target=self._feed, args=(rate, stop), daemon=True)
         commits: list[tuple[float, float]] = []  # the compaction's commit: called, returned
-        upserts: list[tuple[float, float]] = []  # the stream's commits: called (waits for the lock), returned
-        original, upsert = compaction.commit_rewrite, batch_commit.commit_upsert
+        # The stream's commit steps, from before they wait for the table's commit lock to their return.
+        upserts: list[tuple[float, float]] = []
+        original, upsert = compaction.commit_rewrite, runner.commit_batch
 
         timed, timed_upsert = _timing(original, commits), _timing(upsert, upserts)
         catalog = Catalog(self.settings)
         with StateStore(self.settings.state_db) as state:
             policy = effective_policy(self.settings, state, self.table)[0]
-        batch_commit.commit_upsert = timed_upsert
+        runner.commit_batch = timed_upsert
         running.start()
         feeding.start()
         try:  # whatever happens, the engine and the feed stop: the run goes on to the restart
@@ -315,7 +316,7 @@ class Case:
                 time.sleep(0.5)
             engine.stop()
             running.join()
-            batch_commit.commit_upsert = upsert
+            runner.commit_batch = upsert
         self._report_stall(commits, upserts, result, took)
 
     def _feed(self, rate: int, stop: threading.Event) -> None:
