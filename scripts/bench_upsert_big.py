@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 PARTITIONS = 4
 CHUNK = 1_000_000  # rows a loaded data file holds
+FLUSH_SECONDS = 600  # a round's messages delivered to the broker (a loaded machine is slow to produce)
 HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 
@@ -77,7 +78,9 @@ def produce(bootstrap: str, topic: str, kind: str, numbers: np.ndarray, start: i
              "updated_at": "2026-11-24T10:00:00.000Z", "version": start + n}))
         if n % 20000 == 0:
             p.poll(0)
-    assert p.flush(120) == 0
+    left = p.flush(FLUSH_SECONDS)
+    if left:
+        raise RuntimeError(f"{left} messages not delivered to {topic} within {FLUSH_SECONDS} s")
 
 
 class Case:
@@ -151,14 +154,22 @@ class Case:
     def streams(self) -> None:
         from appliance.control.streams import create_stream, delete_stream
         from appliance.state.store import StateStore
+        from appliance.tables.catalog import Catalog
 
         with StateStore(self.settings.state_db) as state:
             old = [s.name for s in state.streams()]
+        catalog = Catalog(self.settings)
         for name in old:  # an earlier run's: its topic is gone with its broker
-            delete_stream(self.settings, name, drop_tables=name.endswith("_a"))
+            gone = delete_stream(self.settings, name, drop_tables=name.endswith("_a"))
+            if catalog.exists(gone.dead_letter_table):  # made by an older Floe, perhaps of other columns
+                catalog.drop(gone.dead_letter_table)
+                with StateStore(self.settings.state_db) as state:
+                    state.forget_table(gone.dead_letter_table)
         self.send(np.arange(PARTITIONS))  # the topic is made by its first messages
+        # Dead-letter tables of this run's own (an older run's may be of an older Floe's columns).
         create_stream(self.settings, "big_u", bootstrap=self.bootstrap, topic=self.topic, table=self.table,
-                      mode="upsert", key=["id"], mapping=mapping(self.kind))
+                      mode="upsert", key=["id"], mapping=mapping(self.kind),
+                      dead_letter_table=f"bench.big_dlq_{self.run_id}")
         create_stream(self.settings, "big_a", bootstrap=self.bootstrap, topic=self.topic, table=self.append_table,
                       mapping=mapping(self.kind))
 
@@ -206,17 +217,19 @@ class Case:
 
         table = Catalog(self.settings).table(self.table)
         index = index_for(self.settings.home, self.stream("big_u"), table)
-        before, t0 = rss(), time.monotonic()
+        before_build = before = rss()
+        t0 = time.monotonic()
         build(index, table)
         built, grown = time.monotonic() - t0, rss() - before
         n = len(index)
         self.say(f"index built in {built:.1f} s: {n:,} keys, arrays {index.nbytes() / n:.1f} B/key, process "
                  f"+{grown / n:.1f} B/key ({grown / 2**30:.2f} GiB), form {index.form.exact}")
         t0 = time.monotonic()
-        checkpoint(index, everything=True)
+        checkpoint(index, everything=True)  # the engine's first after a build: then served from it
         size = sum(p.stat().st_size for p in index.store.directory.glob("*") if p.is_file())
         self.say(f"checkpoint written in {time.monotonic() - t0:.1f} s: {size / 2**30:.2f} GiB, "
-                 f"{len(list(index.store.directory.glob('shards-*')))} files")
+                 f"{len(list(index.store.directory.glob('shards-*')))} files; the built index served from it: "
+                 f"process +{(rss() - before_build) / n:.1f} B/key")
         before, t0 = rss(), time.monotonic()
         again = KeyIndex(index.columns, IndexStore(index.store.directory, writable=False))
         how = bring_to(again, table)
@@ -260,7 +273,7 @@ class Case:
         """The engine runs while updates arrive at `rate` a second; the table is compacted. How long the
         compaction's commit holds the table, and how long the stream's batches take around it."""
         from appliance.control.streams import set_paused
-        from appliance.ingest import batch_commit
+        from appliance.ingest import runner
         from appliance.ingest.engine import Engine
         from appliance.maintenance import compaction
         from appliance.maintenance.policies import effective_policy
@@ -274,33 +287,36 @@ class Case:
         stop = threading.Event()
         feeding = threading.Thread(target=self._feed, args=(rate, stop), daemon=True)
         commits: list[tuple[float, float]] = []  # the compaction's commit: called, returned
-        upserts: list[tuple[float, float]] = []  # the stream's commits: called (waits for the lock), returned
-        original, upsert = compaction.commit_rewrite, batch_commit.commit_upsert
+        # The stream's commit steps, from before they wait for the table's commit lock to their return.
+        upserts: list[tuple[float, float]] = []
+        original, upsert = compaction.commit_rewrite, runner.commit_batch
 
         timed, timed_upsert = _timing(original, commits), _timing(upsert, upserts)
         catalog = Catalog(self.settings)
         with StateStore(self.settings.state_db) as state:
             policy = effective_policy(self.settings, state, self.table)[0]
-        batch_commit.commit_upsert = timed_upsert
+        runner.commit_batch = timed_upsert
         running.start()
         feeding.start()
-        time.sleep(20)  # batches before the compaction, for comparison
-        compaction.commit_rewrite = timed
-        t0 = time.monotonic()
-        try:
-            result = compaction.compact(self.settings, catalog, catalog.table(self.table), policy, self.spark)
+        try:  # whatever happens, the engine and the feed stop: the run goes on to the restart
+            time.sleep(20)  # batches before the compaction, for comparison
+            compaction.commit_rewrite = timed
+            t0 = time.monotonic()
+            try:
+                result = compaction.compact(self.settings, catalog, catalog.table(self.table), policy, self.spark)
+            finally:
+                compaction.commit_rewrite = original
+            took = time.monotonic() - t0
+            time.sleep(20)
         finally:
-            compaction.commit_rewrite = original
-        took = time.monotonic() - t0
-        time.sleep(20)
-        stop.set()
-        feeding.join()
-        deadline = time.monotonic() + 300
-        while self.committed(self.table) < self.sent and time.monotonic() < deadline:
-            time.sleep(0.5)
-        engine.stop()
-        running.join()
-        batch_commit.commit_upsert = upsert
+            stop.set()
+            feeding.join()
+            deadline = time.monotonic() + 600
+            while self.committed(self.table) < self.sent and time.monotonic() < deadline:
+                time.sleep(0.5)
+            engine.stop()
+            running.join()
+            runner.commit_batch = upsert
         self._report_stall(commits, upserts, result, took)
 
     def _feed(self, rate: int, stop: threading.Event) -> None:
@@ -313,11 +329,16 @@ class Case:
     def _report_stall(self, commits, upserts, result, took: float) -> None:
         """The stream's commits that waited for the compaction's (called before it returned, returned
         after it began), against the others: how long the stream's commit step took."""
+        if not commits or not upserts:
+            self.say(f"compaction: no commit to compare (compaction commits {len(commits)}, stream commits "
+                     f"{len(upserts)}; {result.plan.files_to_rewrite} files planned)")
+            return
         begin, end = commits[-1]
         hit = [b - a for a, b in upserts if a < end and b > begin]
         rest = [b - a for a, b in upserts if not (a < end and b > begin)]
         self.say(f"compaction: {result.plan.files_to_rewrite} files, {result.rows:,} rows rewritten in {took:.0f} s "
                  f"while the stream ran; its commit held the table {end - begin:.2f} s")
+        rest = rest or [float("nan")]
         self.say(f"stream commits: median {statistics.median(rest):.2f} s, max {max(rest):.2f} s "
                  f"({len(rest)} commits); meeting the compaction's commit: "
                  f"{', '.join(f'{d:.2f} s' for d in hit) or 'none'}; index: {self._catch_ups()}")
@@ -352,10 +373,26 @@ class Case:
             first = next((c for c in commits if c.committed_ms / 1000 > t0), None)
         while self.committed(self.table) < self.sent and time.time() - t0 < 900:
             time.sleep(0.5)
-        engine.terminate()
-        engine.wait(300)
+        engine.terminate()  # a stop saves the index whole: give it time, then make sure
+        try:
+            engine.wait(600)
+        except subprocess.TimeoutExpired:
+            engine.kill()
+            engine.wait()
         self.say(f"restart: `floe run` to its first upsert commit in {first.committed_ms / 1000 - t0:.1f} s; "
                  f"its index: {self._catch_ups()}" if first else "restart: no commit within 600 s")
+
+
+def forget_other_indexes(case: Case) -> None:
+    """The key indexes of earlier cases leave this process, as the engine lets go of a deleted stream's
+    (a 10^8 index is 1.5-2.4 GiB: kept, they added up until the machine ran out)."""
+    from appliance.ingest.indexes import keep_only
+    from appliance.mergeonread.memory import give_back
+    from appliance.state.store import StateStore
+
+    with StateStore(case.settings.state_db) as state:
+        keep_only(case.home, {s.id for s in state.streams()})
+    give_back()
 
 
 def _timing(call, into: list[tuple[float, float]]):
@@ -377,6 +414,7 @@ def main_big(args) -> None:
     from appliance.config.settings import load_settings
     from appliance.spark.session import spark_session
 
+    steps = set(args.big_steps.split(","))
     print(f"load: {os.getloadavg()}; cores {os.cpu_count()}", flush=True)
     broker = subprocess.Popen([sys.executable, "-m", "appliance.cli", "broker"], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
@@ -396,15 +434,19 @@ def main_big(args) -> None:
                     case.spark = spark = spark_session(load_settings(case.home))
                 case.load()
                 case.streams()
-                case.index()
-                rates = case.rounds()
-                case.stall()
-                case.restart()
-                logging.getLogger().removeHandler(handler)
-                for kind_of_round, r in rates.items():
+                forget_other_indexes(case)
+                case.index()  # also the restart's checkpoint, of this run's stream
+                rates = case.rounds() if "rounds" in steps else {}
+                for kind_of_round, r in rates.items():  # said now: a later step that fails loses nothing
                     u, a = statistics.median(r["u"]), statistics.median(r["a"])
                     case.say(f"{kind_of_round}: upsert {u:,.0f} msg/s, append {a:,.0f} msg/s, "
                              f"upsert/append {u / a:.2f}")
+                for step in [getattr(case, name) for name in ("stall", "restart") if name in steps]:
+                    try:
+                        step()
+                    except Exception as exc:  # noqa: BLE001 - said, and the other figures still measured
+                        case.say(f"{step.__name__} failed: {type(exc).__name__}: {exc}")
+                logging.getLogger().removeHandler(handler)
                 summary += [f"{kind} {keys:,}: {line}" for line in case.lines]
                 print(f"  peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GiB; "
                       f"load {os.getloadavg()}", flush=True)

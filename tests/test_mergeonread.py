@@ -21,6 +21,8 @@ from appliance.config.settings import ensure_home, load_settings
 from appliance.config.units import parse_period
 from appliance.decode.keys import CODES, OP, newest_per_key
 from appliance.decode.parsed import Op
+from appliance.ingest.indexes import index_for, preload
+from appliance.kafka.settings import KafkaSettings
 from appliance.maintenance.compaction import compact
 from appliance.maintenance.policies import effective_policy
 from appliance.maintenance.retention import apply_retention
@@ -31,9 +33,10 @@ from appliance.mergeonread.keyforms import KeyForm
 from appliance.mergeonread.lineage import bring_to
 from appliance.mergeonread.plans import KeyedRows, Keys, plan
 from appliance.mergeonread.precedence import UNKNOWN, Position, newer, newest
-from appliance.mergeonread.store import IndexStore, index_directory
+from appliance.mergeonread.store import CYCLE, IndexStore, index_directory
 from appliance.model.mapping import Column, Mapping
 from appliance.model.partitioning import Partitioning
+from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import TableTarget, in_file_order, write_data_files
@@ -296,6 +299,44 @@ def test_a_restart_loads_the_checkpoint_and_replays_what_came_after_it(table):
     assert oct(next(store.directory.glob("shards-*")).stat().st_mode & 0o777) == "0o600"
 
 
+def test_a_built_index_serves_from_its_first_checkpoint_and_keeps_committing_on_copies(table):
+    """The first checkpoint after a build saves every shard and maps them back (as a restart loads
+    them): the heap's copies go; later commits write to private copies of the pages, never the files."""
+    settings = load_settings()
+    store = IndexStore(index_directory(settings.home, table), owner="s")
+    stream = Stream(table, KeyIndex(("id",), store))
+    stream.commit({k: f"a{k}" for k in range(300)})  # built, committed, then checkpointed whole
+    shards = [p for p in stream.index.shards.parts if len(p.h)]
+    assert shards and all(isinstance(a, np.memmap) and Path(a.filename).parent == store.directory
+                          for p in shards for a in (p.h, p.loc))
+    saved = {f: f.read_bytes() for f in store.directory.glob("shards-*")}
+    stream.commit({k: f"b{k}" for k in range(0, 300, 7)}, deletes=[1, 2, 3])
+    assert {f: f.read_bytes() for f in saved} == saved, "a mapped file is never written through"
+    assert stream.held() == stream.state
+    assert stream.index.contents() == fresh(stream.table).contents()
+    restarted = KeyIndex(("id",), IndexStore(store.directory, owner="s"))
+    assert bring_to(restarted, stream.table) == "loaded"
+    assert restarted.contents() == fresh(stream.table).contents()
+
+
+def test_an_engine_loads_the_index_ahead_and_the_stream_takes_it_current(table):
+    """`preload` (the engine, while Spark starts) loads the checkpoint; the stream's worker then gets
+    that index, already at the table's snapshot, instead of loading it after its first batch."""
+    settings = load_settings()
+    stream = Stream(table, KeyIndex(("id",), IndexStore(index_directory(settings.home, table), owner="s")))
+    stream.commit({k: f"a{k}" for k in range(50)})
+    checkpoint(stream.index, everything=True)
+    definition = StreamDef(name="s", id="preloaded", topic="t", kafka=KafkaSettings.create("h:9092"), format="json",
+                           table="n.t", dead_letter_table="n.t_dlq", mapping=MAPPING, starting_offsets="earliest",
+                           start_positions={}, paused=False, created_at="", mode="upsert", key=("id",))
+    appended = dataclasses.replace(definition, id="appends", mode="append", key=())
+    thread = preload(settings.home, [appended, definition], lambda s: stream.table)
+    index = index_for(settings.home, definition, stream.table)  # waits for the preload
+    assert not thread.is_alive() and index is not stream.index
+    assert bring_to(index, stream.table) == "current"
+    assert index.contents() == fresh(stream.table).contents()
+
+
 def test_a_lost_truncated_foreign_or_mismatched_checkpoint_is_built_again(table):
     settings = load_settings()
     directory = index_directory(settings.home, table)
@@ -322,6 +363,28 @@ def test_a_lost_truncated_foreign_or_mismatched_checkpoint_is_built_again(table)
     assert bring_to(KeyIndex(("id",), IndexStore(index_directory(settings.home, other))), other) == "built"
     shutil.rmtree(directory)
     assert restart() == "built"
+
+
+def test_an_index_built_again_over_its_checkpoint_saves_its_own_shards_not_the_old_copies(table):
+    """A checkpoint loaded, then another writer's commit: the index is built again, and the shards a
+    later step saves are the built ones, never the old copies relabelled as the current snapshot."""
+    settings = load_settings()
+    directory = index_directory(settings.home, table)
+    stream = Stream(table, KeyIndex(("id",), IndexStore(directory, owner="s")))
+    stream.commit({k: f"a{k}" for k in range(20)})
+    checkpoint(stream.index, everything=True)
+    index = KeyIndex(("id",), IndexStore(directory, owner="s"))
+    assert bring_to(index, stream.table) == "loaded"
+    stream.table.append(stream.table.scan().to_arrow().slice(0, 1).set_column(
+        0, "id", pa.array([99], pa.int64())))  # another writer's new key
+    stream.table = stream.table.refresh()
+    assert bring_to(index, stream.table) == "built"
+    index.store._last -= CYCLE  # a cycle later: the step saves every file in turn
+    checkpoint(index)
+    restarted = KeyIndex(("id",), IndexStore(directory, owner="s"))
+    assert bring_to(restarted, stream.table) == "loaded"
+    assert restarted.contents() == fresh(stream.table).contents()
+    assert restarted.locate(99) is not None
 
 
 def test_a_compaction_whose_map_is_missing_makes_the_index_build_again(table):

@@ -5,30 +5,68 @@ A stream's worker ends when it is paused, redefined or fails hard, and a new one
 rebuilding a large index from the table each time would cost minutes. The index is kept here by
 stream id, and whoever takes it brings it to the table before trusting it (`mergeonread.lineage`).
 The engine saves them whole when it stops, and forgets (and deletes the checkpoints of) those of
-deleted streams.
+deleted streams. At its start it loads them in a thread while Spark starts (`preload`): a stream's first
+commit then finds its index current instead of loading (or building) it after its first batch.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from pyiceberg.table import Table
 
 from appliance.mergeonread.commit import checkpoint
 from appliance.mergeonread.index import KeyIndex
+from appliance.mergeonread.lineage import bring_to
 from appliance.mergeonread.store import IndexStore, index_directory
 from appliance.model.stream import StreamDef
 
 _LOCK = threading.Lock()
 _KEPT: dict[str, KeyIndex] = {}
 _SWEPT: set[Path] = set()  # homes whose checkpoints of deleted streams were looked for
+_LOADING: dict[str, threading.Event] = {}  # stream id -> set once `preload` is done with its index
+
+log = logging.getLogger(__name__)
 
 
 def index_for(home: Path, stream: StreamDef, table: Table) -> KeyIndex:
     """The stream's index: the one kept, if its key and table are still the stream's, or a new one (which
-    loads its checkpoint, or builds, at its first use)."""
+    loads its checkpoint, or builds, at its first use). Waits while `preload` is bringing it in: an index
+    has one user at a time."""
+    loading = _LOADING.get(stream.id)
+    if loading is not None:
+        loading.wait()
+    return _kept(home, stream, table)
+
+
+def preload(home: Path, streams: Iterable[StreamDef], table_of: Callable[[StreamDef], Table]) -> threading.Thread:
+    """The upsert `streams`' indexes loaded (or built) in a thread of their own, now. Whatever fails is
+    logged and left to the stream's first commit, which loads or builds as it would have."""
+    mine = [s for s in streams if s.upserts]
+    with _LOCK:
+        for stream in mine:
+            _LOADING.setdefault(stream.id, threading.Event())
+
+    def load() -> None:
+        for stream in mine:
+            try:
+                table = table_of(stream)
+                bring_to(_kept(home, stream, table), table)
+            except Exception as exc:  # noqa: BLE001 - the first commit tries again, and says what is wrong
+                log.warning("%s: key index not loaded ahead (%s): its first commit loads it", stream.name, exc)
+            finally:
+                _LOADING.pop(stream.id).set()
+
+    thread = threading.Thread(target=load, name="floe-index-preload", daemon=True)
+    thread.start()
+    return thread
+
+
+def _kept(home: Path, stream: StreamDef, table: Table) -> KeyIndex:
     directory = index_directory(home, table)
     with _LOCK:
         found = _KEPT.get(stream.id)
@@ -39,6 +77,8 @@ def index_for(home: Path, stream: StreamDef, table: Table) -> KeyIndex:
 
 def save_all() -> None:
     """Every index kept, saved whole (the engine stops): the next start loads instead of replaying."""
+    for loading in list(_LOADING.values()):
+        loading.wait()
     with _LOCK:
         kept = list(_KEPT.values())
     for index in kept:

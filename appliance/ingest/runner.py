@@ -191,6 +191,7 @@ class StreamRunner:
                               f"{MAX_EVOLUTIONS} of them; it will be read again")
         failpoint("before_commit")
         offsets, read_errors = advance(plan.start, result.pieces)
+        committing = time.monotonic()
         self.committed, snapshots = commit_batch(self.settings, self.stream, self.tables, self.committed, offsets,
                                                  result)
         self.landed = {p: kept for p, kept in ((p, frozenset(o for o in landed if o >= offsets.get(p, 0)))
@@ -206,7 +207,8 @@ class StreamRunner:
         self.schema.report(result.changes, result.schemas)
         outcome = BatchOutcome(int(result.total("messages")), int(result.total("rows")),
                                int(result.total("dead_letter_rows")), self.lag(), True, result.newest_timestamp)
-        self._record(outcome, result, snapshots, offsets, started_at, time.monotonic() - started)
+        self._record(outcome, result, snapshots, offsets, started_at, time.monotonic() - started,
+                     commit_seconds=time.monotonic() - committing)
         return outcome
 
     def _run(self, tasks: list[list]) -> BatchResult:
@@ -249,7 +251,7 @@ class StreamRunner:
 
     def _record(self, outcome: BatchOutcome, result: BatchResult, snapshots: Snapshots, offsets: dict[int, int],
                 started_at: str, seconds: float, route_tables: int | None = None,
-                table_rows: dict[str, int] | None = None) -> None:
+                table_rows: dict[str, int] | None = None, commit_seconds: float | None = None) -> None:
         """The batch's record; `table_rows`: the rows each table took (a routed batch's), else the target's."""
         table_rows = table_rows if table_rows is not None else {self.stream.table: outcome.rows}
         self.state.record_batch(BatchRecord(
@@ -262,7 +264,8 @@ class StreamRunner:
             table_rows=json.dumps(table_rows, sort_keys=True),
         ))
         log.info(
-            "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs",
+            "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs%s",
             self.stream.name, outcome.messages, outcome.rows, outcome.dead_letter_rows, seconds,
             result.total("read_seconds"), result.total("decode_seconds"), result.total("write_seconds"),
+            "" if commit_seconds is None else f"; commit {commit_seconds:.2f}s",
         )

@@ -20,6 +20,7 @@ from pyiceberg.table import Table
 from appliance.mergeonread.deletes import live_deletes
 from appliance.mergeonread.index import KeyIndex
 from appliance.mergeonread.keyforms import KeyForm
+from appliance.mergeonread.memory import give_back
 from appliance.mergeonread.precedence import newer_arrays
 from appliance.mergeonread.reading import partitions_of, positions_at, read_columns
 from appliance.mergeonread.segments import DEAD, Segments
@@ -39,7 +40,26 @@ def build(index: KeyIndex, table: Table) -> None:
                   key=lambda e: (e.sequence_number or 0, e.data_file.file_path))
     deletes = live_deletes(table, entries)
     parts: list[list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]] = [[] for _ in range(SHARDS)]
-    for entry, rows in _read_all(table, form, data):
+    _route(index, _read_all(table, form, data), deletes, parts)
+    runs: list[tuple[int, list[list[int]]]] = []
+    for s, chunks in enumerate(parts):
+        index.shards.parts[s], found = _sorted(chunks, index.shards.wide)
+        parts[s] = []  # let go of the chunks as each shard is done
+        if found:
+            runs.append((s, found))
+    if runs:
+        index.duplicates = _resolve(table, index, runs)
+    index.keys = len(index.shards)
+    current = table.current_snapshot()
+    index.at(current.snapshot_id if current else None, current.sequence_number if current else 0)
+    give_back()
+
+
+def _route(index: KeyIndex, files, deletes, parts: list[list]) -> None:
+    """Each file's live keys and locations, cut by shard, onto `parts`: copies, so that the file's own
+    arrays go as soon as it is routed (views would keep every file's arrays until the last shard is
+    sorted: twice the index at the end of a build)."""
+    for entry, rows in files:
         path = entry.data_file.file_path
         index.files[path] = entry.data_file
         words, nulls, partitions = rows
@@ -57,34 +77,7 @@ def build(index: KeyIndex, table: Table) -> None:
         bounds = np.searchsorted(h >> np.uint64(64 - SHARD_BITS), np.arange(SHARDS + 1, dtype=np.uint64))
         for s in np.flatnonzero(np.diff(bounds)):
             cut = slice(bounds[s], bounds[s + 1])
-            parts[s].append((h[cut], None if low is None else low[cut], locations[cut]))
-    runs: list[tuple[int, list[list[int]]]] = []
-    for s, chunks in enumerate(parts):
-        index.shards.parts[s], found = _sorted(chunks, index.shards.wide)
-        parts[s] = []  # let go of the chunks as each shard is done
-        if found:
-            runs.append((s, found))
-    if runs:
-        index.duplicates = _resolve(table, index, runs)
-    index.keys = len(index.shards)
-    current = table.current_snapshot()
-    index.at(current.snapshot_id if current else None, current.sequence_number if current else 0)
-    _give_back()
-
-
-def _give_back() -> None:
-    """Hand the build's freed memory back to the system: Arrow's pool keeps the pages of the files read
-    (measured at 10^7 keys: about 5 bytes a key less resident after the build), and glibc may keep freed
-    heap pages of the build's chunks."""
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+            parts[s].append((h[cut].copy(), None if low is None else low[cut].copy(), locations[cut].copy()))
 
 
 def _read_all(table: Table, form: KeyForm, data: list[ManifestEntry]):

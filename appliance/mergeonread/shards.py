@@ -55,7 +55,7 @@ class Shard:
         self.low = _empty() if wide else None
         self.dh, self.dloc = _empty(), _empty()
         self.dlow = _empty() if wide else None
-        self.dirty = False  # changed since it was last saved
+        self.dirty = True  # changed since it was last saved (a new shard has no saved copy)
         self.sequence = -1  # the sequence number of the snapshot its saved copy reflects
 
     def __len__(self) -> int:

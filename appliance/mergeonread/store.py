@@ -31,6 +31,7 @@ from appliance.core.errors import KeyIndexStale
 from appliance.core.failpoints import failpoint
 from appliance.mergeonread.index import KeyIndex
 from appliance.mergeonread.keyforms import KeyForm
+from appliance.mergeonread.memory import give_back
 from appliance.mergeonread.segments import Segments
 from appliance.mergeonread.shards import SHARDS, Shard
 
@@ -94,6 +95,7 @@ class IndexStore:
 
     def _load_shard(self, entry: dict, wide: bool) -> Shard:
         shard, keys = Shard(wide), entry["keys"]
+        shard.dirty = False  # its saved copy is this one
         if not keys:
             return shard
         path = self.directory / entry["file"]
@@ -103,14 +105,9 @@ class IndexStore:
             size = path.stat().st_size
         except OSError:
             raise KeyIndexStale(f"checkpoint file {entry['file']} is missing") from None
-        width = 3 if wide else 2
-        if magic != MAGIC or size < entry["at"] + 8 * keys * width:
+        if magic != MAGIC or size < entry["at"] + 8 * keys * (3 if wide else 2):
             raise KeyIndexStale(f"checkpoint file {entry['file']} is not what index.json says")
-        arrays = [np.memmap(path, dtype="<u8", mode="c", offset=entry["at"] + 8 * keys * i, shape=(keys,))
-                  for i in range(width)]
-        shard.h, shard.loc = arrays[0], arrays[-1]
-        if wide:
-            shard.low = arrays[1]
+        _map(shard, path, entry["at"], keys)
         return shard
 
     # ---- saving -----------------------------------------------------------------------------------
@@ -121,7 +118,9 @@ class IndexStore:
         if not self.writable or not index.ready:
             return
         now = time.monotonic()
-        everything = everything or not self.meta  # a first checkpoint holds every shard
+        # A first checkpoint holds every shard; so does the first after a build (no shard has a saved copy),
+        # which is then served from its saved copies rather than the heap (`_map`).
+        everything = everything or not self.meta or all(p.sequence < 0 for p in index.shards.parts)
         if everything:
             self.meta.setdefault("shards", [None] * SHARDS)
             self.meta["files"] = max(1, min(SHARDS, 1 << max(0, (len(index) // KEYS_PER_FILE).bit_length())))
@@ -140,6 +139,8 @@ class IndexStore:
         if everything:
             index.segments.release(len(index.segments.rewrites))
         self._save_meta(index)
+        if everything:
+            give_back()  # the shards' heap arrays, now served from their saved copies
 
     def _save_run(self, index: KeyIndex, flatten: Callable[[KeyIndex, int], None], run: range, force: bool) -> None:
         """One file of the shards `run`, if any changed; otherwise their copies hold for the index's snapshot."""
@@ -171,6 +172,8 @@ class IndexStore:
         for s, shard, entry in zip(run, parts, entries):
             self.meta["shards"][s] = entry
             shard.dirty, shard.sequence = False, index.sequence
+            if entry["keys"]:
+                _map(shard, self.directory / name, entry["at"], entry["keys"])
 
     def _save_meta(self, index: KeyIndex) -> None:
         if not self.meta:
@@ -208,6 +211,18 @@ class IndexStore:
         for path in sorted(self.directory.rglob("*"), reverse=True):
             path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
         self.directory.rmdir()
+
+
+def _map(shard: Shard, path: Path, at: int, keys: int) -> None:
+    """The shard's arrays as its saved copy at `at` in `path`, mapped copy-on-write: what a restart
+    loads, and what a running index serves from once a shard is saved. The pages are the file's, which
+    the system can drop and read again, not the process's own: the index's resident cost after a build
+    (whose arrays came from the heap) is then what a restart's is (measured by scripts/bench_keyindex_build)."""
+    width = 2 if shard.low is None else 3
+    arrays = [np.memmap(path, dtype="<u8", mode="c", offset=at + 8 * keys * i, shape=(keys,)) for i in range(width)]
+    shard.h, shard.loc = arrays[0], arrays[-1]
+    if width == 3:
+        shard.low = arrays[1]
 
 
 def _atomic(path: Path, write: Callable) -> None:
