@@ -470,3 +470,28 @@ def test_kill_9_at_every_step_of_a_commit_and_of_a_rewrite_leaves_each_keys_newe
     index = KeyIndex(("id",), IndexStore(index_directory(load_settings().home, table)))
     assert bring_to(index, table) == "loaded"
     assert index.contents() == fresh(table).contents()
+
+
+def test_a_checkpoint_step_after_a_long_gap_saves_a_bounded_number_of_keys(table, monkeypatch):
+    """A step runs in the commit's path: after a long rewrite of a big table (no commit for minutes), it
+    catches up a few files at a time, bounded by keys, not by MAX_PER_STEP files of any size."""
+    from appliance.mergeonread import store
+
+    monkeypatch.setattr(store, "KEYS_PER_FILE", 8)  # 200 keys: 32 files of about 6 keys
+    settings = load_settings()
+    directory = index_directory(settings.home, table)
+    stream = Stream(table, KeyIndex(("id",), IndexStore(directory, owner="s")))
+    stream.commit({k: f"a{k}" for k in range(200)})
+    checkpoint(stream.index, everything=True)
+    assert stream.index.store.meta["files"] == 32
+    stream.commit({k: f"b{k}" for k in range(200)})  # every shard changed
+    saved = lambda: set(p.name for p in directory.glob("shards-*.bin"))  # noqa: E731
+    before = saved()
+    monkeypatch.setattr(store, "MAX_KEYS_PER_STEP", 20)  # at most 20 * 32 // 200 = 3 files a step
+    stream.index.store._last -= 10 * CYCLE  # minutes without a commit: every file is due
+    checkpoint(stream.index)
+    assert len(saved() - before) == 3
+    monkeypatch.setattr(store, "MAX_KEYS_PER_STEP", 10**9)  # bounded by MAX_PER_STEP files alone, as before
+    before = saved()
+    checkpoint(stream.index)
+    assert len(saved() - before) == store.MAX_PER_STEP

@@ -273,3 +273,23 @@ def test_an_upsert_commit_that_lost_a_race_retries_on_fresh_metadata_once_and_on
                       {0: 2}, {0: 4})
     table = catalog.table("n.t")
     assert table.current_snapshot().snapshot_id == at and len(table.scan().to_arrow()) == 3
+
+
+def test_segments_of_file_and_partition_pairs_are_those_a_row_wise_unique_gives():
+    """`Segments.locations_of_pairs` packs each pair into one int64 for numpy's unique (a plain sort), instead
+    of its unique over rows: the same segments, numbered in the same order, for partitions -1 (a row another
+    writer loaded without a Kafka position) to the largest."""
+    from appliance.mergeonread.segments import ROW_BITS, Segments
+
+    rng = np.random.default_rng(7)
+    files = rng.integers(0, 40, 20_000)
+    partitions = rng.choice(np.array([-1, 0, 1, 5, 2**31 - 1]), 20_000)
+    rows = rng.integers(0, 1 << 30, 20_000)
+    fast = Segments().locations_of_pairs(files, partitions, rows)
+    slow = Segments()
+    pairs, inverse = np.unique(np.stack([files, partitions], axis=1), axis=0, return_inverse=True)
+    ids = np.array([slow.segment(int(f), int(p)) for f, p in pairs], dtype=np.uint64)
+    assert np.array_equal(fast, (ids[inverse.reshape(-1)] << np.uint64(ROW_BITS)) | rows.astype(np.uint64))
+    again = Segments()
+    again.locations_of_pairs(files, partitions, rows)
+    assert again._pairs == slow._pairs  # the same pair got the same segment number

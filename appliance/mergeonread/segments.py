@@ -22,6 +22,7 @@ SEGMENT_BITS = 63 - ROW_BITS  # the top bit says "no row"
 ROW_MASK = np.uint64((1 << ROW_BITS) - 1)
 DEAD = np.uint64(0xFFFF_FFFF_FFFF_FFFF)  # no row, and nothing to remember (kept in its place until a merge)
 MAX_SEGMENTS = 1 << SEGMENT_BITS
+PAIR_SPAN = 1 << 32  # a (file number, Kafka partition) pair as file * PAIR_SPAN + partition + PAIR_SPAN // 2
 # A key whose newest message deleted it: no row, but that message's partition and Kafka timestamp (ms),
 # for a message of another partition that comes later with an older timestamp (`precedence`).
 TOMB = np.uint64(1 << 63)
@@ -113,9 +114,13 @@ class Segments:
         return (ids[inverse.reshape(-1)] << np.uint64(ROW_BITS)) | rows
 
     def locations_of_pairs(self, file_numbers: np.ndarray, partitions: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        pairs = np.stack([file_numbers.astype(np.int64), partitions.astype(np.int64)], axis=1)
-        values, inverse = np.unique(pairs, axis=0, return_inverse=True)
-        ids = np.array([self.segment(int(f), int(p)) for f, p in values], dtype=np.uint64)
+        # Each (file, partition) pair as one int64, in the pairs' own order (file, then partition, which may be
+        # -1): numpy's unique over rows (`axis=0`) sorts them as raw bytes, 80% of a checkpoint step that
+        # follows a compaction of 10^8 keys; over one int64 column it is a plain sort.
+        pairs = file_numbers.astype(np.int64) * PAIR_SPAN + (partitions.astype(np.int64) + PAIR_SPAN // 2)
+        values, inverse = np.unique(pairs, return_inverse=True)
+        ids = np.array([self.segment(int(v // PAIR_SPAN), int(v % PAIR_SPAN - PAIR_SPAN // 2)) for v in values],
+                       dtype=np.uint64)
         return (ids[inverse.reshape(-1)] << np.uint64(ROW_BITS)) | rows.astype(np.uint64)
 
     def split(self, locations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

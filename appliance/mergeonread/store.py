@@ -41,7 +41,10 @@ VERSION = 1
 MAGIC = b"FLOEKIX2"
 KEYS_PER_FILE = 1 << 20
 CYCLE = 300.0  # seconds: a shard that changed is saved within about this long
-MAX_PER_STEP = 8  # shards one commit may save
+MAX_PER_STEP = 8  # files of shards one commit may save
+# ...and keys: a step follows its shards through pending rewrites and writes them, in the commit's path,
+# so a catch-up after a long rewrite of a big table (10^8 keys: 128 files) costs a batch a second, not ten.
+MAX_KEYS_PER_STEP = 2_000_000
 ORPHAN_MAPS = 2 * 86400.0  # seconds: a rewrite map no snapshot named by then is let go
 
 
@@ -125,7 +128,8 @@ class IndexStore:
             self.meta.setdefault("shards", [None] * SHARDS)
             self.meta["files"] = max(1, min(SHARDS, 1 << max(0, (len(index) // KEYS_PER_FILE).bit_length())))
         files = self.meta["files"]
-        due = files if everything else min(MAX_PER_STEP, int((now - self._last) * files / CYCLE))
+        most = max(1, min(MAX_PER_STEP, MAX_KEYS_PER_STEP * files // max(1, len(index))))
+        due = files if everything else min(most, int((now - self._last) * files / CYCLE))
         if due < 1:
             return
         self._last = now if everything else self._last + due * CYCLE / files
