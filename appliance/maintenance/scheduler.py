@@ -14,20 +14,23 @@ from appliance.core.vocabulary import RunTrigger
 from appliance.maintenance.maintainer import Maintainer
 from appliance.maintenance.queue import ordered
 from appliance.maintenance.rewrite import JOB_GROUP
+from appliance.tables.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
 
 class MaintenanceScheduler(threading.Thread):
-    def __init__(self, settings: Settings, spark: Any, stop: threading.Event, poll: float = 1.0) -> None:
+    def __init__(self, settings: Settings, spark: Any, stop: threading.Event, poll: float = 1.0,
+                 catalog: Catalog | None = None) -> None:
         super().__init__(name="floe-maintenance", daemon=True)
         self.settings = settings
         self.spark = spark
         self.stop_event = stop
         self.poll = poll
+        self.catalog = catalog  # the engine's: its metadata cache is shared (`Maintainer`)
 
     def run(self) -> None:
-        maintainer = Maintainer(self.settings, spark=self.spark, stopping=self.stop_event)
+        maintainer = Maintainer(self.settings, spark=self.spark, stopping=self.stop_event, catalog=self.catalog)
         next_check = 0.0
         trouble: str | None = None  # the state database's error while it cannot be written (a full disk)
         try:
