@@ -19,6 +19,12 @@ from appliance.tables.catalog import Catalog
 log = logging.getLogger(__name__)
 
 
+def rest_after(seconds: float, share: float) -> float:
+    """The rest after a scheduled task of `seconds` that keeps maintenance to `share` of the time: hundreds of
+    tables due at once are maintained over a longer while, never as one burst that starves the streams."""
+    return seconds * (1 - share) / share
+
+
 class MaintenanceScheduler(threading.Thread):
     def __init__(self, settings: Settings, spark: Any, stop: threading.Event, poll: float = 1.0,
                  catalog: Catalog | None = None) -> None:
@@ -78,7 +84,19 @@ class MaintenanceScheduler(threading.Thread):
             if maintainer.state.pending_requests():
                 return  # a user is waiting: their request goes first, the next check queues again
             maintainer.state.dequeue_maintenance(table, task)
+            started = time.monotonic()
             maintainer.run(table, task, trigger=RunTrigger.SCHEDULE)
+            if not self._rest(maintainer, rest_after(time.monotonic() - started, self.settings.maintenance.share)):
+                return
+
+    def _rest(self, maintainer: Maintainer, seconds: float) -> bool:
+        """Wait `seconds` before the next scheduled task; False when the pass must end (the engine stops, or a
+        user's request waits: it is taken at once, and the next check queues the rest again)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.stop_event.wait(min(left, self.poll)) or maintainer.state.pending_requests():
+                return False
+        return True
 
     def cancel(self) -> None:
         """Stop a rewrite in flight: its files are never committed and age into orphans."""
