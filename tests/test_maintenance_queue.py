@@ -42,7 +42,8 @@ def test_rewrites_beside_the_streams_leave_them_a_task_slot(slots, groups, shari
 def _lab(floe_home):
     """A FLOE_HOME whose tables are due for compaction from 5 small files on, and a namespace `lab`."""
     floe_home.mkdir(parents=True)
-    (floe_home / "floe.toml").write_text('[maintenance.policy]\ncompact_small_files = 5\n')
+    # share = 1: the tasks back to back (the rests that pace them are test_maintenance_many_tables.py's)
+    (floe_home / "floe.toml").write_text('[maintenance]\nshare = 1\n[maintenance.policy]\ncompact_small_files = 5\n')
     settings = load_settings()
     ensure_home(settings)
     catalog = Catalog(settings)

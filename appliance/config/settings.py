@@ -56,6 +56,7 @@ class MaintenanceSettings:
     orphans_interval: float = 86400.0
     retention_interval: float = 3600.0
     metadata_versions: int = 100
+    share: float = 0.25  # of the time, at most, that scheduled tasks run: each is followed by a rest
     policy: dict[str, Any] = field(default_factory=dict)  # the default policy, validated
 
 
@@ -276,12 +277,16 @@ def _maintenance(raw: dict[str, Any], source: Path, check) -> MaintenanceSetting
     check(isinstance(raw["enabled"], bool), "maintenance.enabled", "must be true or false")
     versions = raw["metadata_versions"]
     check(isinstance(versions, int) and versions >= 1, "maintenance.metadata_versions", "must be a positive integer")
+    share = raw["share"]
+    check(isinstance(share, (int, float)) and not isinstance(share, bool) and 0 < share <= 1, "maintenance.share",
+          "must be a number above 0 and at most 1 (the share of the time scheduled maintenance may run)")
     policy = check_values(dict(raw["policy"]), f"{source} [maintenance.policy]")
     build_policy([(f"{source} [maintenance.policy]", policy)])
     try:
         return MaintenanceSettings(
             enabled=raw["enabled"],
             metadata_versions=versions,
+            share=float(share),
             policy=policy,
             **{key: parse_duration(raw[key], f"maintenance.{key}")
                for key in ("check_interval", "expire_interval", "orphans_interval", "retention_interval")},

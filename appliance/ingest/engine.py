@@ -160,7 +160,7 @@ class Engine:
                     self._start_worker(stream, until_caught_up=True)
         else:
             # Requests from the UI are served even with scheduled maintenance turned off.
-            self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping)
+            self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping, catalog=self.catalog)
             self.maintenance.start()
             self.stages = StageScheduler(self.settings, self.spark, self.catalog, self.stopping, self.committed)
             self.stages.start()

@@ -260,11 +260,9 @@ class StreamWorker(threading.Thread):
         return self._stopping()
 
     def _idle(self) -> bool:
-        """Wait for the topic to move; True when the worker must stop instead."""
-        deadline = time.monotonic() + IDLE_RECHECK
-        while not self.moved.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
-            if self._stopping() or time.monotonic() >= deadline:
-                break
+        """Wait for the topic to move; True when the worker must stop instead. One wait, not a wake each second
+        (hundreds of idle streams): `stop()` sets `moved`, and a stopping engine stops each of its workers."""
+        self.moved.wait(IDLE_RECHECK)
         return self._stopping()
 
     def _stopping(self) -> bool:

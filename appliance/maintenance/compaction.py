@@ -28,7 +28,7 @@ from appliance.mergeonread.store import index_directory
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_rewrite
 from appliance.tables.datafiles import TableTarget, delete_files, live_entries
-from appliance.tables.snapshots import MAINTENANCE_KEY, totals
+from appliance.tables.snapshots import MAINTENANCE_KEY, Totals, totals
 
 MIN_GROUP_FILES = 2  # rewriting one file alone into one file gains nothing
 # A task rewrites up to this many target sizes of input. Its writer cuts files at the target
@@ -68,6 +68,24 @@ class CompactionPlan:
         if self.deleted_rows and self.deleted_rows * DELETED_SHARE >= self.rows:
             return True
         return self.small_files >= 5 and self.bytes / max(1, self.files) < policy.compact_min_average_size
+
+
+def summary_verdict(held: Totals, policy: Policy) -> tuple[bool | None, int]:
+    """Whether the table needs compaction, told from its snapshot summary alone (no manifest read), and the
+    small files it holds at least: True, False, or None when only the plan can tell (delete files, or a few
+    large files among the small). Its data files under the small size number at least all of them less the
+    total size over the small size; the summary's average is `triggered`'s. True may still find no group to
+    rewrite (one small file per partition): the run then says it had nothing to do."""
+    if held.delete_files:
+        return None, 0
+    files = held.data_files
+    small = max(0, files - held.size_bytes // max(1, policy.small_file_size))
+    average = held.size_bytes / max(1, files)
+    if small >= policy.compact_small_files or (small >= 5 and average < policy.compact_min_average_size):
+        return True, small
+    if files < policy.compact_small_files and (files < 5 or average >= policy.compact_min_average_size):
+        return False, 0
+    return None, small
 
 
 def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:

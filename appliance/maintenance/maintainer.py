@@ -60,12 +60,14 @@ class Maintainer:
     rewrite first needs it: expiry and orphan removal never start Spark."""
 
     def __init__(self, settings: Settings, spark: Any = None, state: StateStore | None = None,
-                 stopping: threading.Event | None = None) -> None:
+                 stopping: threading.Event | None = None, catalog: Catalog | None = None) -> None:
+        """`catalog`: the engine's, whose metadata cache its streams' commits keep current (one of its own would
+        parse every busy table's whole metadata again at each check)."""
         self.settings = settings
         self._spark = spark
         self.stopping = stopping  # the engine's: once set, a task that breaks off was cancelled, not failed
         self.sharing = stopping is not None  # in the engine: rewrites share its Spark with the streams' batches
-        self.catalog = Catalog(settings)
+        self.catalog = catalog or Catalog(settings)
         self.state = state or StateStore(settings.state_db)
 
     @property
@@ -144,10 +146,16 @@ class Maintainer:
         held = totals(t)
         if (held.data_files >= MIN_FILES_TO_COMPACT or held.delete_files) and self._older_than(
                 table, MaintenanceTask.COMPACT, policy.compact_interval, clock):
-            plan = compaction.plan_compaction(t, policy)
-            if plan.triggered(policy):
+            # The summary tells most tables apart; the manifests are read only when it cannot (hundreds of
+            # tables are assessed each check, and the compaction plans its rewrite again anyway).
+            verdict, merge = compaction.summary_verdict(held, policy)
+            if verdict is None:
+                plan = compaction.plan_compaction(t, policy)
+                verdict, merge = plan.triggered(policy), plan.small_files + plan.delete_files
+            if verdict:
                 out.append(MaintenanceTask.COMPACT)
-                merge = plan.small_files + plan.delete_files
+            else:
+                merge = 0
         snapshots = len(t.metadata.snapshots)
         over_cap = snapshots > policy.max_snapshots + max(10, policy.max_snapshots // 10)
         if snapshots > policy.min_snapshots and (

@@ -14,20 +14,29 @@ from appliance.core.vocabulary import RunTrigger
 from appliance.maintenance.maintainer import Maintainer
 from appliance.maintenance.queue import ordered
 from appliance.maintenance.rewrite import JOB_GROUP
+from appliance.tables.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
 
+def rest_after(seconds: float, share: float) -> float:
+    """The rest after a scheduled task of `seconds` that keeps maintenance to `share` of the time: hundreds of
+    tables due at once are maintained over a longer while, never as one burst that starves the streams."""
+    return seconds * (1 - share) / share
+
+
 class MaintenanceScheduler(threading.Thread):
-    def __init__(self, settings: Settings, spark: Any, stop: threading.Event, poll: float = 1.0) -> None:
+    def __init__(self, settings: Settings, spark: Any, stop: threading.Event, poll: float = 1.0,
+                 catalog: Catalog | None = None) -> None:
         super().__init__(name="floe-maintenance", daemon=True)
         self.settings = settings
         self.spark = spark
         self.stop_event = stop
         self.poll = poll
+        self.catalog = catalog  # the engine's: its metadata cache is shared (`Maintainer`)
 
     def run(self) -> None:
-        maintainer = Maintainer(self.settings, spark=self.spark, stopping=self.stop_event)
+        maintainer = Maintainer(self.settings, spark=self.spark, stopping=self.stop_event, catalog=self.catalog)
         next_check = 0.0
         trouble: str | None = None  # the state database's error while it cannot be written (a full disk)
         try:
@@ -75,7 +84,19 @@ class MaintenanceScheduler(threading.Thread):
             if maintainer.state.pending_requests():
                 return  # a user is waiting: their request goes first, the next check queues again
             maintainer.state.dequeue_maintenance(table, task)
+            started = time.monotonic()
             maintainer.run(table, task, trigger=RunTrigger.SCHEDULE)
+            if not self._rest(maintainer, rest_after(time.monotonic() - started, self.settings.maintenance.share)):
+                return
+
+    def _rest(self, maintainer: Maintainer, seconds: float) -> bool:
+        """Wait `seconds` before the next scheduled task; False when the pass must end (the engine stops, or a
+        user's request waits: it is taken at once, and the next check queues the rest again)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.stop_event.wait(min(left, self.poll)) or maintainer.state.pending_requests():
+                return False
+        return True
 
     def cancel(self) -> None:
         """Stop a rewrite in flight: its files are never committed and age into orphans."""

@@ -24,10 +24,12 @@ from appliance.core.vocabulary import EventKind, EventLevel, RunOutcome, StagePh
 from appliance.observe.measures import Reading, Window, stage_reading, stream_reading
 from appliance.observe.notify import Message, Notifier
 from appliance.state.alerting import Incident, all_alerts
-from appliance.state.records import StageStatus
+from appliance.state.records import StageStatus, StreamStatus
 from appliance.state.store import StateStore
 
 log = logging.getLogger(__name__)
+
+_SUMMED = (Measure.DEAD_LETTER_RATIO, Measure.THROTTLED)  # the measures of a stream's batches over a window
 
 ENGINE = "engine"  # the subject of engine-level incidents
 STAGE = "stage "  # a stage's incidents are about `stage NAME` (a stage's name holds no space)
@@ -208,12 +210,14 @@ class Alerter:
 
     def _readings(self, alerts: list[AlertDef]) -> list[tuple[AlertDef, str, Reading]]:
         out: list[tuple[AlertDef, str, Reading]] = []
-        streams = {s.name: s for s in self.state.streams()}
+        # Names and pauses only: the definitions' mappings are not parsed each round for hundreds of streams.
+        streams = {s.name: s for s in self.state.stream_summaries()}
         statuses = self.state.statuses()
         stages = {s.name: s for s in self.state.stages()}
         stage_statuses = self.state.stage_statuses()
         at = utcnow()
         stalled = self._stalled(self._waiting(streams, statuses, stages, stage_statuses), at)
+        windows = self._windows(alerts, at)
         for alert in alerts:
             if alert.rule.measure is Measure.MAINTENANCE_FAILED:
                 out += [(alert, table, reading) for table, reading in self._maintenance().items()]
@@ -224,16 +228,12 @@ class Alerter:
                     f"{o.dependency} down since {o.since[:19]}: {o.message}" for o in down) or None)))
                 continue
             if alert.covers_streams:
-                names = [alert.stream] if alert.stream else sorted(streams)
-                since = (at - dt.timedelta(seconds=alert.window)).isoformat(timespec="milliseconds")
-                for name in names:
-                    if name not in streams:
-                        continue
-                    status = statuses.get(name) or self.state.status(name)
-                    windowed = alert.rule.measure in (Measure.DEAD_LETTER_RATIO, Measure.THROTTLED)
-                    window = Window(*self.state.batch_totals(name, since)) if windowed else Window()
-                    out.append((alert, name, stream_reading(alert, status, window, stalled.get(name),
-                                                            streams[name].paused)))
+                totals = windows.get(alert.window, {}) if alert.rule.measure in _SUMMED else {}
+                for name in [alert.stream] if alert.stream else sorted(streams):
+                    if name in streams:
+                        window = Window(*totals[name]) if name in totals else Window()
+                        out.append((alert, name, stream_reading(alert, statuses.get(name) or StreamStatus(name),
+                                                                window, stalled.get(name), streams[name].paused)))
             if alert.covers_stages:
                 for name in [alert.stage] if alert.stage else sorted(stages):
                     if name in stages:
@@ -241,6 +241,13 @@ class Alerter:
                         out.append((alert, subject, stage_reading(alert, status, stalled.get(subject),
                                                                   stages[name].paused)))
         return out
+
+    def _windows(self, alerts: list[AlertDef], at: dt.datetime) -> dict[float, dict[str, tuple[int, int, int]]]:
+        """Each window the streams' windowed alerts read (seconds): every stream's batches summed over it, all
+        in one query a round, which reads the batches of the longest window and nothing per stream."""
+        spans = sorted({a.window for a in alerts if a.covers_streams and a.rule.measure in _SUMMED})
+        since = [(at - dt.timedelta(seconds=s)).isoformat(timespec="milliseconds") for s in spans]
+        return dict(zip(spans, self.state.batch_totals(since)))
 
     @staticmethod
     def _waiting(streams: dict, statuses: dict, stages: dict, stage_statuses: dict) -> dict[str, tuple]:

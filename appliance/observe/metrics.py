@@ -87,7 +87,7 @@ class FloeCollector(Collector):
 
     def _families(self) -> list[Metric]:
         self._catch_up()
-        streams = [s.name for s in self.state.streams()]
+        streams = [s.name for s in self.state.stream_summaries()]  # no mapping parsed per scrape
         statuses = self.state.statuses()
         failures_total = {n: s.failures_total for n, s in statuses.items()}
         out: list[Metric] = [*self._stream_counters(streams, failures_total), *self._stream_gauges(streams, statuses),
