@@ -124,6 +124,15 @@ def floe_home(tmp_path, monkeypatch) -> Path:
     return home
 
 
+@pytest.fixture(autouse=True)
+def fresh_secrets():
+    """Each test masks the values its own references resolve to, not an earlier test's in the same worker (a
+    client id "floe-b" resolved in one test masked "s3://floe-bucket" in another's message)."""
+    from appliance.core.secrets import forget_values
+
+    forget_values()
+
+
 @pytest.fixture(scope="session")
 def spark(floe_spark):
     """The plugin's session SparkSession (appliance/testing/plugin.py): one JVM for the suite."""

@@ -96,6 +96,14 @@ def _in_userinfo(text: str) -> set[int]:
     return {start for start, end in spans if any(a <= start and end <= b for a, b in infos)}
 
 
+def forget_values() -> None:
+    """Forget every value remembered for `scrub`: a process that leaves one configuration for another (a test
+    worker runs hundreds) masks only the values it resolves from then on, not text that happens to hold one."""
+    with _seen_lock:
+        _seen.clear()
+        _patterns.clear()
+
+
 def _remember(value: str, secret: bool) -> None:
     if len(value) >= _SHORTEST:
         with _seen_lock:
