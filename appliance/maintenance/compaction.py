@@ -63,11 +63,11 @@ class CompactionPlan:
         files, or position deletes that reads pay for (many files of them, or a tenth of the rows)."""
         if not self.groups:
             return False
-        if self.small_files >= policy.compact_small_files or self.delete_files >= policy.compact_small_files:
+        if self.delete_files >= policy.compact_small_files:
             return True
         if self.deleted_rows and self.deleted_rows * DELETED_SHARE >= self.rows:
             return True
-        return self.small_files >= 5 and self.bytes / max(1, self.files) < policy.compact_min_average_size
+        return _many_small(self.small_files, self.bytes / max(1, self.files), policy)
 
 
 def summary_verdict(held: Totals, policy: Policy) -> tuple[bool | None, int]:
@@ -81,11 +81,17 @@ def summary_verdict(held: Totals, policy: Policy) -> tuple[bool | None, int]:
     files = held.data_files
     small = max(0, files - held.size_bytes // max(1, policy.small_file_size))
     average = held.size_bytes / max(1, files)
-    if small >= policy.compact_small_files or (small >= 5 and average < policy.compact_min_average_size):
+    if _many_small(small, average, policy):
         return True, small
     if files < policy.compact_small_files and (files < 5 or average >= policy.compact_min_average_size):
         return False, 0
     return None, small
+
+
+def _many_small(small: int, average: float, policy: Policy) -> bool:
+    """The small-files rule, told by a plan and by a snapshot summary alike: many small files, or a few with
+    a small average size."""
+    return small >= policy.compact_small_files or (small >= 5 and average < policy.compact_min_average_size)
 
 
 def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:
