@@ -35,12 +35,15 @@ async def test_the_sections_neither_read_nor_repaint_behind_the_wizard_and_wake_
         ticker.pause()  # the query ended behind the wizard
         # Three seconds by the wizard's own clock: its cursor blinks every half second.
         cursor, blinks = wizard.query_one("#bootstrap"), []
-        repaints.clear()
 
         def three_seconds() -> bool:
             if not blinks or blinks[-1] != cursor._cursor_visible:
                 blinks.append(cursor._cursor_visible)
-            return len(blinks) > 6
+                if len(blinks) == 2:
+                    # Counted from the cursor's first blink: a repaint the sections had scheduled before the
+                    # wizard covered them may land just after it opens on a loaded machine (CI saw one).
+                    repaints.clear()
+            return len(blinks) > 7
 
         await until(pilot, three_seconds, 30, "the wizard's cursor blinking for three seconds")
         # Before, the sections' once-a-second reads, the clock and hidden cursors repainted both screens in
