@@ -232,6 +232,60 @@ def test_deletes_committed_during_a_rewrite_are_carried_to_its_new_files(table):
     assert set(live_deletes(table).files) == {moved.file_path}, "the late delete file, naming no live file, is gone"
 
 
+def test_a_rewrite_carries_deletes_before_the_commit_lock_and_only_newer_ones_under_it(table):
+    """At 10^8 keys carrying a rewrite's worth of a stream's deletes under the table's commit lock held the
+    stream's batches 12 s: those committed before the commit are carried while the stream still commits,
+    those committed while it waits for the lock under it; and a rewrite that does not commit leaves none."""
+    import threading
+    import time
+    from pathlib import Path
+
+    from appliance.core.errors import RewriteConflict
+    from appliance.tables.commits import commit_lock, commit_rewrite
+
+    settings = load_settings()
+    first, second = data(table, [1, 2, 3], "a"), data(table, [4, 5], "a")
+    table = commit_changes(table, FileChanges(data=first + second), Operation.APPEND, {})
+    merged = data(table, [1, 2, 3, 4, 5], "a")
+    fold = FoldMap(known=set())
+    fold.add([first[0].file_path, second[0].file_path], [Kept.of(np.ones(3)), Kept.of(np.ones(2))], merged)
+
+    def delete(at: dict) -> None:
+        late = write_position_deletes(table.metadata, table.io, at, table.metadata.default_spec_id, first[0].partition)
+        commit_changes(table.refresh(), FileChanges(deletes=[late]), Operation.DELETE, {})
+
+    delete({first[0].file_path: [1]})  # key 2, while the rewrite ran
+    done: list = []
+    with commit_lock(settings, "n.t"):  # the stream's commit holds the table
+        rewrite = threading.Thread(target=lambda: done.append(commit_rewrite(
+            settings, table, first + second, merged, Operation.REPLACE, {}, carrier=fold)))
+        rewrite.start()
+        deadline = time.monotonic() + 30
+        while not fold.ahead and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [ahead] = fold.ahead  # carried while the lock was held by another
+        assert np.array_equal(read_position_deletes(table.io, ahead)[merged[0].file_path], [1])
+        delete({second[0].file_path: [1]})  # key 5, committed while the rewrite waits for the lock
+    rewrite.join(30)
+    [table] = done
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 3, 4]
+    carried = {f.file_path: read_position_deletes(table.io, f) for f in live_deletes(table).files.values()}
+    assert carried[ahead.file_path] == {merged[0].file_path: [1]}
+    assert [a[merged[0].file_path].tolist() for p, a in carried.items() if p != ahead.file_path] == [[4]]
+
+    # A rewrite that cannot commit (another of its inputs is gone) deletes what it carried: nothing references it.
+    again = data(table, [1, 3, 4], "b")
+    fold = FoldMap(known=set())
+    fold.add([merged[0].file_path], [Kept.of(np.ones(5))], again)
+    delete({merged[0].file_path: [0]})
+    folder = Path(merged[0].file_path.removeprefix("file://")).parent
+    before = set(folder.glob("floe-deletes-*"))
+    with pytest.raises(RewriteConflict):
+        commit_rewrite(settings, table, merged + first, again, Operation.REPLACE, {}, carrier=fold)
+    assert set(folder.glob("floe-deletes-*")) == before and fold.ahead == []
+    assert not any(Path(f.file_path.removeprefix("file://")).exists() for f in again)
+
+
 def test_a_key_written_twice_in_one_commit_keeps_its_last_row_and_a_later_delete_wins(table):
     """Keys map to one partition, so one task; were a producer to break that, one commit can hold a key
     twice: the index still leaves it once."""

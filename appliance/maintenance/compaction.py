@@ -173,7 +173,7 @@ def compact(
     if rewrite_id:  # the table's key index follows its rows through this map (mergeonread/lineage.py)
         properties[REWRITE_KEY] = rewrite_id
     failpoint("rewrite_map_saved", "compaction")
-    table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, properties, carry=plan.fold.carry)
+    table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, properties, carrier=plan.fold)
     failpoint("rewrite_committed", "compaction")
     after = totals(table)
     result.snapshot_id, result.files_after, result.bytes_after = after.snapshot_id, after.data_files, after.size_bytes

@@ -134,7 +134,7 @@ def apply_retention(
     if rewrite_id:  # the table's key index follows its rows through this map (mergeonread/lineage.py)
         properties[REWRITE_KEY] = rewrite_id
     failpoint("rewrite_map_saved", "retention")
-    table = commit_rewrite(settings, table, removed, added, label, properties, carry=fold.carry)
+    table = commit_rewrite(settings, table, removed, added, label, properties, carrier=fold)
     failpoint("rewrite_committed", "retention")
     result.rows_deleted = plan.rows_dropped + sum(r.rows_in - r.rows_out for _, r in changed)
     after = totals(table)

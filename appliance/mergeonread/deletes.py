@@ -144,11 +144,27 @@ class LiveDeletes:
 
     files: dict[str, DataFile] = field(default_factory=dict)  # delete file path -> its DataFile
     named: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # delete file -> data path -> positions
-    positions: dict[str, np.ndarray] = field(default_factory=dict)  # data path -> deleted positions, sorted
     sequences: dict[str, int] = field(default_factory=dict)  # delete file path -> its data sequence number
+    _gathered: dict[str, list[np.ndarray]] = field(default_factory=lambda: defaultdict(list))
+    _positions: dict[str, np.ndarray] | None = None
+
+    @property
+    def positions(self) -> dict[str, np.ndarray]:
+        """Data path -> its deleted positions, sorted. Merged when first asked: a rewrite's commit reads
+        the live deletes under the table's commit lock, and at 10^8 keys merging every file's took seconds."""
+        if self._positions is None:
+            self._positions = {p: np.unique(np.concatenate(arrays)) for p, arrays in self._gathered.items()}
+        return self._positions
 
     def of(self, data_path: str) -> np.ndarray | None:
         return self.positions.get(data_path)
+
+    def count(self, data_path: str) -> int:
+        """How many rows of `data_path` are deleted, merging only its own positions."""
+        if self._positions is not None:
+            return len(self._positions.get(data_path, ()))
+        arrays = self._gathered.get(data_path)
+        return len(np.unique(np.concatenate(arrays))) if arrays else 0
 
     def removable(self, live_data: set[str]) -> list[DataFile]:
         """The delete files that name no live data file: nothing left for them to delete."""
@@ -164,7 +180,6 @@ class LiveDeletes:
 
 def live_deletes(table: Table, entries: list[ManifestEntry] | None = None) -> LiveDeletes:
     out = LiveDeletes()
-    gathered: dict[str, list[np.ndarray]] = defaultdict(list)
     for e in entries if entries is not None else live_entries(table):
         f = e.data_file
         if f.content != DataFileContent.POSITION_DELETES:
@@ -174,6 +189,5 @@ def live_deletes(table: Table, entries: list[ManifestEntry] | None = None) -> Li
         out.named[f.file_path] = found
         out.sequences[f.file_path] = e.sequence_number or 0
         for path, positions in found.items():
-            gathered[path].append(positions)
-    out.positions = {p: np.unique(np.concatenate(arrays)) for p, arrays in gathered.items()}
+            out._gathered[path].append(positions)
     return out

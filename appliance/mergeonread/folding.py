@@ -7,16 +7,18 @@ the rows of its outputs, so a kept row's new place is its rank among them: `Rewr
 for many rows at once (a bitmap and a running count per 64 rows: two bits a row rewritten).
 
 Two things use it. An upsert stream keeps committing meanwhile, and its new position deletes name
-rows of the files being rewritten: at commit, under the table's commit lock, those are carried over to
-the new files (`FoldMap.carry`), and the delete files that name no live data file any more are removed
-in the same snapshot. And the key index, whose locations point into the rewritten files, follows the
-rows without reading a key back: the map is saved beside the index (`save`) before the rewrite commits,
-and named in its snapshot, so an index in any process can replay it (`lineage`).
+rows of the files being rewritten: those are carried over to the new files, most before the commit
+takes the table's lock (`FoldMap.carry_ahead`) and the few committed since under it (`FoldMap.carry`),
+and the delete files that name no live data file any more are removed in the same snapshot. And the
+key index, whose locations point into the rewritten files, follows the rows without reading a key back:
+the map is saved beside the index (`save`) before the rewrite commits, and named in its snapshot, so an
+index in any process can replay it (`lineage`).
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from pyiceberg.table import Table
 from appliance.core.errors import RewriteConflict
 from appliance.mergeonread.deletes import LiveDeletes, live_deletes, write_deletes_by_partition
 from appliance.tables.commits import Carried
+from appliance.tables.datafiles import delete_files
 
 REWRITE_KEY = "floe.rewrite-map"  # a rewrite's snapshot names its map, saved beside the index
 
@@ -126,6 +129,7 @@ class FoldMap:
     # Inputs whose rows went to several partitions (a rewrite into a newer spec): no order maps them
     # onto the new files, so a delete committed on one meanwhile fails the rewrite (it runs again).
     scattered: set[str] = field(default_factory=set)
+    ahead: list[DataFile] = field(default_factory=list)  # delete files carried before the commit's lock
     _map: RewriteMap | None = None
 
     def add(self, inputs: list[str], kept: list[Kept], outputs: list[DataFile]) -> None:
@@ -143,12 +147,31 @@ class FoldMap:
                                       mappable=not self.scattered)
         return self._map
 
+    def carry_ahead(self, table: Table, rounds: int = 3) -> None:
+        """Carry the deletes committed since the rewrite read its files onto its new files, before the
+        commit takes the table's lock: they become known, and under the lock only newer ones are left.
+        Again while a round takes long enough for the stream to have committed more meanwhile."""
+        for _ in range(rounds):
+            started = time.monotonic()
+            now = live_deletes(table)
+            carried = self.translate(table, now)
+            self.ahead += carried
+            self.known |= now.files.keys()
+            if not carried or time.monotonic() - started < 1.0:
+                return
+            table = table.refresh()
+
     def carry(self, table: Table, entries: list[ManifestEntry], live_data: set[str]) -> Carried:
         """What a rewrite's commit does with the table's position deletes as they are now: those
-        committed since the rewrite read its files, on the new files; those naming no live file, gone."""
+        committed since the rewrite read its files, on the new files (most carried ahead); those naming
+        no live file, gone."""
         now = live_deletes(table, entries)
-        return Carried(self.translate(table, now), now.removable(live_data),
-                       {p: len(at) for p, at in now.positions.items()})
+        fresh = self.translate(table, now)
+        return Carried(self.ahead + fresh, now.removable(live_data), now.count, fresh)
+
+    def forget_ahead(self, table: Table) -> None:
+        delete_files(table, [f.file_path for f in self.ahead])
+        self.ahead = []
 
     def translate(self, table: Table, now: LiveDeletes) -> list[DataFile]:
         """Delete files on the outputs for the rows of the inputs that delete files committed since the
@@ -169,7 +192,9 @@ class FoldMap:
             kept, out, rows = where.place(np.full(gone.size, numbers[path]), gone)
             for j in np.unique(out[kept]):
                 doomed[outputs[j].file_path].append(rows[kept & (out == j)])
-        at = {p: np.unique(np.concatenate(v)) for p, v in doomed.items()}
+        # Already sorted and distinct: an output's rows come from its group's inputs, each input's in
+        # order and after the previous input's (ranks), and each input's positions are distinct.
+        at = {p: np.concatenate(v) for p, v in doomed.items()}
         return write_deletes_by_partition(table.metadata, table.io, at, {f.file_path: f for f in outputs}) if at \
             else []
 

@@ -7,9 +7,10 @@ won the race, each under the rule that keeps it correct (see the functions).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
@@ -44,11 +45,23 @@ class Carried:
 
     added: list[DataFile] = field(default_factory=list)  # deletes carried onto the rewrite's new files
     removed: list[DataFile] = field(default_factory=list)  # delete files naming no live data file any more
-    deleted_rows: dict[str, int] = field(default_factory=dict)  # per data file: its rows deleted by position
+    deleted_rows: Callable[[str], int] = lambda path: 0  # a data file's rows deleted by position
+    fresh: list[DataFile] = field(default_factory=list)  # of `added`, those written for this attempt alone
 
 
-# (the table as the commit finds it, its live entries, the data files live after it) -> what to do
-Carry = Callable[[Table, list[ManifestEntry], set[str]], Carried]
+class Carrier(Protocol):
+    """What a rewrite does with the position deletes an upsert stream commits while it runs
+    (`mergeonread.folding.FoldMap`)."""
+
+    def carry_ahead(self, table: Table) -> None:
+        """Before the commit lock: carry those committed so far (kept for every attempt)."""
+
+    def carry(self, table: Table, entries: list[ManifestEntry], live_data: set[str]) -> Carried:
+        """Under the lock, on the table as the commit finds it: all that was carried (ahead and now), and
+        the delete files that name no live data file (`live_data`) any more."""
+
+    def forget_ahead(self, table: Table) -> None:
+        """The rewrite will not commit: what was carried ahead is deleted (nothing references it)."""
 
 
 def commit_lock(settings: Settings, table: str) -> FileLock:
@@ -120,27 +133,33 @@ def already_committed(table: Table, stream_id: str, expected: dict[int, int] | N
 
 
 def _swap(table: Table, remove: list[DataFile], add: list[DataFile], label: Operation,
-          properties: dict[str, str], carry: Carry | None = None) -> Table:
+          properties: dict[str, str], carrier: Carrier | None = None) -> Table:
     """One snapshot (labelled `label`) without `remove` and with `add`, carrying the parent's stream
     offsets. Position deletes committed since the rewrite read its files are carried over to the new
-    ones (`carry`), and delete files left naming no live data file are dropped in the same snapshot.
+    ones (`carrier`), and delete files left naming no live data file are dropped in the same snapshot.
     Raises RewriteConflict when a file to remove is gone, CommitFailedException on a lost race."""
+    t0 = time.monotonic()
     entries = live_entries(table)
     gone = {f.file_path for f in remove}
     live = {e.data_file.file_path for e in entries if e.data_file.content == DataFileContent.DATA} - gone
     live |= {f.file_path for f in add}
-    carried = carry(table, entries, live) if carry else Carried()
+    t1 = time.monotonic()
+    carried = carrier.carry(table, entries, live) if carrier else Carried()
+    t2 = time.monotonic()
     changes = FileChanges(data=add, deletes=carried.added, removed=remove + carried.removed)
     extra = None
     if properties.get(MAINTENANCE_KEY) == "retention":  # in the same commit as the deletes
-        deleted = sum(f.record_count - carried.deleted_rows.get(f.file_path, 0) for f in remove) \
+        deleted = sum(f.record_count - carried.deleted_rows(f.file_path) for f in remove) \
             - sum(f.record_count for f in add)
         extra = {RETENTION_DELETED_KEY: str(retention_deleted(table) + deleted)}
     carried_offsets = offsets_summary(table.metadata, table.metadata.current_snapshot_id)
     try:
-        return commit_changes(table, changes, label, {**carried_offsets, **properties}, extra)
+        table = commit_changes(table, changes, label, {**carried_offsets, **properties}, extra)
+        log.info("%s of %s: %d live files read in %.2f s, deletes carried in %.2f s, committed in %.2f s",
+                 label.value, ".".join(table.name()), len(entries), t1 - t0, t2 - t1, time.monotonic() - t2)
+        return table
     except BaseException:
-        delete_files(table, [f.file_path for f in carried.added])  # never referenced
+        delete_files(table, [f.file_path for f in carried.fresh])  # never referenced
         raise
 
 
@@ -152,25 +171,36 @@ def commit_rewrite(
     label: Operation,
     properties: dict[str, str],
     deadline: float = 300.0,
-    carry: Carry | None = None,
+    carrier: Carrier | None = None,
 ) -> Table:
     """Commit `remove` -> `add` as one snapshot; retried on fresh metadata while others commit.
 
-    Raises RewriteConflict when a file to remove is gone (another task rewrote it), and
-    CommitConflict when it keeps losing races; `add` is deleted from storage first, as
-    nothing references it then.
+    The deletes an upsert stream committed while the rewrite ran are carried onto its new files
+    before the table's commit lock is taken; under it, only those committed since (a stream commits
+    every second: carrying a rewrite's worth of them under the lock held its batches for 12 s at
+    10^8 keys). Raises RewriteConflict when a file to remove is gone (another task rewrote it), and
+    CommitConflict when it keeps losing races; `add` and what was carried are deleted from storage
+    first, as nothing references them then.
     """
     name = ".".join(table.name())
     try:
+        if carrier:
+            carrier.carry_ahead(table.refresh())
         for attempt in retrying(CommitFailedException, f"rewrite of {name}", seconds=deadline):
             with attempt, commit_lock(settings, name):
-                return _swap(table.refresh(), remove, add, label, properties, carry)
+                return _swap(table.refresh(), remove, add, label, properties, carrier)
     except RewriteConflict as exc:
-        delete_files(table, [f.file_path for f in add])
+        _abandon(table, add, carrier)
         raise RewriteConflict(f"table {name}: files to rewrite changed meanwhile ({exc})") from None
     except CommitFailedException as exc:
-        delete_files(table, [f.file_path for f in add])
+        _abandon(table, add, carrier)
         raise CommitConflict(f"table {name}: commit kept losing races for {deadline:.0f}s: {exc}") from None
+
+
+def _abandon(table: Table, add: list[DataFile], carrier: Carrier | None) -> None:
+    delete_files(table, [f.file_path for f in add])
+    if carrier:
+        carrier.forget_ahead(table)
 
 
 def commit_stage(settings: Settings, table: Table, files: list[DataFile], stage_id: str, source: str,
