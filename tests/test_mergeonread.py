@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import random
 import shutil
 import uuid
@@ -360,7 +361,12 @@ def test_a_lost_truncated_foreign_or_mismatched_checkpoint_is_built_again(table)
     assert restart() == "built"
     other = Catalog(settings).ensure_table("n.u", target_iceberg_schema(MAPPING))[0]
     shutil.copytree(directory, index_directory(settings.home, other))  # of another table
-    assert bring_to(KeyIndex(("id",), IndexStore(index_directory(settings.home, other))), other) == "built"
+    theirs = KeyIndex(("id",), IndexStore(index_directory(settings.home, other)))
+    assert bring_to(theirs, other) == "built"
+    checkpoint(theirs, everything=True)  # the other table's files, named by no index.json of its own, go
+    named = json.loads((index_directory(settings.home, other) / "index.json").read_text())
+    kept = {e["file"] for e in named["shards"]} | {named["segments"], "index.json"}
+    assert {p.name for p in index_directory(settings.home, other).iterdir() if p.is_file()} == kept
     shutil.rmtree(directory)
     assert restart() == "built"
 
@@ -485,7 +491,7 @@ def test_a_checkpoint_step_after_a_long_gap_saves_a_bounded_number_of_keys(table
     checkpoint(stream.index, everything=True)
     assert stream.index.store.meta["files"] == 32
     stream.commit({k: f"b{k}" for k in range(200)})  # every shard changed
-    saved = lambda: set(p.name for p in directory.glob("shards-*.bin"))  # noqa: E731
+    saved = lambda: {p.name for p in directory.glob("shards-*.bin")}  # noqa: E731
     before = saved()
     monkeypatch.setattr(store, "MAX_KEYS_PER_STEP", 20)  # at most 20 * 32 // 200 = 3 files a step
     stream.index.store._last -= 10 * CYCLE  # minutes without a commit: every file is due

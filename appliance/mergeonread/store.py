@@ -63,6 +63,9 @@ class IndexStore:
         self._last = time.monotonic()
         self._pass_rewrites = 0  # rewrites the index followed when the current pass began
         self._old: list[str] = []  # files replaced, deleted once index.json no longer names them
+        # A first checkpoint over files no loaded index.json named (a checkpoint of another key or version,
+        # a torn one): once the new index.json is in, every file it does not name goes.
+        self._sweep = False
         self.meta: dict = {}
         self.rewrites: dict[str, int] = {}  # rewrite id -> its snapshot's sequence number (replayed or seen)
 
@@ -125,6 +128,7 @@ class IndexStore:
         # which is then served from its saved copies rather than the heap (`_map`).
         everything = everything or not self.meta or all(p.sequence < 0 for p in index.shards.parts)
         if everything:
+            self._sweep = self._sweep or not self.meta
             self.meta.setdefault("shards", [None] * SHARDS)
             self.meta["files"] = max(1, min(SHARDS, 1 << max(0, (len(index) // KEYS_PER_FILE).bit_length())))
         files = self.meta["files"]
@@ -192,6 +196,10 @@ class IndexStore:
                          clocks={str(p): t for p, t in index.clocks.items()})
         _atomic(self.directory / "index.json", lambda f: f.write(json.dumps(self.meta).encode()))
         failpoint("checkpoint_saved")
+        if self._sweep:
+            old += [p.name for p in (*self.directory.glob("shards-*.bin"), *self.directory.glob("segments-*.npz"))
+                    if p.name not in named and p.name != segments]
+            self._sweep = False
         for name in old:
             if name:
                 (self.directory / name).unlink(missing_ok=True)
