@@ -4,9 +4,11 @@ The checkpoint is the shards' sorted arrays, in files of a run of shards each (a
 file: one for a small table, 128 for 10^8 keys), and a small `index.json` naming them, each shard with
 the snapshot its copy reflects, and the segments they point into. It is written a file at a time as the
 stream commits (`step`: every file whose shards changed, within `CYCLE` seconds; a few megabytes a
-commit, never the whole index at once), and whole when the engine stops. Every file is written to a
-temporary name, flushed to disk and renamed, readable by this user only; `index.json` is replaced last,
-so a kill at any moment leaves a checkpoint whose every shard is one it names.
+commit, never the whole index at once), and whole when the engine stops (every file whose shards changed
+since it was saved; the others hold for the index's snapshot). Every file is written to a temporary name,
+flushed to disk and renamed, readable by this user only; `index.json` is replaced last, so a kill at any
+moment leaves a checkpoint whose every shard is one it names. A file mapped afresh is read in by a thread
+(`memory.warm`) ahead of the lookups that need its pages.
 
 Loading maps the files (copy-on-write) and trusts nothing: `lineage` checks the table and key, checks
 that every shard's snapshot is an ancestor of the table's, and replays what came after; anything it
