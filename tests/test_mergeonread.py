@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import json
 import random
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -42,6 +43,8 @@ from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import TableTarget, in_file_order, write_data_files
 from appliance.tables.iceberg_schemas import target_iceberg_schema
+
+from conftest import wait_for
 
 MAPPING = Mapping((Column("id", "long", ("id",)), Column("name", "string", ("name",))))
 NOW = dt.datetime.now(dt.UTC)
@@ -501,3 +504,56 @@ def test_a_checkpoint_step_after_a_long_gap_saves_a_bounded_number_of_keys(table
     before = saved()
     checkpoint(stream.index)
     assert len(saved() - before) == store.MAX_PER_STEP
+
+
+def test_an_engine_stop_saves_the_files_of_the_shards_that_changed_and_the_checkpoint_holds_whole(table, monkeypatch):
+    """Saving whole (the engine stops) writes the files whose shards changed since their last save; the
+    others' copies hold for the index's snapshot, and a restart loads all of it."""
+    from appliance.mergeonread import store
+
+    monkeypatch.setattr(store, "KEYS_PER_FILE", 8)  # 200 keys: 32 files of about 6 keys
+    settings = load_settings()
+    directory = index_directory(settings.home, table)
+    stream = Stream(table, KeyIndex(("id",), IndexStore(directory, owner="s")))
+    stream.commit({k: f"a{k}" for k in range(200)})
+    checkpoint(stream.index, everything=True)
+    files = lambda: {p.name for p in directory.glob("shards-*.bin")}
+    before = files()
+    assert len(before) == 32
+    checkpoint(stream.index, everything=True)  # nothing changed: nothing written
+    assert files() == before
+    stream.commit({3: "b3"}, deletes=[4])  # two keys: one or two shards, each in one file
+    changed = {stream.index.shards.parts[s] for s in range(store.SHARDS) if stream.index.shards.parts[s].dirty}
+    checkpoint(stream.index, everything=True)
+    assert 1 <= len(files() - before) <= len(changed) <= 2 and len(files()) == 32
+    assert {e["snapshot_id"] for e in stream.index.store.meta["shards"]} == {stream.index.snapshot_id}
+    restarted = KeyIndex(("id",), IndexStore(directory, owner="s"))
+    assert bring_to(restarted, stream.table) == "loaded"
+    assert restarted.contents() == fresh(stream.table).contents()
+
+
+def resident_mappings(directory: Path) -> list[int]:
+    """The resident size (kB) of each of this process's mappings of `directory`'s shard files."""
+    out, mine = [], False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):  # a mapping's first line: addresses, ..., its file
+            mine = line.rstrip().endswith(".bin") and str(directory) in line
+        elif mine and line.startswith("Rss:"):
+            out.append(int(line.split()[1]))
+    return out
+
+
+def test_a_loaded_checkpoint_is_read_in_ahead_of_the_lookups_that_need_it(table):
+    """Mapped afresh (a restart's load), every page of the index's files is read in by a thread of its
+    own, not faulted in by a batch's lookups in the commit's path."""
+    settings = load_settings()
+    directory = index_directory(settings.home, table)
+    stream = Stream(table, KeyIndex(("id",), IndexStore(directory, owner="s")))
+    stream.commit({k: f"a{k}" for k in range(300)})
+    checkpoint(stream.index, everything=True)
+    del stream
+    restarted = KeyIndex(("id",), IndexStore(directory, owner="s"))
+    assert bring_to(restarted, table.refresh()) == "loaded"
+    arrays = sum(1 for p in restarted.shards.parts if len(p.h)) * 2  # each shard's h and loc (one-word keys)
+    wait_for(lambda: len(resident_mappings(directory)) >= arrays and all(resident_mappings(directory)),
+             timeout=30, what="every mapping of the checkpoint read in")

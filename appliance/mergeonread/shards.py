@@ -61,24 +61,6 @@ class Shard:
     def __len__(self) -> int:
         return len(self.h) + len(self.dh)
 
-    def find(self, qh: np.ndarray, ql: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """(where: 0 absent, 1 main, 2 delta; slot) per key."""
-        slot = _search(self.h, self.low, qh, ql)
-        where = np.where(slot >= 0, 1, 0).astype(np.int8)
-        if len(self.dh):
-            missing = np.flatnonzero(slot < 0)
-            found = _search(self.dh, self.dlow, qh[missing], None if ql is None else ql[missing])
-            hit = found >= 0
-            slot[missing[hit]], where[missing[hit]] = found[hit], 2
-        return where, slot
-
-    def get(self, where: np.ndarray, slot: np.ndarray) -> np.ndarray:
-        out = np.full(len(where), DEAD, dtype=np.uint64)
-        main, delta = where == 1, where == 2
-        out[main] = self.loc[slot[main]]
-        out[delta] = self.dloc[slot[delta]]
-        return out
-
     def put(self, where: np.ndarray, slot: np.ndarray, locations: np.ndarray) -> None:
         """Set the locations of keys found (`where` 1 or 2)."""
         main, delta = where == 1, where == 2
@@ -183,15 +165,54 @@ class Shards:
             yield s, order[bounds[s]:bounds[s + 1]]
 
     def find(self, h: np.ndarray, low: np.ndarray | None) -> Found:
+        """Where each key is. The batch is sorted once; per shard only what its own arrays need (a search,
+        and gathers at the slots found), the comparisons once over the whole batch: at 10^8 keys a batch
+        meets every shard, and its searches and gathers are what costs (`scripts/bench_keyindex_commit`)."""
+        order = np.argsort(h)
+        qh, ql = h[order], None if low is None else low[order]
+        bounds = np.searchsorted(qh >> np.uint64(64 - SHARD_BITS), np.arange(SHARDS + 1, dtype=np.uint64)).tolist()
+        busy = [s for s in range(SHARDS) if bounds[s + 1] > bounds[s]]
         n = len(h)
-        found = Found(shard_of(h), np.zeros(n, dtype=np.int8), np.full(n, -1, dtype=np.int64),
-                      np.full(n, DEAD, dtype=np.uint64))
-        for s, rows in self._groups(h):
-            part = self.parts[s]
-            where, slot = part.find(h[rows], None if low is None else low[rows])
-            found.where[rows], found.slot[rows] = where, slot
-            found.location[rows] = part.get(where, slot)
+        slot, th = np.zeros(n, dtype=np.int64), ~qh  # the slot found in each main part, and its key's high word
+        tl = None if ql is None else np.empty(n, dtype=np.uint64)
+        for s in busy:
+            a, b, part = bounds[s], bounds[s + 1], self.parts[s]
+            if len(part.h):
+                at = np.searchsorted(part.h, qh[a:b])
+                slot[a:b] = np.minimum(at, len(part.h) - 1, out=at)
+                th[a:b] = part.h[at]
+                if tl is not None:
+                    tl[a:b] = part.low[at]
+        ok = th == qh
+        if tl is not None:
+            ok = self._beside(ok, ok & (tl == ql), bounds, qh, ql, slot)
+        where, location = ok.astype(np.int8), np.full(n, DEAD, dtype=np.uint64)
+        slot[~ok] = -1
+        for s in busy:  # the locations of the keys found; the deltas searched for the others
+            a, b, part = bounds[s], bounds[s + 1], self.parts[s]
+            hit = a + np.flatnonzero(ok[a:b])
+            location[hit] = part.loc[slot[hit]]
+            if len(part.dh):
+                rest = a + np.flatnonzero(~ok[a:b])
+                at = _search(part.dh, part.dlow, qh[rest], None if ql is None else ql[rest])
+                got, at = rest[at >= 0], at[at >= 0]
+                slot[got], where[got], location[got] = at, 2, part.dloc[at]
+        found = Found(shard_of(h), np.empty(n, dtype=np.int8), np.empty(n, dtype=np.int64), np.empty(n, np.uint64))
+        found.where[order], found.slot[order], found.location[order] = where, slot, location
         return found
+
+    def _beside(self, high: np.ndarray, same: np.ndarray, bounds: list[int], qh: np.ndarray, ql: np.ndarray,
+                slot: np.ndarray) -> np.ndarray:
+        """Two-word keys whose high word matched another key's first (rare): the ones after it are looked at."""
+        for i in np.flatnonzero(high & ~same).tolist():
+            s = int(np.searchsorted(bounds, i, side="right")) - 1
+            part, j = self.parts[s], int(slot[i]) + 1
+            while j < len(part.h) and part.h[j] == qh[i]:
+                if part.low[j] == ql[i]:
+                    same[i], slot[i] = True, j
+                    break
+                j += 1
+        return same
 
     def assign(self, h: np.ndarray, low: np.ndarray | None, found: Found, locations: np.ndarray) -> None:
         """Keys (as `find` found them) to `locations`: found ones changed in place (DEAD deletes), absent

@@ -4,9 +4,11 @@ The checkpoint is the shards' sorted arrays, in files of a run of shards each (a
 file: one for a small table, 128 for 10^8 keys), and a small `index.json` naming them, each shard with
 the snapshot its copy reflects, and the segments they point into. It is written a file at a time as the
 stream commits (`step`: every file whose shards changed, within `CYCLE` seconds; a few megabytes a
-commit, never the whole index at once), and whole when the engine stops. Every file is written to a
-temporary name, flushed to disk and renamed, readable by this user only; `index.json` is replaced last,
-so a kill at any moment leaves a checkpoint whose every shard is one it names.
+commit, never the whole index at once), and whole when the engine stops (every file whose shards changed
+since it was saved; the others hold for the index's snapshot). Every file is written to a temporary name,
+flushed to disk and renamed, readable by this user only; `index.json` is replaced last, so a kill at any
+moment leaves a checkpoint whose every shard is one it names. A file mapped afresh is read in by a thread
+(`memory.warm`) ahead of the lookups that need its pages.
 
 Loading maps the files (copy-on-write) and trusts nothing: `lineage` checks the table and key, checks
 that every shard's snapshot is an ancestor of the table's, and replays what came after; anything it
@@ -31,7 +33,7 @@ from appliance.core.errors import KeyIndexStale
 from appliance.core.failpoints import failpoint
 from appliance.mergeonread.index import KeyIndex
 from appliance.mergeonread.keyforms import KeyForm
-from appliance.mergeonread.memory import give_back
+from appliance.mergeonread.memory import give_back, warm
 from appliance.mergeonread.segments import Segments
 from appliance.mergeonread.shards import SHARDS, Shard
 
@@ -94,6 +96,7 @@ class IndexStore:
             index.shards.parts[s].sequence = entry["sequence"]
             reflected.append((entry["snapshot_id"], entry["sequence"]))
         index.keys = index.shards.keys()
+        warm([a for p in index.shards.parts for a in (p.h, p.low, p.loc)])
         index.clocks = {int(p): int(t) for p, t in meta.get("clocks", {}).items()}
         index.shards.watermark = min(index.clocks.values()) if index.clocks else 0
         self.meta = meta
@@ -126,7 +129,8 @@ class IndexStore:
         now = time.monotonic()
         # A first checkpoint holds every shard; so does the first after a build (no shard has a saved copy),
         # which is then served from its saved copies rather than the heap (`_map`).
-        everything = everything or not self.meta or all(p.sequence < 0 for p in index.shards.parts)
+        first = not self.meta or all(p.sequence < 0 for p in index.shards.parts)
+        everything = everything or first
         if everything:
             self._sweep = self._sweep or not self.meta
             self.meta.setdefault("shards", [None] * SHARDS)
@@ -143,7 +147,9 @@ class IndexStore:
             if g == 0:  # a pass begins: the rewrites followed before the last one began are flattened everywhere
                 index.segments.release(self._pass_rewrites)
                 self._pass_rewrites = len(index.segments.rewrites)
-            self._save_run(index, flatten, range(g * SHARDS // files, (g + 1) * SHARDS // files), everything)
+            # Whole, the files of changed shards are written, the others' copies hold (an engine's stop after
+            # a few changes writes a few files, not 2 GiB at 10^8 keys, and the rest stay mapped as they were).
+            self._save_run(index, flatten, range(g * SHARDS // files, (g + 1) * SHARDS // files), first)
         if everything:
             index.segments.release(len(index.segments.rewrites))
         self._save_meta(index)
@@ -182,6 +188,7 @@ class IndexStore:
             shard.dirty, shard.sequence = False, index.sequence
             if entry["keys"]:
                 _map(shard, self.directory / name, entry["at"], entry["keys"])
+        warm([a for p in parts for a in (p.h, p.low, p.loc)])
 
     def _save_meta(self, index: KeyIndex) -> None:
         if not self.meta:
