@@ -88,3 +88,28 @@ def test_a_cluster_down_fails_its_streams_with_the_broker_unreachable():
     finally:
         stopping.set()
         pollers.close()
+
+
+def test_a_quiet_cluster_is_polled_less_often_and_at_once_again_when_a_topic_moves(broker):
+    from appliance.ingest.watermarks import QUIET_INTERVAL
+
+    names = topics(3)
+    for name in names:
+        broker.produce(name, [b"{}"], partition=0)
+    stopping, moved = threading.Event(), threading.Event()
+    poller = ClusterPoller(KafkaSettings.create(broker.bootstrap), 0.05, stopping)
+    for name in names:
+        poller.subscribe(name, moved)
+    poller.start()
+    try:
+        wait_for(lambda: poller.current_interval == QUIET_INTERVAL, 10, what="the quiet cluster's longest interval")
+        quiet_since = poller.requests
+        moved.clear()
+        broker.produce(names[1], [b"{}"], partition=0)
+        wait_for(moved.is_set, QUIET_INTERVAL + 5, what="the moved topic's stream woken")
+        assert poller.requests - quiet_since <= 3, "a quiet cluster is asked about once a second, not 20 times"
+        wait_for(lambda: poller.current_interval == 0.05, 5, what="the poller at its own interval again")
+        assert poller.watermarks(names[1])[0].high == 2
+    finally:
+        stopping.set()
+        poller.close()
