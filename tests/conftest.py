@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -267,9 +268,11 @@ def run_until_caught_up(spark) -> None:
         Engine(settings(), spark=spark, discover=discover_members).run(until_caught_up=True)
 
 
-def run_until_killed(seconds: float, feed: Callable[[threading.Event], None]) -> None:
+def run_until_killed(seconds: float, feed: Callable[[threading.Event], None],
+                     when: Callable[[], object] | None = None) -> None:
     """`floe run` in a process group of its own, while `feed(stop)` runs in a thread (producing, say),
-    then SIGKILL after `seconds`, as a power cut would; `feed` is told to stop and is waited for."""
+    then SIGKILL after `seconds`, as a power cut would, or, given `when`, the moment `when()` holds (failing
+    if it has not within `seconds`); `feed` is told to stop and is waited for."""
     # `floe run` as Floe's hints print it (appliance/core/hints.py): this runs it as a user would
     engine = subprocess.Popen(FLOE + shlex.split(hints.START_ENGINE)[1:], cwd=ROOT, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
@@ -277,17 +280,52 @@ def run_until_killed(seconds: float, feed: Callable[[threading.Event], None]) ->
     feeding = threading.Thread(target=feed, args=(stop,))
     feeding.start()
     try:
-        engine.wait(timeout=seconds)
-        raise AssertionError("the engine exited by itself")
-    except subprocess.TimeoutExpired:
+        if when is None:
+            exited = engine.poll() is not None or _exits_within(engine, seconds)
+        else:
+            exited = poll(lambda: "exited" if engine.poll() is not None else when(), seconds, 0.05,
+                          "the moment of the kill", error=AssertionError) == "exited"
+        assert not exited, "the engine exited by itself"
+    finally:
         try:
             os.killpg(engine.pid, signal.SIGKILL)  # Spark's JVM and workers too
         except ProcessLookupError:
             pass
         engine.wait()
-    finally:
         stop.set()
         feeding.join()
+
+
+class AfterACommit:
+    """A kill's moment for `run_until_killed(when=...)`: `delay` seconds after the engine started next commits a
+    batch of `stream`. A kill a fixed time after `floe run` starts falls in its start (a JVM's and imports'
+    seconds, many more on a loaded machine) as often as in its work; this one falls in its work, or after it."""
+
+    def __init__(self, stream: str, delay: float) -> None:
+        self.stream, self.delay = stream, delay
+        self.before = self._last()  # made before the engine starts: its batches are the ones after
+        self.due: float | None = None
+
+    def _last(self) -> int:
+        from appliance.config.settings import load_settings
+        from appliance.state.store import StateStore
+
+        with StateStore(load_settings().state_db) as state:
+            batches = state.recent_batches(self.stream, 1)
+        return batches[0].id if batches else 0
+
+    def __call__(self) -> bool:
+        if self.due is None and self._last() > self.before:
+            self.due = time.monotonic() + self.delay
+        return self.due is not None and time.monotonic() >= self.due
+
+
+def _exits_within(process: subprocess.Popen, seconds: float) -> bool:
+    try:
+        process.wait(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def finished(process: subprocess.Popen, timeout: float) -> tuple[int, str]:

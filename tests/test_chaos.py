@@ -16,15 +16,17 @@ from conftest import ROOT
 # The S3 warehouse only: its run does everything the local one does (engine kills, broker freezes, maintenance
 # under both) and S3 restarts and freezes besides; a local warehouse through kills is test_exactly_once's, through
 # kills with compaction and expiry test_stages'. `scripts/chaos --warehouse local` stays for a person to run.
+# One cycle: each fault once (a kill, a broker freeze, an S3 restart and an S3 freeze, at random moments); a
+# second cycle repeated them, at a restart's 20 s and more (repeated kills are test_exactly_once's).
 @pytest.mark.parametrize("warehouse", ["s3"])
 def test_chaos_short_form_passes(warehouse, tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos"), "--cycles", "2", "--seed", "7",
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos"), "--cycles", "1", "--seed", "7",
                            "--warehouse", warehouse], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     out = done.stdout
     assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
     faults = re.search(r"faults: engine kills (\d+), broker freezes (\d+), S3 restarts (\d+), S3 freezes (\d+)",
                        out)
-    assert faults and int(faults[1]) == 2 and int(faults[2]) == 2, out
+    assert faults and int(faults[1]) == 1 and int(faults[2]) == 1, out
     assert (int(faults[3]), int(faults[4])) == ((1, 1) if warehouse == "s3" else (0, 0))
     assert "floe audit: OK" in out and "cross-check against the producer: OK" in out and "verdict PASS" in out
     assert re.search(r"maintenance runs: .*(compact|expire) ok [1-9]", out), out

@@ -45,6 +45,19 @@ def test_python_workers_leave_spark_archives_off_their_path_and_freeze_what_surv
     assert frozen > 0  # what the first task left behind is out of every later collection
 
 
+def test_python_workers_are_forked_with_what_an_ingest_task_imports(spark):
+    """The daemon the workers fork from has imported an ingest task's modules (pyarrow, confluent-kafka): each
+    worker starts with them instead of spending seconds of CPU importing them at its first task."""
+    def parent_libraries(_):
+        import os
+
+        with open(f"/proc/{os.getppid()}/maps") as maps:  # the daemon runs no task: what it loaded, it imported
+            loaded = maps.read()
+        return {lib for lib in ("libarrow", "librdkafka") if lib in loaded}
+
+    assert spark.sparkContext.parallelize([0], 1).map(parent_libraries).collect() == [{"libarrow", "librdkafka"}]
+
+
 def _catalog(tmp_path) -> FloeSqlCatalog:
     return FloeSqlCatalog("floe", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=tmp_path.as_uri())
 

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import orjson
@@ -196,17 +197,22 @@ def test_an_engine_stopped_with_a_request_in_flight_leaves_it_to_the_asker_and_n
                                   env={**os.environ, "FLOE_FAILPOINTS": "rewrite_group=300"}, start_new_session=True)
     try:
         wait_for(lambda: EngineAsk.MAINTAIN in engine_status(settings).answers, 120, what="the engine answering")
-        asker = subprocess.Popen(FLOE + ["maintain", "ingest.k", "--compact"], cwd=ROOT, text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # The asker: `floe maintain` in this process (on the session's Spark, once the engine has left it the
+        # compaction), beside the test's thread that stops the engine.
+        asked: list = []
+        asker = threading.Thread(target=lambda: asked.append(floe("maintain", "ingest.k", "--compact")))
+        asker.start()
         console = console_log(settings)  # a Spark task's stderr goes to the engine's console log
         wait_for(lambda: "failpoint rewrite_group: stalling" in console.read_text(), 120, what="the engine's rewrite")
         engine.send_signal(signal.SIGTERM)
         assert engine.wait(120) == 0, log.read_text()[-3000:]
-        out, errors = asker.communicate(timeout=300)
+        asker.join(300)
     finally:
         if engine.poll() is None:
             os.killpg(engine.pid, signal.SIGKILL)
-    assert asker.returncode == 0, errors
+    [done] = asked
+    out = done.stdout
+    assert done.returncode == 0, done.stderr
     asked = last_request(settings, EngineAsk.MAINTAIN)
     assert asked.taken_by == engine.pid and asked.abandoned_at and not asked.answered
     with StateStore(settings.state_db) as state:

@@ -218,8 +218,13 @@ def test_a_routed_topic_lands_each_kind_in_its_own_table_once_through_kills(brok
     assert sorted(routes) == sorted(TABLES[k] for k in four) and not any(r.refused for r in routes.values())
     assert not [t for t in [*routes, "an.ev_dlq"] if committed_offsets(catalog.table(t), stream.id)]
 
-    # A `floe run` killed while the fifth kind appears; then one that runs to the end.
-    run_until_killed(25, lambda stop: events.send(1500, [*four, "log-out"], stop))
+    # A `floe run` killed while the fifth kind appears: the moment its route is recorded and told (its table
+    # made, its rows not yet, or just, committed); then one that runs to the end.
+    def fifth_kind_routed() -> bool:
+        with StateStore(load_settings().state_db) as state:
+            return any(e.kind == "route_added" and "'log-out'" in e.message for e in state.events("ev"))
+
+    run_until_killed(120, lambda stop: events.send(1500, [*four, "log-out"], stop), when=fifth_kind_routed)
     events.send(300, [*four, "log-out"])
     run_until_caught_up(spark)
 

@@ -135,3 +135,6 @@ def test_with_no_engine_to_answer_the_editor_runs_floe_stage_in_a_process(broker
     assert counts(preview.rows) == {s: 10 for s in STATUSES} and preview.columns == ["status", "n"]
     bad = preview_for_ui(settings, "ingest.orders", "select nope from source")
     assert not bad.ok and not bad.by_engine and "`nope` cannot be resolved" in bad.said
+    saved = save_for_ui(settings, "by_status", "ingest.orders", BY_STATUS, "prep.by_status", new=True)
+    assert saved.ok and not saved.by_engine and "by_status" in saved.said, saved
+    assert Catalog(settings).exists("prep.by_status") and requests(settings) == [withdrawn]

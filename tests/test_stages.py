@@ -40,8 +40,9 @@ def order(i: int, rng: random.Random) -> bytes:
 def equal(table: str, recomputed: str, columns: str) -> None:
     """The stage's table (its query's columns) and the query recomputed by DuckDB over the whole source."""
     kept = f"select {columns} from {table}"
-    missing = rows(f"select count(*) n from (({recomputed}) except all ({kept}))")[0]["n"]
-    extra = rows(f"select count(*) n from (({kept}) except all ({recomputed}))")[0]["n"]
+    [found] = rows(f"select (select count(*) from (({recomputed}) except all ({kept}))) missing, "
+                   f"(select count(*) from (({kept}) except all ({recomputed}))) extra")  # one query, one connection
+    missing, extra = found["missing"], found["extra"]
     assert (missing, extra) == (0, 0), f"{table}: {missing} rows missing, {extra} too many"
 
 

@@ -1,7 +1,7 @@
 """The Stages section against a real engine, broker, catalog and Spark, driven by Textual's Pilot: the
 live list (state, lineage, lag, rows in and out), pause, resume, delete, and the editor: its example
-query (a placeholder), its preview and save, which run `floe stage` commands of their own when no
-engine runs (tests/test_stage_requests.py: the running engine's answers)."""
+query (a placeholder), its preview and save, answered by the running engine (tests/test_stage_requests.py:
+those answers, and the `floe stage` commands of their own that answer when no engine runs)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tui.app import FloeApp
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.stage_editor import EXAMPLE, StageEditorScreen
 
-from conftest import pizza_values
+from conftest import pizza_values, wait_for
 from tui_helpers import cell, showing, type_into, until
 
 
@@ -70,11 +70,15 @@ async def test_stages_section_lists_pauses_resumes_and_deletes(broker, topic, sp
     assert not Catalog(settings).exists("prep.per_store") and Catalog(settings).exists("prep.big")
 
 
-async def test_the_editor_previews_a_query_refuses_a_bad_one_and_saves_a_stage(broker, topic, spark):
+async def test_the_editor_previews_a_query_refuses_a_bad_one_and_saves_a_stage(broker, topic, running_engine):
     settings = load_settings()
     broker.produce(topic, pizza_values(150))
     create_stream(settings, "orders", bootstrap=broker.bootstrap, topic=topic, table="ingest.orders")
-    Engine(settings, spark=spark).run(until_caught_up=True)
+    # The running engine previews and checks for the editor, on this process's SparkSession: a `floe stage`
+    # process of its own (a JVM's start) for each, when no engine runs, is test_stage_requests'.
+    running_engine()
+    wait_for(lambda: run_query(settings, "select count(*) n from ingest.orders").to_pylist()[0]["n"] == 150, 120,
+             what="the stream's rows")
     listed_on_return: list[list[str]] = []  # the stages listed when the main screen shows again
 
     def returned(message) -> None:

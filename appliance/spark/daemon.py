@@ -7,6 +7,9 @@ CPU per task, most of a small batch's cost. With PySpark installed from PyPI, th
 same modules are in site-packages, so the daemon drops the archives it does not
 need before it starts; workers forked from it inherit the shorter path.
 
+The daemon imports what an ingest task needs before it forks any worker (`PRELOAD`): a first batch of
+several tasks imported it once per worker, in parallel on a machine's cores, seconds of CPU each.
+
 It also makes the collection that the daemon runs after each task of a reused worker
 cheap: a full `gc.collect()` walked every object of pyarrow, PyIceberg and pydantic,
 about 50 ms per task. Objects that survive a task are frozen out of later collections,
@@ -82,10 +85,25 @@ def quiet_on_closed_socket(worker):
     return run
 
 
+# What an ingest task's work imports (pyarrow, confluent-kafka, PyIceberg, the decoders): seconds of CPU that
+# each worker spent at its first task, every engine start. Imported once here, the workers forked start with it.
+PRELOAD = ("appliance.ingest.batch",)
+
+
+def preload() -> None:
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a worker imports it again, and its task says what is wrong
+            pass
+
+
 if __name__ == "__main__":
     clean_path()
     keep_private()
     from pyspark import daemon  # imported after the clean-up, so from site-packages
+
+    preload()
 
     daemon.gc = _AfterTask()
     daemon.worker = quiet_on_closed_socket(daemon.worker)
