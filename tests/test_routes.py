@@ -126,6 +126,29 @@ def test_a_task_splits_its_messages_by_route_and_hands_back_new_tables_with_samp
     assert merged == {"ev.t_buy": ("buy", [values[1], values[3], b"x"]), "ev.t_z": ("z", [b"y"])}
 
 
+def test_a_route_and_the_event_telling_of_it_are_recorded_together_once(floe_home, monkeypatch):
+    """A kill between recording a route and its event lost the event for good (the next attempt found the route
+    recorded): both are one transaction, and an attempt that finds the route recorded tells nothing again."""
+    from appliance.core import failpoints
+    from appliance.core.clock import now
+    from appliance.core.vocabulary import EventKind
+    from appliance.model.routes import Route
+
+    route = Route("ev", "an.ev_click", "click", Mapping.of_table(()), now(), {0: 0})
+    settings = load_settings()
+    with StateStore(settings.state_db) as state:
+        monkeypatch.setattr(failpoints, "_ARMED", {"route_recorded": "raise"})  # cut between the two
+        with pytest.raises(RuntimeError):
+            state.add_route(route, "value 'click' -> an.ev_click")
+        assert state.routes("ev") == {} and state.events("ev") == []
+        monkeypatch.setattr(failpoints, "_ARMED", {})
+        assert state.add_route(route, "value 'click' -> an.ev_click")
+        assert not state.add_route(route, "value 'click' -> an.ev_click")  # the next attempt's
+        assert list(state.routes("ev")) == ["an.ev_click"]
+        told = [(e.kind, e.message) for e in state.events("ev")]
+        assert told == [(EventKind.ROUTE_ADDED, "value 'click' -> an.ev_click")]
+
+
 def test_stream_create_refuses_a_bad_route_in_one_line():
     for args, says in [
         (["--topic-pattern", "x.*", "--route-by", "type", "--table", "a.t_{value}"],

@@ -180,12 +180,10 @@ class RoutedRunner(StreamRunner):
                 if exc.retryable:
                     raise
                 route = dataclasses.replace(route, refused=f"no mapping: {exc}")
-            self.state.add_route(route)
-            route = self.state.routes(self.stream.name)[table]  # as recorded: an earlier attempt's stays
-            if not route.refused:
-                self.state.add_event(EventKind.ROUTE_ADDED, f"value {value!r} of {self.rule.field} -> {table} "
-                                     f"({len(route.mapping.columns)} columns)", self.stream.name, table=table)
-            self._open(route)
+            told = None if route.refused else \
+                f"value {value!r} of {self.rule.field} -> {table} ({len(route.mapping.columns)} columns)"
+            self.state.add_route(route, told)
+            self._open(self.state.routes(self.stream.name)[table])  # as recorded: an earlier attempt's stays
 
     def _commit(self, offsets: dict[int, int], result: BatchResult) -> tuple[int | None, int]:
         """Each route's table with rows, in the order of their names, then the anchor; its snapshot id and how many

@@ -36,9 +36,31 @@ class RouteRecords:
     def _rows(self, table: str, where: str | None = None, args: list[Any] | None = None, **kwargs: Any):
         raise NotImplementedError
 
-    def add_route(self, route: Route) -> None:
-        """Recorded once: a route already recorded (an attempt cut short after recording it) stays as it was."""
-        self.db["stream_routes"].insert(_row(route), ignore=True)
+    def add_event(self, kind: Any, message: str, stream: str | None = None, level: Any = None,
+                  table: str | None = None) -> None:
+        raise NotImplementedError
+
+    def add_route(self, route: Route, told: str | None = None) -> bool:
+        """Recorded once: a route already recorded (an attempt cut short after recording it) stays as it was.
+        With `told`, the event that says so (ROUTE_ADDED), in the same transaction: a kill between the two
+        left a route no event ever told of, as the next attempt finds it recorded. Whether this call recorded it."""
+        from appliance.core.failpoints import failpoint
+        from appliance.core.vocabulary import EventKind
+
+        row = _row(route)
+        conn = self.db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            added = conn.execute(f"insert or ignore into stream_routes ({', '.join(row)}) "
+                                 f"values ({', '.join('?' for _ in row)})", list(row.values())).rowcount == 1
+            failpoint("route_recorded")
+            if added and told:
+                self.add_event(EventKind.ROUTE_ADDED, told, route.stream, table=route.table)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return added
 
     def update_route(self, route: Route) -> None:
         self.db["stream_routes"].upsert(_row(route), pk=("stream", "table_name"))
