@@ -96,7 +96,7 @@ class IndexStore:
             index.shards.parts[s].sequence = entry["sequence"]
             reflected.append((entry["snapshot_id"], entry["sequence"]))
         index.keys = index.shards.keys()
-        warm([a for p in index.shards.parts for a in (p.h, p.low, p.loc)])
+        warm([a for p in index.shards.parts for a in (p.h, p.low)])
         index.clocks = {int(p): int(t) for p, t in meta.get("clocks", {}).items()}
         index.shards.watermark = min(index.clocks.values()) if index.clocks else 0
         self.meta = meta
@@ -187,8 +187,8 @@ class IndexStore:
             self.meta["shards"][s] = entry
             shard.dirty, shard.sequence = False, index.sequence
             if entry["keys"]:
-                _map(shard, self.directory / name, entry["at"], entry["keys"])
-        warm([a for p in parts for a in (p.h, p.low, p.loc)])
+                _map(shard, self.directory / name, entry["at"], entry["keys"], shard.loc)
+        warm([a for p in parts for a in (p.h, p.low)])
 
     def _save_meta(self, index: KeyIndex) -> None:
         if not self.meta:
@@ -232,16 +232,24 @@ class IndexStore:
         self.directory.rmdir()
 
 
-def _map(shard: Shard, path: Path, at: int, keys: int) -> None:
-    """The shard's arrays as its saved copy at `at` in `path`, mapped copy-on-write: what a restart
+def _map(shard: Shard, path: Path, at: int, keys: int, written: np.ndarray | None = None) -> None:
+    """The shard's keys as its saved copy at `at` in `path`, mapped copy-on-write: what a restart
     loads, and what a running index serves from once a shard is saved. The pages are the file's, which
     the system can drop and read again, not the process's own: the index's resident cost after a build
-    (whose arrays came from the heap) is then what a restart's is (measured by scripts/bench_keyindex_build)."""
+    (whose arrays came from the heap) is then what a restart's is (measured by scripts/bench_keyindex_build).
+
+    The locations are the process's own (8 bytes a key; `written`, the array just saved, else read from
+    the file): every commit writes some, and a write into a mapped page copies it first, one fault a key
+    at 10^8 keys, 0.25-0.5 s of a 100,000-message upsert batch (`scripts/bench_keyindex_commit`)."""
     width = 2 if shard.low is None else 3
-    arrays = [np.memmap(path, dtype="<u8", mode="c", offset=at + 8 * keys * i, shape=(keys,)) for i in range(width)]
-    shard.h, shard.loc = arrays[0], arrays[-1]
+    arrays = [np.memmap(path, dtype="<u8", mode="c", offset=at + 8 * keys * i, shape=(keys,)) for i in range(width - 1)]
+    shard.h = arrays[0]
     if width == 3:
         shard.low = arrays[1]
+    if written is not None and len(written) == keys:
+        shard.loc = np.ascontiguousarray(written, dtype=np.uint64)
+    else:
+        shard.loc = np.fromfile(path, dtype="<u8", count=keys, offset=at + 8 * keys * (width - 1)).astype(np.uint64, copy=False)
 
 
 def _atomic(path: Path, write: Callable) -> None:
