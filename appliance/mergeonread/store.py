@@ -10,7 +10,8 @@ flushed to disk and renamed, readable by this user only; `index.json` is replace
 moment leaves a checkpoint whose every shard is one it names. A file mapped afresh is read in by a thread
 (`memory.warm`) ahead of the lookups that need its pages.
 
-Loading maps the files (copy-on-write) and trusts nothing: `lineage` checks the table and key, checks
+Loading maps the keys (copy-on-write) and reads the locations into memory, which every commit writes;
+and trusts nothing: `lineage` checks the table and key, checks
 that every shard's snapshot is an ancestor of the table's, and replays what came after; anything it
 cannot prove is built again from the table. Rewrite maps (`folding`) are saved by maintenance in
 `rewrites/` here, so the index of any process can follow a compaction.
