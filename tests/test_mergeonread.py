@@ -482,9 +482,8 @@ def test_kill_9_at_every_step_of_a_commit_and_of_a_rewrite_leaves_each_keys_newe
     assert index.contents() == fresh(table).contents()
 
 
-def test_a_checkpoint_step_after_a_long_gap_saves_a_bounded_number_of_keys(table, monkeypatch):
-    """A step runs in the commit's path: after a long rewrite of a big table (no commit for minutes), it
-    catches up a few files at a time, bounded by keys, not by MAX_PER_STEP files of any size."""
+def checkpointed_in_32_files(table, monkeypatch) -> tuple[Stream, Path]:
+    """A stream of 200 keys, committed and checkpointed whole in 32 files of about 6 keys."""
     from appliance.mergeonread import store
 
     monkeypatch.setattr(store, "KEYS_PER_FILE", 8)  # 200 keys: 32 files of about 6 keys
@@ -493,6 +492,15 @@ def test_a_checkpoint_step_after_a_long_gap_saves_a_bounded_number_of_keys(table
     stream = Stream(table, KeyIndex(("id",), IndexStore(directory, owner="s")))
     stream.commit({k: f"a{k}" for k in range(200)})
     checkpoint(stream.index, everything=True)
+    return stream, directory
+
+
+def test_a_checkpoint_step_after_a_long_gap_saves_a_bounded_number_of_keys(table, monkeypatch):
+    """A step runs in the commit's path: after a long rewrite of a big table (no commit for minutes), it
+    catches up a few files at a time, bounded by keys, not by MAX_PER_STEP files of any size."""
+    from appliance.mergeonread import store
+
+    stream, directory = checkpointed_in_32_files(table, monkeypatch)
     assert stream.index.store.meta["files"] == 32
     stream.commit({k: f"b{k}" for k in range(200)})  # every shard changed
     saved = lambda: {p.name for p in directory.glob("shards-*.bin")}  # noqa: E731
@@ -512,12 +520,7 @@ def test_an_engine_stop_saves_the_files_of_the_shards_that_changed_and_the_check
     others' copies hold for the index's snapshot, and a restart loads all of it."""
     from appliance.mergeonread import store
 
-    monkeypatch.setattr(store, "KEYS_PER_FILE", 8)  # 200 keys: 32 files of about 6 keys
-    settings = load_settings()
-    directory = index_directory(settings.home, table)
-    stream = Stream(table, KeyIndex(("id",), IndexStore(directory, owner="s")))
-    stream.commit({k: f"a{k}" for k in range(200)})
-    checkpoint(stream.index, everything=True)
+    stream, directory = checkpointed_in_32_files(table, monkeypatch)
     files = lambda: {p.name for p in directory.glob("shards-*.bin")}
     before = files()
     assert len(before) == 32

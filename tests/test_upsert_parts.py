@@ -41,6 +41,8 @@ from appliance.tables.catalog import Catalog, table_properties
 from appliance.tables.datafiles import TableTarget, write_data_files
 from appliance.tables.fastpath.changes import FileChanges, commit_changes
 
+from conftest import wait_for
+
 MAPPING = Mapping((Column("id", "long", ("id",)), Column("name", "string", ("name",))))
 
 
@@ -237,7 +239,6 @@ def test_a_rewrite_carries_deletes_before_the_commit_lock_and_only_newer_ones_un
     stream's batches 12 s: those committed before the commit are carried while the stream still commits,
     those committed while it waits for the lock under it; and a rewrite that does not commit leaves none."""
     import threading
-    import time
     from pathlib import Path
 
     from appliance.core.errors import RewriteConflict
@@ -260,9 +261,7 @@ def test_a_rewrite_carries_deletes_before_the_commit_lock_and_only_newer_ones_un
         rewrite = threading.Thread(target=lambda: done.append(commit_rewrite(
             settings, table, first + second, merged, Operation.REPLACE, {}, carrier=fold)))
         rewrite.start()
-        deadline = time.monotonic() + 30
-        while not fold.ahead and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: fold.ahead, 30, what="the deletes carried ahead of the lock")
         [ahead] = fold.ahead  # carried while the lock was held by another
         assert np.array_equal(read_position_deletes(table.io, ahead)[merged[0].file_path], [1])
         delete({second[0].file_path: [1]})  # key 5, committed while the rewrite waits for the lock
