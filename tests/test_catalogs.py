@@ -20,7 +20,7 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from conftest import floe, floe_process, run_until_caught_up, run_until_killed, wait_for
+from conftest import AfterACommit, floe, floe_process, run_until_caught_up, run_until_killed, wait_for
 
 PG_PASSWORD = "pg-pass-8d1c0e47-never-store-me"
 
@@ -64,7 +64,7 @@ def through_kills_maintenance_and_a_stage(broker, topic: str, own_catalog, spark
     assert created.returncode == 0, created.stderr
     rng = random.Random(7)
     for _ in range(2):
-        run_until_killed(rng.uniform(8, 14), lambda stop: ids.send(800, stop))
+        run_until_killed(120, lambda stop: ids.send(800, stop), when=AfterACommit("c", rng.uniform(0, 3)))
         ids.send(100)  # arrives while the engine is down
     run_until_caught_up(spark)
     landed = query("select count(*) n, count(distinct id) d, min(id) lo, max(id) hi from ingest.c")[0]

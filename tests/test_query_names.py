@@ -97,3 +97,34 @@ def test_which_tables_a_statement_names(sql, named):
 def test_a_view_of_the_users_names_the_tables_it_reads():
     views = {"main.v": "CREATE VIEW v AS SELECT * FROM ingest.c;", "main.w": "CREATE VIEW w AS SELECT * FROM v;"}
     assert named_tables("select * from w", TABLES, views) == ["ingest.c"]
+
+
+def test_connections_share_the_process_database_and_see_nothing_of_each_other(catalog_of_tables):
+    """One DuckDB database a process (its extensions loaded once: DuckDB checks a signature at each load), each
+    connection in a database of its own: neither sees the other's views or tables, `show tables` lists its
+    own, and a closed connection's database is gone."""
+    from appliance.query.connection import open_connection
+
+    settings = catalog_of_tables
+    with QuerySession(settings) as first, QuerySession(settings) as second:
+        first.run("create table mine as select 1 as x")
+        assert first.run("select * from other.a").num_rows == 2
+        second.run("create view other_view as select 2 as y")
+        with pytest.raises(QueryError, match="mine does not exist"):
+            second.run("select * from mine")
+        assert first._con.execute("select count(*) from duckdb_views() where view_name = 'other_view'"
+                                  " and database_name = current_database()").fetchone() == (0,)
+        assert first._con._cursor is not second._con._cursor
+        assert run_query(settings, "show tables", tables=["ingest.a", "other.a"]).column("name").to_pylist() == [
+            "ingest.a", "other.a"]  # not the sessions' main.mine, main.other_view
+        loaded = run_query(settings, "select extension_name from duckdb_extensions() where loaded"
+                                     " and extension_name in ('iceberg', 'avro')")
+        assert sorted(loaded.column("extension_name").to_pylist()) == ["avro", "iceberg"]
+        own = first.run("select current_database() as d").column("d")[0].as_py()
+    con = open_connection(settings)
+    try:
+        databases = {name for (name,) in con.execute("select database_name from duckdb_databases()").fetchall()}
+        assert own not in databases  # detached with its session
+        assert con.execute("select current_database()").fetchone()[0] in databases
+    finally:
+        con.close()

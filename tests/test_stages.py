@@ -21,7 +21,7 @@ from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import live_data_files
 
-from conftest import floe, run_until_caught_up, run_until_killed, wait_for
+from conftest import AfterACommit, floe, run_until_caught_up, run_until_killed, wait_for
 
 STATUSES = ["new", "paid", "sent", "cancelled"]
 
@@ -138,7 +138,8 @@ def test_stages_equal_their_queries_through_kills_compaction_and_expiry(broker, 
     run_until_caught_up(spark)
 
     for cycle in range(3):
-        run_until_killed(rng.uniform(6, 14), lambda stop: publish(700, stop))
+        run_until_killed(120, lambda stop: publish(700, stop),
+                         when=AfterACommit("orders", rng.uniform(0, 4)))
         # Maintenance of the source between kills: a compaction (`replace`), then an expiry that would
         # drop every snapshot older than a second but for the ones the stages still have to read.
         maintained = floe("maintain", "ingest.orders", "--compact", "--expire")

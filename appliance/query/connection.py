@@ -4,11 +4,21 @@ Extensions are loaded from their PyPI packages by file path, so nothing is
 downloaded at run time; each table is a view over `iceberg_scan` of its current
 metadata file, so a query sees the last committed snapshot. `run_query` is one
 statement on a fresh connection (the CLI); `query.session` keeps one open (the UI).
+
+A process has one DuckDB database per warehouse, with the extensions loaded once: DuckDB checks an
+extension's signature at every `LOAD` (iceberg's 50 MB: 0.3-2 s a connection), and the check stays on.
+A connection is a cursor of it with an in-memory database of its own attached and in use, where its
+views go, so that connections see neither each other's views nor what a user creates; closing it
+detaches that database.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import re
+import threading
+import weakref
 
 import duckdb
 import pyarrow as pa
@@ -24,7 +34,8 @@ EXTENSIONS = ("avro", "iceberg", "httpfs")  # avro before iceberg: iceberg reads
 # DuckDB's SHOW TABLES lists the default schema only, where Floe puts nothing: each table is a view in its
 # namespace's schema. So `show tables` lists every table, named as a query names it (`ingest.orders`).
 _SHOW_TABLES = re.compile(r"\s*show\s+tables\s*;?\s*", re.IGNORECASE)
-EVERY_TABLE = "SELECT schema || '.' || name AS name FROM (SHOW ALL TABLES) WHERE NOT temporary ORDER BY 1"
+EVERY_TABLE = ("SELECT schema || '.' || name AS name FROM (SHOW ALL TABLES)"
+               " WHERE NOT temporary AND database = current_database() ORDER BY 1")
 
 
 def statement(sql: str) -> str:
@@ -32,7 +43,7 @@ def statement(sql: str) -> str:
     return EVERY_TABLE if _SHOW_TABLES.fullmatch(sql) else sql
 
 
-def connect(settings: Settings, tables: list[str] | None = None, sql: str | None = None) -> duckdb.DuckDBPyConnection:
+def connect(settings: Settings, tables: list[str] | None = None, sql: str | None = None) -> Connection:
     """A DuckDB connection with a view for each of `tables`, or for each table of the catalog `sql` reads
     (`query.names`: a statement over one table of hundreds loads that one), or, with neither, for every table."""
     con = open_connection(settings)
@@ -43,26 +54,88 @@ def connect(settings: Settings, tables: list[str] | None = None, sql: str | None
     return con
 
 
-def open_connection(settings: Settings) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the extensions loaded and the warehouse's credentials set."""
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    for name in EXTENSIONS:
-        if name == "httpfs" and not settings.on_s3:
-            continue
-        con.execute(f"LOAD '{extension_path(name)}'")
-    if settings.on_s3:
-        # The keys are resolved now (they may be secret references) and live only in this connection.
-        s3 = settings.s3_properties()
-        key, secret, region = (s3.get(k, "") for k in ("s3.access-key-id", "s3.secret-access-key", "s3.region"))
-        url = s3.get("s3.endpoint", "")
-        endpoint = url.split("://", 1)[-1]
+def open_connection(settings: Settings) -> Connection:
+    """A DuckDB connection with the extensions loaded and the warehouse's credentials set: a cursor of this
+    process's database for the warehouse, in a database of its own (see the module's doc)."""
+    base = _database(settings)
+    with _LOCK:
+        cursor = base.cursor()
+    name = f"floe_connection_{next(_NUMBERS)}"
+    try:
+        cursor.execute(f"ATTACH ':memory:' AS {name}")
+        cursor.execute(f"USE {name}")
+    except BaseException:
+        cursor.close()
+        raise
+    return Connection(cursor, name)
+
+
+class Connection:
+    """A DuckDB connection (every method of `duckdb.DuckDBPyConnection`) whose `close` also detaches its own
+    database; one closed by no one is detached when it is collected."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, name: str) -> None:
+        self._cursor = cursor
+        self._close = weakref.finalize(self, _detach, cursor, name)
+
+    def __getattr__(self, attr: str):
+        return getattr(self._cursor, attr)
+
+    def close(self) -> None:
+        self._close()
+
+
+def _detach(cursor: duckdb.DuckDBPyConnection, name: str) -> None:
+    try:
+        cursor.execute("USE memory")
+        cursor.execute(f"DETACH DATABASE IF EXISTS {name}")
+    except duckdb.Error:
+        pass  # the database is gone with the process's anyway; a statement the user ran may have detached it
+    finally:
+        cursor.close()
+
+
+_LOCK = threading.Lock()
+_NUMBERS = itertools.count(1)
+_DATABASES: dict[str, duckdb.DuckDBPyConnection] = {}
+
+
+def _database(settings: Settings) -> duckdb.DuckDBPyConnection:
+    """This process's DuckDB database for the warehouse's credentials (a hash of them names it: they stay in
+    DuckDB alone), made on first use with the extensions loaded and the credentials as its secret."""
+    s3 = settings.s3_properties() if settings.on_s3 else {}
+    key = hashlib.sha256(repr((settings.on_s3, sorted(s3.items()))).encode()).hexdigest()
+    with _LOCK:
+        base = _DATABASES.get(key)
+        if base is not None:
+            return base
+        base = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+        try:
+            for name in EXTENSIONS:
+                if name == "httpfs" and not settings.on_s3:
+                    continue
+                base.execute(f"LOAD '{extension_path(name)}'")
+            if settings.on_s3:
+                _s3_secret(base, s3)
+        except BaseException:
+            base.close()
+            raise
+        _DATABASES[key] = base
+        return base
+
+
+def _s3_secret(con: duckdb.DuckDBPyConnection, s3: dict[str, str]) -> None:
+    # The keys were resolved by `s3_properties` (they may be secret references) and live only in DuckDB.
+    key, secret, region = (s3.get(k, "") for k in ("s3.access-key-id", "s3.secret-access-key", "s3.region"))
+    url = s3.get("s3.endpoint", "")
+    endpoint = url.split("://", 1)[-1]
+    if endpoint:
         con.execute(
             "CREATE SECRET floe_s3 (TYPE S3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL ?)",
             [key, secret, region or "us-east-1", endpoint, url.startswith("https")],
-        ) if endpoint else con.execute(
-            "CREATE SECRET floe_s3 (TYPE S3, KEY_ID ?, SECRET ?, REGION ?)", [key, secret, region or "us-east-1"],
         )
-    return con
+    else:
+        con.execute("CREATE SECRET floe_s3 (TYPE S3, KEY_ID ?, SECRET ?, REGION ?)", [key, secret, region or "us-east-1"])
 
 
 def _kind(con: duckdb.DuckDBPyConnection, schema: str, name: str) -> str | None:
