@@ -175,6 +175,52 @@ def test_streams_due_together_share_one_spark_job(broker, spark, floe_home, monk
         assert catalog.table(f"share.{t}").scan().to_arrow().num_rows == 300
 
 
+def test_a_busy_streams_batch_takes_a_job_of_its_own_beside_the_trickles_shared_one(broker, spark, floe_home,
+                                                                                    monkeypatch):
+    """A big batch neither rides in the trickles' job nor waits for it: two lanes, each its own jobs. Two
+    trickles and a busy stream due together make two jobs, the trickles' shared."""
+    monkeypatch.setattr(jobs_module, "WINDOW", 30.0)  # as above: every planner submits before a job starts
+    settings = load_settings()
+    sizes = {f"trickle_a_{os.getpid()}": 20, f"trickle_b_{os.getpid()}": 30, f"busy_{os.getpid()}": 3000}
+    for t, n in sizes.items():
+        broker.produce(t, pizza_values(n))
+    streams = [create_stream(settings, t, bootstrap=broker.bootstrap, topic=t, table=f"lanes.{t}").stream
+               for t in sizes]
+    jobs = BatchJobs(spark)
+    catalog = Catalog(settings)
+    outcomes = {}
+    all_planning = threading.Barrier(len(streams))
+
+    def step(stream):
+        state = StateStore(settings.state_db)
+        runner = StreamRunner(settings, spark, catalog, state, stream, jobs)
+        with jobs.planning():
+            all_planning.wait(60)
+            outcomes[stream.name] = runner.step()
+        runner.close()
+        state.close()
+
+    threads = [threading.Thread(target=step, args=(s,)) for s in streams]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    jobs.close()
+    assert {name: o.rows for name, o in outcomes.items()} == sizes
+    assert jobs.jobs_run == 2, "one job for the busy stream, one shared by the trickles"
+    for t, n in sizes.items():
+        assert catalog.table(f"lanes.{t}").scan().to_arrow().num_rows == n
+
+
+def test_a_batchs_lane_is_told_by_the_messages_it_plans():
+    from appliance.kafka.reader import Piece
+
+    small = [(None, [[Piece(0, 0, 600)], [Piece(1, 10, 399)]])]  # 989 messages over two tasks
+    assert jobs_module.lane(small) == jobs_module.TRICKLE
+    assert jobs_module.lane(small + [(None, [[Piece(0, 600, 611)]])]) == jobs_module.BUSY  # 1,000: a pattern's
+    assert jobs_module.lane([(None, [])]) == jobs_module.TRICKLE
+
+
 def test_the_class_data_archive_is_built_and_used(tmp_path, spark):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FLOE_HOME": str(tmp_path / "home")}
     env.pop("PYSPARK_SUBMIT_ARGS", None)

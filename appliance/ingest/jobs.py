@@ -7,6 +7,11 @@ intervals), so the streams that are due plan their batches at about the same tim
 `BatchJobs` holds each submitted batch until every worker still planning has submitted
 (or `WINDOW` has passed) and runs them all as one job. Each worker then commits its own
 stream, as before: only the Spark job is shared.
+
+Batches go in one of two lanes, each with its jobs one at a time: a big batch (`BUSY_MESSAGES` or more
+planned) in the busy lane, the others in the trickle lane. A busy stream's batch then neither waits for a job
+of a hundred trickles to end nor rides in one, and the trickles still share their jobs: the two lanes' jobs
+run side by side on Spark's FAIR scheduler.
 """
 
 from __future__ import annotations
@@ -22,6 +27,14 @@ from appliance.kafka.reader import Piece
 from appliance.spark.session import parallelism
 
 WINDOW = 0.1  # seconds a submitted batch waits at most for the other streams' batches
+BUSY_MESSAGES = 1000  # a batch planned this big goes in the busy lane
+BUSY, TRICKLE = 0, 1
+
+
+def lane(batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> int:
+    """The lane of one worker's batches: BUSY when they plan `BUSY_MESSAGES` or more messages."""
+    planned = sum(piece.size for _, tasks in batches for task in tasks for piece in task)
+    return BUSY if planned >= BUSY_MESSAGES else TRICKLE
 
 
 def next_tick(after: float, grid: float) -> float:
@@ -59,9 +72,9 @@ class BatchJobs:
     def __init__(self, spark) -> None:
         self.spark = spark
         self._cond = threading.Condition()
-        self._pending: list[_Request] = []
+        self._pending: list[list[_Request]] = [[], []]  # a lane's, BUSY and TRICKLE
         self._planning = 0  # workers in a step that have not submitted yet
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread | None] = [None, None]
         self._step = threading.local()  # per worker thread: has its step submitted a batch yet?
         self.jobs_run = 0  # Spark jobs started, for whoever wants to see the sharing
         self._closed = False
@@ -91,30 +104,33 @@ class BatchJobs:
     def run_many(self, batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> list[BatchResult | BaseException]:
         """Several batches of one worker (a pattern stream's topics) in the next shared job: each one's result
         or error, in order."""
-        request = _Request(batches)
+        request, at = _Request(batches), lane(batches)
         with self._cond:
             if getattr(self._step, "open", False):
                 self._step.open = False
                 self._planning -= 1
-            self._pending.append(request)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._serve, name="floe-batch-jobs", daemon=True)
-                self._thread.start()
+            self._pending[at].append(request)
+            thread = self._threads[at]
+            if thread is None or not thread.is_alive():
+                self._threads[at] = threading.Thread(target=self._serve, args=(at,), daemon=True,
+                                                     name=f"floe-batch-jobs-{'busy' if at == BUSY else 'trickle'}")
+                self._threads[at].start()
             self._cond.notify_all()
         request.done.wait()
         return request.results
 
-    def _serve(self) -> None:
+    def _serve(self, at: int) -> None:
         while True:
             with self._cond:
-                while not self._pending:
+                while not self._pending[at]:
                     if self._closed or not self._cond.wait(60.0):
-                        self._thread = None  # idle a minute: the next submit starts a new one
+                        self._threads[at] = None  # idle a minute: the next submit starts a new one
                         return
                 deadline = time.monotonic() + WINDOW
                 while self._planning > 0 and time.monotonic() < deadline:
                     self._cond.wait(deadline - time.monotonic())
-                batch, self._pending = self._pending, []
+                batch, self._pending[at] = self._pending[at], []
+                self.jobs_run += 1
             self._run(batch)
 
     def close(self) -> None:
@@ -123,12 +139,12 @@ class BatchJobs:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join(30)
+            threads = list(self._threads)
+        for thread in threads:
+            if thread is not None:
+                thread.join(30)
 
     def _run(self, batch: list[_Request]) -> None:
-        self.jobs_run += 1
         batches = [b for r in batch for b in r.batches]
         try:
             results = run_batches(self.spark, batches, parallelism(self.spark))
