@@ -27,8 +27,9 @@ def loud(x):
         print("UNEXPECTED from a worker", file=sys.stderr)
     return x
 
-# Two partitions of many batches each, of which `take` reads a handful: the JVM closes the workers' sockets.
-assert len(spark.range(2_000_000).repartition(2).mapInArrow(rows, "id long").take(5)) == 5
+# Two partitions (no shuffle to make them) of many batches each, of which `take` reads a handful: the JVM
+# closes the workers' sockets.
+assert len(spark.range(0, 2_000_000, 1, 2).mapInArrow(rows, "id long").take(5)) == 5
 assert spark.sparkContext.parallelize(range(1_000_000), 2).map(lambda x: x).take(3) == [0, 1, 2]
 assert spark.sparkContext.parallelize(range(10), 1).map(loud).count() == 10
 spark.stop()
