@@ -302,21 +302,25 @@ class AfterACommit:
     seconds, many more on a loaded machine) as often as in its work; this one falls in its work, or after it."""
 
     def __init__(self, stream: str, delay: float) -> None:
+        from appliance.config.settings import load_settings
+        from appliance.state.store import StateStore
+
         self.stream, self.delay = stream, delay
+        # One connection for every poll: opening the state database costs 30 times its query, and the polls
+        # run through a JVM's start, beside the engine they wait for.
+        self._state: StateStore | None = StateStore(load_settings().state_db)
         self.before = self._last()  # made before the engine starts: its batches are the ones after
         self.due: float | None = None
 
     def _last(self) -> int:
-        from appliance.config.settings import load_settings
-        from appliance.state.store import StateStore
-
-        with StateStore(load_settings().state_db) as state:
-            batches = state.recent_batches(self.stream, 1)
+        batches = self._state.recent_batches(self.stream, 1)
         return batches[0].id if batches else 0
 
     def __call__(self) -> bool:
         if self.due is None and self._last() > self.before:
             self.due = time.monotonic() + self.delay
+            self._state.close()
+            self._state = None
         return self.due is not None and time.monotonic() >= self.due
 
 
