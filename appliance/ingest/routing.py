@@ -11,7 +11,9 @@ A value naming a table that has no route yet is like a schema change: the task w
 new tables with a few of their messages (`TaskResult.new_routes`); the driver records the routes, makes their
 tables from those samples and runs the task again (`ingest/routed.py`). So is a route's batch that needs its
 table to change (`TaskResult.evolutions`). A message at an offset a table has already committed (an earlier
-attempt of this batch was cut between two tables' commits) is not written to it again (`routes.unlanded`).
+attempt of this batch was cut between two tables' commits) is not written to it again (`routes.unlanded`). A routed upsert stream's group is reduced to each
+key's newest message (`decode.keys`, by `mergeonread.precedence`) before that skip, and its keys travel back per table
+(`Router._keys`): a key's rows in two route tables are two keys.
 """
 
 from __future__ import annotations
@@ -25,16 +27,19 @@ import pyarrow as pa
 
 from appliance.decode.json_format import JsonFormat, ParsedJson, parse_objects
 from appliance.decode.kafka_sources import column_values
+from appliance.decode.keys import Keyed
 from appliance.decode.parsed import Bad, MessageFormat, Parsed
 from appliance.decode.rows import dead_letter_rows, decode_batch
 from appliance.ingest.batch import BatchSpec, TaskResult, timestamp_sample
 from appliance.kafka.reader import Piece, PieceResult
 from appliance.kafka.records import RawBatch
+from appliance.mergeonread.keyforms import KeyForm
+from appliance.mergeonread.plans import Keys
 from appliance.model.changes import Evolution
 from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION
 from appliance.model.mapping import Column, Mapping
 from appliance.model.routes import RouteRule, route_text, unlanded
-from appliance.tables.datafiles import TableTarget, write_data_files
+from appliance.tables.datafiles import TableTarget, in_file_order, table_metadata, write_data_files
 
 SAMPLES = 50  # messages of a new route a task hands back: its mapping is inferred from them
 ROUTE_STAGE = "route"  # the dead-letter stage of a message that names no table
@@ -65,6 +70,7 @@ class Router:
     rule: RouteRule
     routes: dict[str, RouteTarget]  # by table
     refused: dict[str, str]  # tables that cannot be made, and why: their messages are dead letters
+    keyed: Keyed | None = None  # a routed upsert stream's key: each route's group reduced to each key's newest
 
     def write(self, spec: BatchSpec, pieces: list[Piece], raw: RawBatch, results: list[PieceResult],
               ingested_at: dt.datetime, read_seconds: float) -> TaskResult:
@@ -83,7 +89,8 @@ class Router:
             # tables' commits): its dead letter, if it makes one, is still owed, as the dead-letter table
             # commits last. Only its row is not written again.
             part, fmt = group(raw, indexes, spec.fmt, objects)
-            decoded = decode_batch(part, route.mapping, spec.max_message_bytes, ingested_at, fmt, spec.evolve)
+            decoded = decode_batch(part, route.mapping, spec.max_message_bytes, ingested_at, fmt, spec.evolve,
+                                   self.keyed)
             if decoded.changes:
                 result.route_changes.setdefault(table, set()).update(decoded.changes)
             for schema, n in decoded.schemas.items():
@@ -92,6 +99,8 @@ class Router:
                 result.evolutions[table] = decoded.evolution
                 continue
             untaken = not_taken(decoded.target, route.committed)
+            if self.keyed is not None:
+                untaken = self._keys(result, table, untaken, not_taken(decoded.deleted, route.committed))
             if untaken.num_rows:
                 rows[table] = untaken
             dead.append(decoded.dead_letter)
@@ -106,6 +115,18 @@ class Router:
         result.timestamps, result.throttle_ms = timestamp_sample(raw.timestamps), raw.throttle_ms
         result.decode_seconds, result.write_seconds = t2 - t1, time.perf_counter() - t2
         return result
+
+    def _keys(self, result: TaskResult, table: str, rows: pa.Table, deleted: pa.Table) -> pa.Table:
+        """An upsert route's rows in its files' order, their keys and those its newest messages delete handed back
+        as the index keeps them (`TaskResult.routed_keys`, `routed_deleted`). Its table's index places them."""
+        target = self.routes[table].target
+        rows = in_file_order(target, rows)
+        form = KeyForm.of(table_metadata(target).schema(), self.keyed.columns)
+        if rows.num_rows:
+            result.routed_keys[table] = Keys.of(form, rows)
+        if deleted.num_rows:
+            result.routed_deleted[table] = Keys.of(form, deleted)
+        return rows
 
     def split(self, raw: RawBatch, fmt: MessageFormat | None, max_message_bytes: int
               ) -> tuple[dict[str, list[int]], dict[str, tuple[str, list[bytes]]], list[Bad], list | None]:
