@@ -31,7 +31,8 @@ PARTITIONING = "day(_kafka_timestamp)"  # a routed stream's tables', unless it w
 
 
 def route_mapping(stream: StreamDef, samples: list[bytes]) -> Mapping:
-    """The columns of a new route's table, from its messages."""
+    """The columns of a new route's table, from its messages (those with a value: a tombstone has no columns)."""
+    samples = [v for v in samples if v is not None]
     if stream.format == "json":
         mapping = infer_mapping(sample_objects(v[5:] if v[:1] == b"\0" and len(v) >= 5 else v for v in samples))
     else:

@@ -1,7 +1,8 @@
 """A routed stream's batch inside its Spark task: one read of the topic, split by each message's route value.
 
 The task reads its pieces once (`batch.run_items`), takes each message's route value (its value parsed once with
-the stream's format, the field looked up; or its key's or a header's text, with no value parsed: `route_values`),
+the stream's format, the field looked up; or its key's or a header's text, with no value parsed:
+`decode.route_values`),
 groups the messages by the table the value names (`model/routes.RouteRule`) and decodes each group with its
 route's mapping into that table's files. A JSON message is parsed once: its object, parsed for its route value,
 is the one its route's mapping reads (`group`, `json_format.ParsedJson`). A message
@@ -11,9 +12,11 @@ A value naming a table that has no route yet is like a schema change: the task w
 new tables with a few of their messages (`TaskResult.new_routes`); the driver records the routes, makes their
 tables from those samples and runs the task again (`ingest/routed.py`). So is a route's batch that needs its
 table to change (`TaskResult.evolutions`). A message at an offset a table has already committed (an earlier
-attempt of this batch was cut between two tables' commits) is not written to it again (`routes.unlanded`). A routed upsert stream's group is reduced to each
-key's newest message (`decode.keys`, by `mergeonread.precedence`) before that skip, and its keys travel back per table
-(`Router._keys`): a key's rows in two route tables are two keys.
+attempt of this batch was cut between two tables' commits) is not written to it again (`routes.unlanded`).
+
+A routed upsert stream's group is reduced to each key's newest message (`decode.keys`, by `mergeonread.precedence`)
+before that skip, and its keys travel back per table (`Router._keys`): a key's rows in two route tables are two keys.
+A tombstone naming a table not made yet deletes nothing and makes no table.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from appliance.decode.json_format import JsonFormat, ParsedJson, parse_objects
-from appliance.decode.kafka_sources import column_values
+from appliance.decode.json_format import ParsedJson
 from appliance.decode.keys import Keyed
-from appliance.decode.parsed import Bad, MessageFormat, Parsed
+from appliance.decode.parsed import Bad, MessageFormat
+from appliance.decode.route_values import route_values
 from appliance.decode.rows import dead_letter_rows, decode_batch
 from appliance.ingest.batch import BatchSpec, TaskResult, timestamp_sample
 from appliance.kafka.reader import Piece, PieceResult
@@ -37,7 +40,7 @@ from appliance.mergeonread.keyforms import KeyForm
 from appliance.mergeonread.plans import Keys
 from appliance.model.changes import Evolution
 from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION
-from appliance.model.mapping import Column, Mapping
+from appliance.model.mapping import Mapping
 from appliance.model.routes import RouteRule, route_text, unlanded
 from appliance.tables.datafiles import TableTarget, in_file_order, table_metadata, write_data_files
 
@@ -148,6 +151,8 @@ class Router:
                 bad.append((i, ROUTE_STAGE, why or f"table {table}: {self.refused[table]}"))
             elif table in self.routes:
                 groups.setdefault(table, []).append(i)
+            elif self.keyed is not None and raw.values[i] is None:
+                continue  # a tombstone of a table not made yet deletes nothing: it makes no table either
             else:
                 sample = new.setdefault(table, (route_text(value) or "", []))[1]
                 if len(sample) < SAMPLES:
@@ -163,43 +168,6 @@ def group(raw: RawBatch, indexes: list[int], fmt: MessageFormat | None, objects:
     if objects is None:
         return part, fmt
     return part, ParsedJson(part.values, [objects[i] for i in indexes])
-
-
-def route_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
-                 ) -> tuple[list[tuple[int, Any]], list[Bad], list | None]:
-    """Each parsed message's route value (None: no such field), the messages that do not parse, with why, and for
-    JSON each message's object (None for one that is not an object), which its route's mapping then reads."""
-    if rule.from_kafka:
-        return (*_kafka_values(raw, rule, fmt, max_message_bytes), None)
-    values = raw.values
-    if fmt is None or isinstance(fmt, JsonFormat):
-        good, objects, bad = parse_objects(values, max_message_bytes)
-        found: list[Any] = objects
-        for key in rule.path:
-            found = [o.get(key) if o.__class__ is dict else None for o in found]
-        everyone: list = [None] * len(values)
-        for i, o in zip(good, objects):
-            everyone[i] = o
-        return list(zip(good, found)), bad, everyone
-    column = Column("route", "string", rule.path)
-    parsed = fmt.parse(values, max_message_bytes, Mapping.of_table([column]))
-    [found] = parsed.values([column])
-    found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
-    return list(zip(parsed.good, found)), list(parsed.bad), None
-
-
-def _kafka_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
-                  ) -> tuple[list[tuple[int, Any]], list[Bad]]:
-    """The key's or a header's text (or a key's field), read as a mapped column of that source reads it
-    (`decode.kafka_sources`); a key or header that cannot be read is a dead letter with the reason. The values
-    are decoded later, by each route's mapping."""
-    everyone = Parsed(good=list(range(len(raw))), bad=[], values=lambda columns: [])
-    problems: dict = {}
-    [found] = column_values(Mapping.of_table([Column("route", "string", rule.path)]), everyone, raw, fmt,
-                            max_message_bytes, problems)
-    found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
-    bad: list[Bad] = [(i, problem.stage, problem.message) for i, problem in sorted(problems.items())]
-    return [(i, value) for i, value in enumerate(found) if i not in problems], bad
 
 
 def merged_evolutions(tasks: list) -> dict[str, Evolution]:
