@@ -84,7 +84,8 @@ def test_a_task_reduces_each_routes_messages_to_each_keys_newest_and_hands_back_
     ensure_home(settings)
     catalog = Catalog(settings)
     mapping = infer_mapping([{"id": 1, "v": "x"}])
-    targets = {t: TableTarget.of(catalog.ensure_table(t, target_iceberg_schema(mapping))[0]) for t in ("r.t_a", "r.t_b")}
+    targets = {t: TableTarget.of(catalog.ensure_table(t, target_iceberg_schema(mapping))[0])
+               for t in ("r.t_a", "r.t_b")}
     dead = TableTarget.of(catalog.ensure_table("r.dlq", dead_letter_iceberg_schema())[0])
     rule = RouteRule.parse("@header.kind", "r.t_{value}")
     #            a:1 v0   b:1 v1   a:1 v2   a:2 v3   b:2 gone  a:- v5   b:1 v6   a:3 v7 (p1)

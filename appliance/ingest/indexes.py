@@ -3,7 +3,8 @@ state so that the next process loads them (`mergeonread.store`).
 
 A stream's worker ends when it is paused, redefined or fails hard, and a new one starts later;
 rebuilding a large index from the table each time would cost minutes. The index is kept here by
-stream id and table (a routed upsert stream keeps one per route table), and whoever takes it brings it to the table before trusting it (`mergeonread.lineage`).
+stream id and table (a routed upsert stream keeps one per route table), and whoever takes it brings it
+to the table before trusting it (`mergeonread.lineage`).
 The engine saves them whole when it stops, and forgets (and deletes the checkpoints of) those of
 deleted streams. At its start it loads them in a thread while Spark starts (`preload`): a stream's first
 commit then finds its index current instead of loading (or building) it after its first batch.

@@ -4,8 +4,8 @@ A table a route value names for the first time gets the columns its messages car
 tasks handed back (JSON, as `floe stream create` infers), or the writer schema the newest of them names (Avro,
 Protobuf: the registry's, no guessing); a routed upsert stream's must hold its key columns (`model.keys.check_key`:
 a route whose samples carry no key is refused). Its table is made as a stream's target is (partitioned as the
-stream says, each column's source recorded). A table another stream or a stage writes, or an existing one of other columns, is
-refused: the route is recorded with the reason and its messages go to the dead-letter table.
+stream says, each column's source recorded). A table another stream or a stage writes, or an existing one of other
+columns, is refused: the route is recorded with the reason and its messages go to the dead-letter table.
 """
 
 from __future__ import annotations
