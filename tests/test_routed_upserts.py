@@ -15,7 +15,7 @@ from appliance.control.routes import NEEDS_KEY, NO_CDC
 from appliance.core.errors import MappingError
 from appliance.decode.json_format import JsonFormat
 from appliance.decode.keys import Keyed
-from appliance.ingest.batch import BatchResult, BatchSpec, TaskResult
+from appliance.ingest.batch import BatchSpec, TaskResult
 from appliance.ingest.route_tables import route_mapping
 from appliance.ingest.routed import routed_changes
 from appliance.ingest.routing import Router, RouteTarget
@@ -27,7 +27,7 @@ from appliance.model.mapping import Mapping
 from appliance.model.routes import RouteRule
 from appliance.state.store import StateStore
 
-from conftest import floe
+from conftest import floe, run_until_caught_up
 
 KINDS = ("click", "view", "buy")
 TABLES = {kind: f"an.ev_{kind}" for kind in KINDS}
@@ -129,11 +129,11 @@ def test_a_batch_hands_each_route_table_its_files_with_their_keys_in_the_tasks_o
     one = TaskResult([], routed_files={"t_a": ["f1"], "t_b": ["f2"]}, routed_keys={"t_a": keys(1, 2), "t_b": keys(3)})
     two = TaskResult([], routed_files={"t_a": ["f3"]}, routed_keys={"t_a": keys(7)},
                      routed_deleted={"t_c": keys(9)})
-    changes = routed_changes(BatchResult([one, two]), keyed=True)
+    changes = routed_changes([one, two], keyed=True)
     assert sorted(changes) == ["t_a", "t_b", "t_c"]  # t_c: only a delete, still a commit
     assert changes["t_a"].files == ["f1", "f3"] and changes["t_a"].rows.offsets.tolist() == [1, 2, 7]
     assert changes["t_c"].files == [] and changes["t_c"].deleted.offsets.tolist() == [9]
-    assert routed_changes(BatchResult([one, two]), keyed=False) == {"t_a": ["f1", "f3"], "t_b": ["f2"]}
+    assert routed_changes([one, two], keyed=False) == {"t_a": ["f1", "f3"], "t_b": ["f2"]}
 
 
 PARTITIONS = 4
@@ -215,8 +215,6 @@ def test_a_failed_swap_drops_the_touched_indexes_and_the_batch_read_again_lands_
     from appliance.tables.catalog import Catalog
     from appliance.tables.snapshots import committed_offsets
 
-    from conftest import run_until_caught_up
-
     floe_home.mkdir(parents=True, exist_ok=True)
     (floe_home / "floe.toml").write_text('[engine]\nmax_batch_messages = 300\n')
     changes = KindChanges(broker, topic, random.Random(5))
@@ -266,7 +264,7 @@ def test_routed_upserts_land_each_kinds_newest_once_through_kill_9(broker, topic
     from appliance.tables.snapshots import committed_offsets
 
     from commands import floe_process
-    from conftest import AfterACommit, run_until_caught_up, run_until_killed
+    from conftest import AfterACommit, run_until_killed
 
     seed = int(__import__("os").environ.get("FLOE_TEST_SEED", random.randrange(1 << 30)))
     print(f"seed {seed}")
@@ -292,3 +290,46 @@ def test_routed_upserts_land_each_kinds_newest_once_through_kill_9(broker, topic
         changes.run(rng.randint(50, 300))  # arrives while the engine is down
     run_until_caught_up(spark)
     _assert_each_table_holds_its_kinds_newest(changes)
+
+
+def test_dead_letters_replay_into_their_upsert_route_tables_where_a_newer_row_of_their_key_does_not_win(
+        broker, topic, spark):
+    """Each dead letter routed again and decoded against its route's table, then placed by `precedence` against its
+    key's row in that table alone: a replayed message newer than its key's row replaces it; one older than the row
+    that came after it stays a dead letter (superseded); one without the route field stays with its reason. The
+    route tables and the dead-letter table move in one catalog transaction, and the audit holds after."""
+    import json
+
+    from appliance.auditor import audit_streams
+    from appliance.query.connection import run_query
+
+    def send(*messages: dict) -> None:
+        broker.produce(topic, [orjson.dumps(m) for m in messages], partition=0)
+
+    send({"type": "a", "id": 1, "n": 1}, {"type": "b", "id": 1, "n": 2}, {"type": "a", "id": 2, "n": 3})
+    assert floe("stream", "create", "ev", "--bootstrap", broker.bootstrap, "--topic", topic, "--route-by", "type",
+                "--table", "an.ev_{value}", "--mode", "upsert", "--key", "id",
+                "--schema-evolution", "off").returncode == 0
+    run_until_caught_up(spark)  # the routes' tables made, n a number
+    # offsets 3..7: a:1 and a:2 newer than their rows, b:1 older than the row after it, one without a type
+    send({"type": "a", "id": 1, "n": "x"}, {"type": "b", "id": 1, "n": "y"}, {"type": "b", "id": 1, "n": 5},
+         {"type": "a", "id": 2, "n": "z"}, {"id": 3, "n": "w"})
+    run_until_caught_up(spark)
+    dead = [json.loads(line) for line in floe("dlq", "list", "ev", "--format", "json").stdout.splitlines()]
+    assert [(d["_kafka_offset"], d["error_stage"]) for d in dead] == [(3, "schema"), (4, "schema"), (6, "schema"),
+                                                                     (7, "route")]
+    for table in ("an.ev_a", "an.ev_b"):  # the fix: each route's column made text
+        for args in (("drop-column", "n"), ("add-column", "n", "string", "--source", "n")):
+            assert floe("table", "alter", table, *args).returncode == 0
+    done = floe("dlq", "replay", "ev")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ev: 4 dead letters selected; moved 2 to their tables, 1 stay in the dead-letter "
+                                  "table, 1 left as they were (a newer row of their key is in the table)"), done.stdout
+    settings = load_settings()
+    assert run_query(settings, "select id, n, _kafka_offset o from an.ev_a order by id").to_pylist() == [
+        {"id": 1, "n": "x", "o": 3}, {"id": 2, "n": "z", "o": 6}]
+    assert run_query(settings, "select id, _kafka_offset o from an.ev_b").to_pylist() == [{"id": 1, "o": 5}]
+    dead = [json.loads(line) for line in floe("dlq", "list", "ev", "--format", "json").stdout.splitlines()]
+    assert [d["_kafka_offset"] for d in dead] == [4, 7]
+    [report] = audit_streams(settings, "ev")[1]
+    assert report.ok and report.keys.keys == report.keys.table_keys == 3, (report.problems, report.keys)

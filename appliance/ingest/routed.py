@@ -195,7 +195,7 @@ class RoutedRunner(StreamRunner):
         """Each route's table with rows (or, upserting, keys to delete), in the order of their names, then the
         anchor; its snapshot id and how many route tables committed. On Floe's SQL catalog in one catalog transaction
         (every table moves or none does); elsewhere one after the other."""
-        changes = routed_changes(result, keyed=self.stream.upserts)
+        changes = routed_changes(result.tasks, keyed=self.stream.upserts)
         snapshot = self._commit_all(changes, offsets, result.dead_letter_files)
         for table in sorted(changes):  # a few of each index's shards, the commit locks free again
             if self.routes[table].index is not None:
@@ -251,18 +251,19 @@ class RoutedRunner(StreamRunner):
         return snapshot
 
 
-def routed_changes(result: BatchResult, keyed: bool) -> dict[str, list | KeyedRows]:
-    """What each route table takes from a batch: its files (tables without any left out); a routed upsert stream's,
+def routed_changes(tasks: list, keyed: bool) -> dict[str, list | KeyedRows]:
+    """What each route table takes from a batch's tasks (or a routed replay's parts: anything with `routed_files`,
+    `routed_keys` and `routed_deleted` by table): its files (tables without any left out); a routed upsert stream's,
     its files with their rows' keys, in the tasks' order, and the keys its messages delete (tables with neither left
     out)."""
     files: dict[str, list] = {}
-    for r in result.tasks:
+    for r in tasks:
         for table, found in r.routed_files.items():
             files.setdefault(table, []).extend(found)
     if not keyed:
         return {table: found for table, found in files.items() if found}
-    touched = {t for t, found in files.items() if found} | {t for r in result.tasks for t in r.routed_deleted}
+    touched = {t for t, found in files.items() if found} | {t for r in tasks for t in r.routed_deleted}
     return {table: KeyedRows(files.get(table, []),
-                             Keys.concat([r.routed_keys[table] for r in result.tasks if table in r.routed_keys]),
-                             Keys.concat([r.routed_deleted[table] for r in result.tasks if table in r.routed_deleted]))
+                             Keys.concat([r.routed_keys[table] for r in tasks if table in r.routed_keys]),
+                             Keys.concat([r.routed_deleted[table] for r in tasks if table in r.routed_deleted]))
             for table in touched}

@@ -15,8 +15,8 @@ table to change (`TaskResult.evolutions`). A message at an offset a table has al
 attempt of this batch was cut between two tables' commits) is not written to it again (`routes.unlanded`).
 
 A routed upsert stream's group is reduced to each key's newest message (`decode.keys`, by `mergeonread.precedence`)
-before that skip, and its keys travel back per table (`Router._keys`): a key's rows in two route tables are two keys.
-A tombstone naming a table not made yet deletes nothing and makes no table.
+before that skip, and its keys travel back per table (`Router.route_keys`): a key's rows in two route tables are two
+keys. A tombstone naming a table not made yet deletes nothing and makes no table.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Router:
                 continue
             untaken = not_taken(decoded.target, route.committed)
             if self.keyed is not None:
-                untaken = self._keys(result, table, untaken, not_taken(decoded.deleted, route.committed))
+                untaken = self.route_keys(result, table, untaken, not_taken(decoded.deleted, route.committed))
             if untaken.num_rows:
                 rows[table] = untaken
             dead.append(decoded.dead_letter)
@@ -119,7 +119,7 @@ class Router:
         result.decode_seconds, result.write_seconds = t2 - t1, time.perf_counter() - t2
         return result
 
-    def _keys(self, result: TaskResult, table: str, rows: pa.Table, deleted: pa.Table) -> pa.Table:
+    def route_keys(self, result: TaskResult, table: str, rows: pa.Table, deleted: pa.Table) -> pa.Table:
         """An upsert route's rows in its files' order, their keys and those its newest messages delete handed back
         as the index keeps them (`TaskResult.routed_keys`, `routed_deleted`). Its table's index places them."""
         target = self.routes[table].target
