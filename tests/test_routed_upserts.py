@@ -111,6 +111,18 @@ def test_a_task_reduces_each_routes_messages_to_each_keys_newest_and_hands_back_
     assert "key column 'id' is null" in str(_dead_letters(done)[0])
 
 
+def test_a_tombstone_naming_a_table_not_made_yet_makes_no_table_and_is_no_dead_letter():
+    """It deletes nothing (its kind has no rows yet), so it makes no table: a table made from tombstones alone would
+    have no columns. An upsert of that kind in the same batch makes the table, from its own value."""
+    rule = RouteRule.parse("@header.kind", "r.t_{value}")
+    raw = _raw([None, orjson.dumps({"id": 2, "v": "x"}), None], [0, 0, 0], [orjson.dumps({"id": k}) for k in (1, 2, 3)],
+               ["c", "d", "d"])
+    groups, new, bad, _ = Router(rule, {}, {}, Keyed(("id",))).split(raw, JsonFormat(), 1 << 20)
+    assert not groups and not bad and new == {"r.t_d": ("d", [raw.values[1]])}
+    _, new, _, _ = Router(rule, {}, {}).split(raw, JsonFormat(), 1 << 20)  # an append stream's: every message
+    assert sorted(new) == ["r.t_c", "r.t_d"]
+
+
 def _dead_letters(done: TaskResult) -> list:
     import pyarrow.parquet as pq
 
@@ -333,3 +345,37 @@ def test_dead_letters_replay_into_their_upsert_route_tables_where_a_newer_row_of
     assert [d["_kafka_offset"] for d in dead] == [4, 7]
     [report] = audit_streams(settings, "ev")[1]
     assert report.ok and report.keys.keys == report.keys.table_keys == 3, (report.problems, report.keys)
+
+
+@pytest.mark.slow
+def test_without_a_catalog_transaction_an_upsert_batch_cut_between_two_tables_lands_once(broker, topic, floe_home,
+                                                                                        spark, monkeypatch, tmp_path):
+    """Where the catalog has no transaction over tables (a REST catalog), route tables commit one after the other; a
+    batch cut between two leaves the first ahead, and the batch read again (in smaller batches, so that the first
+    ends below what that table took) writes each table only what it has not taken: no key's older row over its
+    newer one. (In this process: a fail point that raises, as a kill would leave the tables.)"""
+    from appliance.core import failpoints
+    from appliance.ingest import routed
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.snapshots import committed_offsets
+
+    monkeypatch.setattr(routed, "TOGETHER", False)
+    armed = tmp_path / "armed"
+    armed.touch()
+    monkeypatch.setattr(failpoints, "_ARMED", {"between_route_commits": f"raise@{armed}"})
+    changes = KindChanges(broker, topic, random.Random(11), keys=40)
+    changes.run(600)
+    _create(broker, topic)
+    with pytest.raises(Exception, match="failpoint between_route_commits"):
+        run_until_caught_up(spark)
+    catalog = Catalog(load_settings())
+    with StateStore(load_settings().state_db) as state:
+        stream = state.stream("ev")
+    assert [t for t in sorted(TABLES.values()) if committed_offsets(catalog.table(t), stream.id)] == ["an.ev_buy"]
+    assert committed_offsets(catalog.table("an.ev_dlq"), stream.id) is None  # the anchor: the batch is read again
+
+    armed.unlink()
+    changes.run(300)
+    (load_settings().home / "floe.toml").write_text('[engine]\nmax_batch_messages = 100\n')
+    run_until_caught_up(spark)
+    _assert_each_table_holds_its_kinds_newest(changes)
