@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from appliance.config.settings import load_settings
-from appliance.control.routes import APPEND_ONLY
+from appliance.control.routes import NEEDS_KEY, NO_CDC
 from appliance.core.errors import RouteError
 from appliance.ingest.batch import TaskResult
 from appliance.ingest.routing import ROUTE_STAGE, Router, RouteTarget, merged_new_routes
@@ -155,11 +155,9 @@ def test_stream_create_refuses_a_bad_route_in_one_line():
          "give --topic, not --topic-pattern"),
         (["--topic", "t", "--route-by", "type", "--table", "a.events"], "does not name {value}"),
         (["--topic", "t", "--route-by", "", "--table", "a.t_{value}"], "--route-by needs a field"),
-        (["--topic", "t", "--route-by", "type", "--table", "a.t_{value}", "--mode", "upsert"], APPEND_ONLY),
-        (["--topic", "t", "--route-by", "type", "--table", "a.t_{value}", "--mode", "upsert", "--key", "id"],
-         APPEND_ONLY),
-        (["--topic", "t", "--route-by", "type", "--table", "a.t_{value}", "--key", "id"], APPEND_ONLY),
-        (["--topic", "t", "--route-by", "type", "--table", "a.t_{value}", "--cdc", "debezium"], APPEND_ONLY),
+        (["--topic", "t", "--route-by", "type", "--table", "a.t_{value}", "--mode", "upsert"], NEEDS_KEY),
+        (["--topic", "t", "--route-by", "type", "--table", "a.t_{value}", "--key", "id"], "add --mode upsert"),
+        (["--topic", "t", "--route-by", "type", "--table", "a.t_{value}", "--cdc", "debezium"], NO_CDC),
         (["--topic", "t", "--route-by", "type", "--table", "{value}.events"], "give --dead-letter-table"),
     ]:
         done = floe("stream", "create", "ev", "--bootstrap", "127.0.0.1:9", *args)

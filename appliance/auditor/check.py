@@ -19,12 +19,13 @@ import numpy as np
 from appliance.auditor.report import AuditReport, OffsetRange, PartitionAudit, Reason
 from appliance.auditor.scans import scan_sql
 from appliance.auditor.tally import PartitionTally, runs, tally
-from appliance.auditor.upserts import audit_upserts
+from appliance.auditor.upserts import audit_routed_upserts, audit_upserts
 from appliance.config.settings import Settings
 from appliance.core import hints
 from appliance.core.errors import FloeError, QueryError
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.model.columns import ERROR_MESSAGE, ERROR_STAGE, KAFKA_OFFSET, KAFKA_PARTITION
+from appliance.model.mapping import Mapping
 from appliance.model.patterns import member_stream
 from appliance.model.stream import StreamDef
 from appliance.query.connection import one_line, open_connection
@@ -50,7 +51,7 @@ def audit_streams(settings: Settings, name: str) -> tuple[bool, list[AuditReport
     with StateStore(settings.state_db) as state:
         stream = state.stream(name)
         if stream.is_routed:
-            routes = [r.table for r in state.routes(name).values() if not r.refused]
+            routes = {r.table: r.mapping for r in state.routes(name).values() if not r.refused}
             return False, [audit_of(settings, stream, state.expired_offsets(stream.id), routes)]
         if not stream.is_pattern:
             return False, [audit_of(settings, stream, state.expired_offsets(stream.id))]
@@ -59,22 +60,27 @@ def audit_streams(settings: Settings, name: str) -> tuple[bool, list[AuditReport
 
 
 def audit_of(settings: Settings, stream: StreamDef, expired: list[tuple[int, int, int]],
-             routes: list[str] | None = None) -> AuditReport:
-    """`routes`: a routed stream's tables, whose rows together with its dead letters hold every offset once."""
+             routes: dict[str, Mapping] | None = None) -> AuditReport:
+    """`routes`: a routed stream's tables (with each route's recorded mapping), whose rows together with its dead
+    letters hold every offset once (an upsert stream's: each key's newest message of each table's messages)."""
     started = time.monotonic()
     name = stream.name
     catalog = Catalog(settings)
     with warehouse_io(settings, f"read stream {name}'s tables"):
-        targets, dead = _routed(catalog, stream, routes) if routes is not None else _tables(catalog, stream)
+        targets, dead = _routed(catalog, stream, list(routes)) if routes is not None else _tables(catalog, stream)
     target = targets[0] if targets else dead
     report = AuditReport(stream.name, stream.topic, stream.table, stream.dead_letter_table)
     dead_committed = committed_offsets(dead, stream.id) or {}
     # A routed stream's position is its dead-letter table's, committed last in each batch (`ingest/routed.py`).
     committed = dead_committed if routes is not None else committed_offsets(target, stream.id) or {}
     marks = _watermarks(settings, stream, report)
-    if stream.upserts:  # a key's newest row, not every offset: checked against the topic, key by key
+    if stream.upserts and routes is not None:  # each route table key by key, over the messages routed to it
+        tables = {t: (table, mapping_of(table, routes[t])) for t, table in zip(routes, targets)}
+        report.keys = audit_routed_upserts(settings, stream, report, tables, dead, committed, marks)
+    elif stream.upserts:  # a key's newest row, not every offset: checked against the topic, key by key
         report.keys = audit_upserts(settings, stream, report, target, dead, mapping_of(target, stream.mapping),
                                     committed, marks)
+    if stream.upserts:
         report.dead_letters = _dead_reasons(settings, dead, stream)
         report.seconds = time.monotonic() - started
         return report
@@ -117,13 +123,21 @@ def _routed(catalog: Catalog, stream: StreamDef, routes: list[str], attempts: in
     """A routed stream's tables: the dead-letter table first (it commits last: whatever it says was committed is
     in the route tables read after it), then each route's; loaded again until the dead-letter table names the same
     newest replay after them as before (a replay moves dead letters to route tables in one catalog transaction:
-    loads on either side of it would find its messages twice)."""
+    loads on either side of it would find its messages twice); an upsert stream's, until no batch committed between.
+    """
     for _ in range(attempts):
         dead = catalog.table(stream.dead_letter_table)
         tables = [catalog.table(t) for t in routes]
-        if replay_of(catalog.table(stream.dead_letter_table)) == replay_of(dead):
+        again = catalog.table(stream.dead_letter_table)
+        # An upsert stream's tables are compared with each key's newest message up to the dead-letter table's
+        # position: as of that same batch (every batch moves them in one catalog transaction), none ahead.
+        if replay_of(again) == replay_of(dead) and not (stream.upserts and _snapshot(again) != _snapshot(dead)):
             break
     return tables, dead
+
+
+def _snapshot(table) -> int | None:
+    return table.metadata.current_snapshot_id
 
 
 def _dead_reasons(settings: Settings, dead, stream: StreamDef) -> list[Reason]:

@@ -7,11 +7,15 @@ dead-letter table holds: those changed nothing), each key's newest message is fo
 must hold exactly that: every key once, each at its newest message's offset, no deleted key, and
 every message that does not decode in the dead-letter table. Keys whose messages have all left the
 topic cannot be checked; they are counted, not trusted. Nothing is written anywhere.
+
+A routed upsert stream's route tables are audited alike, each over only the messages routed to it (each message
+routed again by the stream's rule, as its batch did): a key is its table's and its key (`audit_routed_upserts`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,13 +29,16 @@ from appliance.config.settings import Settings
 from appliance.core.errors import QueryError
 from appliance.decode.formats import format_of
 from appliance.decode.keys import Keyed
-from appliance.decode.rows import decode_batch
+from appliance.decode.route_values import route_values
+from appliance.decode.rows import Decoded, decode_batch
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.kafka.reader import Piece
+from appliance.kafka.records import RawBatch
 from appliance.mergeonread.precedence import Position, newer
 from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP
 from appliance.model.keys import key_values
 from appliance.model.mapping import Mapping
+from appliance.model.routes import RouteRule
 from appliance.model.stream import StreamDef
 from appliance.query.connection import one_line, open_connection
 
@@ -57,13 +64,56 @@ class KeyAudit:
     truncated: set[int] = field(default_factory=set)  # partitions a truncate event was read from
 
 
+Decode = Callable[[RawBatch], tuple[list[tuple[Any, Decoded]], list[tuple[int, int]]]]
+
+
 def audit_upserts(settings: Settings, stream: StreamDef, report: AuditReport, target, dead, mapping: Mapping,
                   committed: dict[int, int], marks: dict[int, Watermarks]) -> KeyAudit:
+    fmt, keyed = format_of(stream), Keyed(stream.key, tombstones_delete=not stream.cdc)
+
+    def decode(raw: RawBatch) -> tuple[list[tuple[Any, Decoded]], list[tuple[int, int]]]:
+        return [(None, decode_batch(raw, mapping, settings.engine.max_message_bytes, fmt=fmt, evolve=False,
+                                    keyed=keyed))], []
+
+    return _audit(settings, stream, report, {None: target}, dead, committed, marks, decode)
+
+
+def audit_routed_upserts(settings: Settings, stream: StreamDef, report: AuditReport, routes: dict[str, tuple],
+                         dead, committed: dict[int, int], marks: dict[int, Watermarks]) -> KeyAudit:
+    """A routed upsert stream's route tables (`routes`: each table with the mapping its messages are decoded with),
+    each against the messages routed to it alone: each message routed again by the stream's rule
+    (`decode.route_values`, `RouteRule.route`), each table's keys its own (a key in two tables is two keys)."""
+    rule, fmt = RouteRule.parse(stream.route_by, stream.table), format_of(stream)
+    keyed, most = Keyed(stream.key, tombstones_delete=True), settings.engine.max_message_bytes
+
+    def decode(raw: RawBatch) -> tuple[list[tuple[Any, Decoded]], list[tuple[int, int]]]:
+        values, bad, _ = route_values(raw, rule, fmt, most)
+        undelivered = [(raw.partitions[i], raw.offsets[i]) for i, _, _ in bad]
+        groups: dict[str, list[int]] = {}
+        for i, value in values:
+            table, _ = rule.route(value)
+            if table in routes:
+                groups.setdefault(table, []).append(i)
+            elif table is None or raw.values[i] is not None:  # a tombstone of a table never made deletes nothing
+                undelivered.append((raw.partitions[i], raw.offsets[i]))
+        return [(table, decode_batch(raw.take(indexes), routes[table][1], most, fmt=fmt, evolve=False, keyed=keyed))
+                for table, indexes in sorted(groups.items())], undelivered
+
+    return _audit(settings, stream, report, {t: table for t, (table, _) in routes.items()}, dead, committed, marks,
+                  decode)
+
+
+def _audit(settings: Settings, stream: StreamDef, report: AuditReport, targets: dict[Any, Any], dead,
+           committed: dict[int, int], marks: dict[int, Watermarks], decode: Decode) -> KeyAudit:
+    """`targets`: the tables by label (None: a stream's one table), whose keys are labelled alike: (table, key)."""
     audit = KeyAudit()
+    table: list[tuple[Any, tuple[int, int]]] = []
     with closing(open_connection(settings)) as con:
         dead_offsets = _pairs(con, dead, stream, f"{KAFKA_PARTITION.name}, {KAFKA_OFFSET.name}")
-        table = _table_rows(con, target, stream)
-    newest, lows = _newest(settings, stream, mapping, committed, marks, dead_offsets, audit)
+        for label, target in sorted(targets.items(), key=lambda t: t[0] or ""):
+            table += [(key if label is None else (label, key), where)
+                      for key, where in _table_rows(con, target, stream)]
+    newest, lows = _newest(settings, stream, committed, marks, dead_offsets, audit, decode)
     _compare(audit, newest, table, lows)
     _describe(report, audit)
     for p in sorted(set(committed) | set(marks)):
@@ -75,13 +125,11 @@ def audit_upserts(settings: Settings, stream: StreamDef, report: AuditReport, ta
     return audit
 
 
-def _newest(settings: Settings, stream: StreamDef, mapping: Mapping, committed: dict[int, int],
-            marks: dict[int, Watermarks], dead_offsets: set[tuple[int, int]], audit: KeyAudit
+def _newest(settings: Settings, stream: StreamDef, committed: dict[int, int], marks: dict[int, Watermarks],
+            dead_offsets: set[tuple[int, int]], audit: KeyAudit, decode: Decode
             ) -> tuple[dict[Any, tuple[Position, bool]], dict[int, int]]:
     """Each key's newest message in what the topic retains (by `precedence`, as the engine decides it):
     its position, and whether it deletes the key."""
-    fmt = format_of(stream)
-    keyed = Keyed(stream.key, tombstones_delete=not stream.cdc)
     newest: dict[Any, tuple[Position, bool]] = {}
     lows: dict[int, int] = {}
     with KafkaClient(stream.kafka, group=stream.group, timeout=settings.sample_timeout) as client:
@@ -96,23 +144,26 @@ def _newest(settings: Settings, stream: StreamDef, mapping: Mapping, committed: 
                 start = result.next_offset
                 audit.messages += len(raw)
                 keep = [i for i, o in enumerate(raw.offsets) if (p, o) not in dead_offsets]
-                decoded = decode_batch(raw.take(keep), mapping, settings.engine.max_message_bytes, fmt=fmt,
-                                       evolve=False, keyed=keyed)
-                for q, o in zip(decoded.dead_letter.column(KAFKA_PARTITION.name).to_pylist(),
-                                decoded.dead_letter.column(KAFKA_OFFSET.name).to_pylist()):
-                    audit.undelivered.append(f"partition {q} offset {o}")
-                if decoded.truncated is not None:
-                    newest = {k: v for k, v in newest.items() if v[1] or v[0].partition != p}
-                    audit.truncated.add(p)
-                _merge(newest, decoded.target, stream.key, False)
-                _merge(newest, decoded.deleted, stream.key, True)
+                groups, undelivered = decode(raw.take(keep))
+                audit.undelivered += [f"partition {q} offset {o}" for q, o in undelivered]
+                for label, decoded in groups:
+                    for q, o in zip(decoded.dead_letter.column(KAFKA_PARTITION.name).to_pylist(),
+                                    decoded.dead_letter.column(KAFKA_OFFSET.name).to_pylist()):
+                        audit.undelivered.append(f"partition {q} offset {o}")
+                    if decoded.truncated is not None:
+                        newest = {k: v for k, v in newest.items() if v[1] or v[0].partition != p}
+                        audit.truncated.add(p)
+                    _merge(newest, decoded.target, stream.key, False, label)
+                    _merge(newest, decoded.deleted, stream.key, True, label)
     return newest, lows
 
 
-def _merge(newest: dict[Any, tuple[Position, bool]], rows, key: tuple[str, ...], deletes: bool) -> None:
-    """Messages into each key's newest, by the one precedence rule."""
+def _merge(newest: dict[Any, tuple[Position, bool]], rows, key: tuple[str, ...], deletes: bool, label: Any) -> None:
+    """Messages into each key's newest, by the one precedence rule; `label`: their table's (a routed stream's)."""
     stamps = rows.column(KAFKA_TIMESTAMP.name).cast(pa.int64()).to_pylist()
-    for k, q, o, t in zip(key_values(rows, key), rows.column(KAFKA_PARTITION.name).to_pylist(),
+    keys = key_values(rows, key)
+    keys = keys if label is None else [(label, k) for k in keys]
+    for k, q, o, t in zip(keys, rows.column(KAFKA_PARTITION.name).to_pylist(),
                           rows.column(KAFKA_OFFSET.name).to_pylist(), stamps):
         mine = Position(q, o, t)
         if k not in newest or newer(mine, newest[k][0]):

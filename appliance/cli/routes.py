@@ -20,7 +20,7 @@ def create_routed(name: str, *, mapping: str, subject: str | None, cdc_columns: 
         if given:
             raise click.UsageError(f"{option} does not apply with --route-by: each table's columns come from its "
                                    "own messages")
-    arguments["key"] = arguments["key"] or ()  # refused with --mode upsert and --cdc, in one line
+    arguments["key"] = arguments["key"] or ()  # needed with --mode upsert; --cdc refused, in one line
     s = create_routed_stream(settings(), name, kafka_options=parse_kafka_options(kafka_options),
                              registry_options=parse_registry_options(registry_options), **arguments)
     err(f"created stream {s.name}: {s.topic} routed by {s.route_by} -> {s.table} (dead letters: "

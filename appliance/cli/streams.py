@@ -28,7 +28,8 @@ def stream() -> None:
               help="Route each message into the table its FIELD's value names (a nested field as a.b; the Kafka "
                    "key or a header as @key, @key.FIELD, @header.NAME): --table is then a template of {value} (e.g. "
                    "analytics.events_{value}); a new value's table is made while the engine runs, with the columns "
-                   "of its own messages. Append tables only: --mode upsert, --key and --cdc are refused with it.")
+                   "of its own messages. With --mode upsert --key COLS each table holds each key's newest row; --cdc is "
+                   "refused with it.")
 @click.option("--format", "fmt", default="json", show_default=True, help="Message format: json, avro or protobuf.")
 @click.option("--schema-registry", default=None, metavar="URL",
               help="Schema registry (Confluent's API: Confluent, Redpanda, Karapace); needed for avro and protobuf.")

@@ -3,8 +3,9 @@
 `floe stream create --route-by FIELD --table 'NS.PREFIX_{value}'` checks the field and the template, the cluster
 and the topic, records the stream and makes its dead-letter table; the tables themselves are made by the running
 engine as their values appear (`ingest/routed.py`), each with the columns of its own messages. Append streams only
-(`APPEND_ONLY` says what works instead): an upsert table per route needs a key index per route table, the routed
-batch's upserts committed together, and the audit and the dead-letter replay of upserts split by route.
+`--mode upsert --key K` makes each route's table an upsert table keyed by K (the same key columns in every kind: a
+route whose messages carry no K is refused; `ingest/routed.py`). Debezium change events are refused with it
+(`NO_CDC` says what works instead).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from appliance.core.errors import InvalidName, MappingError
 from appliance.core.vocabulary import EventKind
 from appliance.kafka.client import KafkaClient
 from appliance.model.kafka_columns import parse_kafka_columns
+from appliance.model.keys import key_columns
 from appliance.model.mapping import Mapping
 from appliance.model.names import check_table_name
 from appliance.model.routes import RouteRule
@@ -27,11 +29,12 @@ from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.iceberg_schemas import dead_letter_iceberg_schema
 
-# The refusal of `--mode upsert`, `--key` and `--cdc` with `--route-by`: what works, in one line.
-APPEND_ONLY = ("--route-by makes append tables only (every routed message a row of its value's table): --mode "
-               "upsert, --key and --cdc are not supported with it; for a table of each key's newest row, give each "
-               "kind its own topic and create a pattern stream (--topic-pattern ... --mode upsert --key COLS, or "
-               "--cdc debezium)")
+# The refusal of `--cdc` with `--route-by`: what works, in one line.
+NO_CDC = ("--cdc debezium is not supported with --route-by (a change event's table is its source's, not a field's "
+          "value): route plain upserts with --mode upsert --key COLS, or give each source table its own topic and "
+          "create a pattern stream (--topic-pattern ... --cdc debezium)")
+NEEDS_KEY = ("a routed upsert stream needs --key COLUMN[,COLUMN...]: the same key columns in every route's table "
+             "(each table's columns come from its own messages, so no key is proposed)")
 
 
 def default_dead_letter_table(settings: Settings, name: str, template: str) -> str:
@@ -56,8 +59,14 @@ def create_routed_stream(settings: Settings, name: str, *, bootstrap: str, topic
         rule = RouteRule.parse(route_by, table)
     except InvalidName as exc:
         problems[Field.TABLE] = str(exc)
-    if (mode or "append") != "append" or cdc or key:
-        problems[Field.MODE] = APPEND_ONLY
+    mode = mode or "append"
+    key = key_columns(key)
+    if cdc:
+        problems[Field.MODE] = NO_CDC
+    elif key and mode != "upsert":
+        problems[Field.KEY] = "--key is for upsert streams: add --mode upsert"
+    elif mode == "upsert" and not key:
+        problems[Field.KEY] = NEEDS_KEY
     try:
         kafka_columns = parse_kafka_columns(kafka_columns)
     except MappingError as exc:
@@ -85,11 +94,13 @@ def create_routed_stream(settings: Settings, name: str, *, bootstrap: str, topic
             dead_letter_table=dead_letter_table, mapping=Mapping.of_table(()), starting_offsets=starting_offsets,
             start_positions={p: (w.low if earliest else w.high) for p, w in marks.items()}, paused=False,
             created_at=now(), registry=registry, schema_evolution=schema_evolution,
-            kafka_columns=tuple(kafka_columns), table_template=table, partition_by=partition_by, route_by=rule.field)
+            kafka_columns=tuple(kafka_columns), table_template=table, partition_by=partition_by, route_by=rule.field,
+            mode=mode, key=key)
         check_table_name(dead_letter_table)
         catalog = Catalog(settings)
         catalog.check_can_create(dead_letter_table, dead_letter_iceberg_schema())
         catalog.ensure_table(dead_letter_table, dead_letter_iceberg_schema(), DEAD_LETTER_PARTITIONING)
         state.add_stream(stream)
-        state.add_event(EventKind.STREAM_CREATED, f"stream created: {topic} routed by {rule.field} -> {table}", name)
+        state.add_event(EventKind.STREAM_CREATED, f"stream created: {topic} routed by {rule.field} -> {table} "
+                        f"({stream.describe_mode()})", name)
     return stream

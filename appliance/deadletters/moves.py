@@ -104,31 +104,44 @@ def commit_move(target: Table, dead_letter: Table, move: Move) -> Moved:
     return Moved(target_id, new_dl.current_snapshot().snapshot_id, superseded, count)
 
 
-def commit_routed_move(routes: dict[str, tuple[Table, list[DataFile]]], dead_letter: Table,
-                       taken: dict[str, np.ndarray], dead_letter_files: list[DataFile]) -> None:
-    """A routed stream's replay: each route table's new rows (`routes`: table -> its table and files) appended, the
-    dead letters at `taken` deleted by position and those that still fail added with their new reason, in one
-    catalog transaction; the caller holds every table's commit lock. ReplayConflict as `commit_move`."""
+def commit_routed_move(routes: dict[str, tuple[Table, Move]], dead_letter: Table, taken: dict[str, np.ndarray],
+                       dead_letter_files: list[DataFile]) -> int:
+    """A routed stream's replay: each route table's new rows (`routes`: table -> its table and its part of the move)
+    appended, in an upsert table with the position deletes of the rows they replace (`_target_changes`, each table's
+    own index), the dead letters at `taken` deleted by position (but those a newer row of their key beat) and those
+    that still fail added with their new reason, in one catalog transaction; the caller holds every table's commit
+    lock. Returns how many dead letters a newer row beat. ReplayConflict as `commit_move`."""
     check_together(dead_letter)
     entries = live_entries(dead_letter)
     files = {e.data_file.file_path: e.data_file for e in entries if e.data_file.content == DataFileContent.DATA}
     _check_taken(dead_letter, entries, files, taken)
     replay = uuid.uuid4().hex
-    deletes = write_deletes_by_partition(dead_letter.metadata, dead_letter.io, taken, files) if taken else []
+    changes: dict[str, FileChanges] = {}
+    beaten: dict[str, list[np.ndarray]] = {}
+    deletes: list[DataFile] = []
+    count = 0
     try:
+        for name in sorted(routes):
+            changes[name], lost, n = _target_changes(*routes[name])
+            count += n
+            for path, positions in lost.items():
+                beaten.setdefault(path, []).append(positions)
+        taken = _without(taken, {path: np.concatenate(found) for path, found in beaten.items()})
+        deletes = write_deletes_by_partition(dead_letter.metadata, dead_letter.io, taken, files) if taken else []
         # The route tables first, the anchor last, as a routed batch commits them (`ingest/routed.py`).
         with dead_letter.catalog.together():
             for name in sorted(routes):
-                table, new = routes[name]
-                for f in new:
-                    f.spec_id = spec_of(f, table.metadata.default_spec_id)
-                commit_changes(table, FileChanges(data=new), Operation.APPEND, _carried(table, replay))
+                table, move = routes[name]
+                merge = {MERGE_KEY: "move"} if move.key_columns else {}
+                operation = Operation.OVERWRITE if changes[name].deletes else Operation.APPEND
+                commit_changes(table, changes[name], operation, {**_carried(table, replay), **merge})
                 failpoint("replay_between_commits", name)
             commit_changes(dead_letter, FileChanges(data=dead_letter_files, deletes=deletes),
                            Operation.OVERWRITE if deletes else Operation.APPEND, _carried(dead_letter, replay))
     except BaseException:
-        delete_files(dead_letter, [f.file_path for f in deletes])
+        delete_files(dead_letter, [f.file_path for f in [*deletes, *(f for c in changes.values() for f in c.deletes)]])
         raise
+    return count
 
 
 def _check_taken(dead_letter: Table, entries, files: dict[str, DataFile], taken: dict[str, np.ndarray]) -> None:

@@ -21,21 +21,25 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from appliance.core.errors import FloeError, SchemaError
 from appliance.core.failpoints import failpoint
-from appliance.deadletters.moves import check_together, commit_routed_move
+from appliance.deadletters.moves import Move, check_together, commit_routed_move
 from appliance.deadletters.report import ReplayReport
 from appliance.deadletters.selection import Reading, Selection, select
 from appliance.deadletters.tasks import read_dead_letters, reason, run_parts, split
 from appliance.decode.formats import format_of
+from appliance.decode.keys import Keyed
 from appliance.decode.parsed import MessageFormat
 from appliance.decode.rows import dead_letter_rows, decode_batch
+from appliance.ingest.routed import routed_changes
 from appliance.ingest.routing import ROUTE_STAGE, Router, RouteTarget, group, merged_evolutions
 from appliance.ingest.stream_schema import StreamSchema
+from appliance.mergeonread.plans import KeyedRows, Keys
 from appliance.model.changes import Evolution
 from appliance.model.columns import ERROR_MESSAGE, ERROR_STAGE
 from appliance.model.mapping import Mapping
@@ -75,6 +79,9 @@ class RoutedPart:
     evolutions: dict[str, Evolution] = field(default_factory=dict)  # set: nothing written, these tables first
     routed_files: dict[str, list] = field(default_factory=dict)  # by route table
     dead_letter_files: list = field(default_factory=list)
+    # A routed upsert stream's: each route table's rows' keys (in its files' order) and the keys its messages delete.
+    routed_keys: dict[str, Keys] = field(default_factory=dict)
+    routed_deleted: dict[str, Keys] = field(default_factory=dict)
 
     def files(self) -> list:
         return [f for found in self.routed_files.values() for f in found] + self.dead_letter_files
@@ -88,18 +95,22 @@ def replay_part(spec: RoutedSpec, parts: dict[str, np.ndarray], at: dt.datetime)
     out = RoutedPart(parts)
     rows: dict[str, pa.Table] = {}
     dead = [dead_letter_rows(raw, sorted(bad), at)]
+    keyed = spec.router.keyed
     for table, indexes in groups.items():
         part, fmt = group(raw, indexes, spec.fmt, objects)
-        decoded = decode_batch(part, spec.router.routes[table].mapping, spec.max_message_bytes, at, fmt, spec.evolve)
+        decoded = decode_batch(part, spec.router.routes[table].mapping, spec.max_message_bytes, at, fmt, spec.evolve,
+                               keyed)
         if decoded.evolution:
             out.evolutions[table] = decoded.evolution
             continue
-        rows[table] = decoded.target
+        # an upsert route's: each key's newest, in its files' order, with the keys (older messages of a key move too)
+        rows[table] = decoded.target if keyed is None else spec.router.route_keys(out, table, decoded.target,
+                                                                              decoded.deleted)
         dead.append(decoded.dead_letter)
     if out.evolutions:
         return out
     dead_letters = pa.concat_tables(dead)
-    out.moved, out.stayed = sum(t.num_rows for t in rows.values()), dead_letters.num_rows
+    out.moved, out.stayed = len(raw) - dead_letters.num_rows, dead_letters.num_rows
     out.reasons = Counter(reason(s, m) for s, m in zip(dead_letters.column(ERROR_STAGE.name).to_pylist(),
                                                        dead_letters.column(ERROR_MESSAGE.name).to_pylist()))
     if spec.write:
@@ -142,20 +153,25 @@ class RoutedReplay:
         report.tally(results)
         if dry_run:
             return report
-        self._move(dead_letter, chosen, results)
+        report.superseded = self._move(dead_letter, chosen, results)
+        report.moved -= report.superseded
         report.seconds = time.monotonic() - started
         return report
 
     def _spec(self, dead_letter, dry_run: bool) -> RoutedSpec:
+        keyed = Keyed(self.stream.key) if self.stream.upserts else None
         router = Router(self.rule, {t: RouteTarget(self.mappings[t], TableTarget.of(table), None)
-                                    for t, table in self.tables.items()}, dict(self.refused))
+                                    for t, table in self.tables.items()}, dict(self.refused), keyed)
         return RoutedSpec(self.stream.name, router, TableTarget.of(dead_letter), self.settings.engine.max_message_bytes,
                           format_of(self.stream), self.stream.evolves, write=not dry_run)
 
     def _decode(self, spark, dead_letter, chosen: Selection, dry_run: bool) -> list[RoutedPart]:
         """Every selected dead letter routed and decoded (and, unless a dry run, written); the schema changes the
         routes' tables ask for committed first (a dry run's staged only)."""
-        tasks, results = split(chosen.positions, parallelism(spark)), []
+        # an upsert stream's: a key's messages in one task, as a batch reads all of a partition in one
+        tasks = list(chosen.by_partition().values()) if self.stream.upserts else split(chosen.positions,
+                                                                                       parallelism(spark))
+        results: list[RoutedPart] = []
         for _ in range(MAX_EVOLUTIONS + 1):
             done = run_parts(spark, replay_part, self._spec(dead_letter, dry_run), tasks)
             failed = next((r for r in done if isinstance(r, FloeError)), None)
@@ -178,22 +194,30 @@ class RoutedReplay:
         raise SchemaError(f"stream {self.stream.name}: the dead letters still ask for schema changes after "
                           f"{MAX_EVOLUTIONS} of them")
 
-    def _move(self, dead_letter, chosen: Selection, results: list[RoutedPart]) -> None:
-        files: dict[str, list] = {}
-        for r in results:
-            for table, found in r.routed_files.items():
-                files.setdefault(table, []).extend(found)
+    def _move(self, dead_letter, chosen: Selection, results: list[RoutedPart]) -> int:
+        """The move committed; how many dead letters a newer row of their key beat (they stay)."""
+        changes = routed_changes(results, self.stream.upserts)
+        key = tuple(self.stream.key) if self.stream.upserts else ()
         failpoint("replay_before_commit", self.stream.dead_letter_table)
         try:
             with ExitStack() as locks:  # in the order of their names, as a routed batch takes them
-                for name in sorted([*files, self.stream.dead_letter_table]):
+                for name in sorted([*changes, self.stream.dead_letter_table]):
                     locks.enter_context(commit_lock(self.settings, name))
-                commit_routed_move({t: (self.tables[t].refresh(), found) for t, found in files.items()},
-                                   dead_letter.refresh(), chosen.positions,
-                                   [f for r in results for f in r.dead_letter_files])
+                moves = {t: (self.tables[t].refresh(), _part(change, chosen, key, self.settings.home))
+                         for t, change in changes.items()}
+                return commit_routed_move(moves, dead_letter.refresh(), chosen.positions,
+                                          [f for r in results for f in r.dead_letter_files])
         except BaseException:
             delete_files(dead_letter, [f.file_path for r in results for f in r.files()])
             raise
+
+
+def _part(change: list | KeyedRows, chosen: Selection, key: tuple[str, ...], home: Path) -> Move:
+    """A route table's part of the move: its files, and an upsert table's keys."""
+    if isinstance(change, KeyedRows):
+        return Move(chosen.positions, change.files, keyed=change, key_columns=key, home=home,
+                    taken_at=chosen.messages)
+    return Move(chosen.positions, change)
 
 
 def _recorder(state: StateStore, route: Route) -> Callable[[Mapping], None]:

@@ -86,6 +86,9 @@ class TaskResult:
     new_routes: dict[str, tuple[str, list[bytes]]] = field(default_factory=dict)
     evolutions: dict[str, Evolution] = field(default_factory=dict)
     route_changes: dict[str, set[SchemaChange]] = field(default_factory=dict)  # each route table's, told as its own
+    # A routed upsert stream's: each route table's rows' keys (in its files' order) and the keys its messages delete.
+    routed_keys: dict[str, Keys] = field(default_factory=dict)
+    routed_deleted: dict[str, Keys] = field(default_factory=dict)
 
 
 SAMPLE = 256  # order statistics a task returns: the batch's median is exact up to this many per task

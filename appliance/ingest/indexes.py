@@ -3,7 +3,8 @@ state so that the next process loads them (`mergeonread.store`).
 
 A stream's worker ends when it is paused, redefined or fails hard, and a new one starts later;
 rebuilding a large index from the table each time would cost minutes. The index is kept here by
-stream id, and whoever takes it brings it to the table before trusting it (`mergeonread.lineage`).
+stream id and table (a routed upsert stream keeps one per route table), and whoever takes it brings it
+to the table before trusting it (`mergeonread.lineage`).
 The engine saves them whole when it stops, and forgets (and deletes the checkpoints of) those of
 deleted streams. At its start it loads them in a thread while Spark starts (`preload`): a stream's first
 commit then finds its index current instead of loading (or building) it after its first batch.
@@ -26,7 +27,7 @@ from appliance.mergeonread.store import IndexStore, index_directory
 from appliance.model.stream import StreamDef
 
 _LOCK = threading.Lock()
-_KEPT: dict[str, KeyIndex] = {}
+_KEPT: dict[tuple[str, str], KeyIndex] = {}  # (stream id, table): a routed stream keeps one per route table
 _SWEPT: set[Path] = set()  # homes whose checkpoints of deleted streams were looked for
 _LOADING: dict[str, threading.Event] = {}  # stream id -> set once `preload` is done with its index
 
@@ -34,9 +35,9 @@ log = logging.getLogger(__name__)
 
 
 def index_for(home: Path, stream: StreamDef, table: Table) -> KeyIndex:
-    """The stream's index: the one kept, if its key and table are still the stream's, or a new one (which
-    loads its checkpoint, or builds, at its first use). Waits while `preload` is bringing it in: an index
-    has one user at a time."""
+    """The index of the stream's table `table` (a routed stream's route as `route_stream` makes it: each route table
+    its own): the one kept, if its key and table are still the stream's, or a new one (which loads its checkpoint,
+    or builds, at its first use). Waits while `preload` is bringing it in: an index has one user at a time."""
     loading = _LOADING.get(stream.id)
     if loading is not None:
         loading.wait()
@@ -46,7 +47,7 @@ def index_for(home: Path, stream: StreamDef, table: Table) -> KeyIndex:
 def preload(home: Path, streams: Iterable[StreamDef], table_of: Callable[[StreamDef], Table]) -> threading.Thread:
     """The upsert `streams`' indexes loaded (or built) in a thread of their own, now. Whatever fails is
     logged and left to the stream's first commit, which loads or builds as it would have."""
-    mine = [s for s in streams if s.upserts]
+    mine = [s for s in streams if s.upserts and not s.is_routed]  # a route table's loads at its first commit
     with _LOCK:
         for stream in mine:
             _LOADING.setdefault(stream.id, threading.Event())
@@ -69,9 +70,9 @@ def preload(home: Path, streams: Iterable[StreamDef], table_of: Callable[[Stream
 def _kept(home: Path, stream: StreamDef, table: Table) -> KeyIndex:
     directory = index_directory(home, table)
     with _LOCK:
-        found = _KEPT.get(stream.id)
+        found = _KEPT.get((stream.id, stream.table))
         if found is None or found.columns != stream.key or found.store.directory != directory:
-            found = _KEPT[stream.id] = KeyIndex(stream.key, IndexStore(directory, owner=stream.id))
+            found = _KEPT[(stream.id, stream.table)] = KeyIndex(stream.key, IndexStore(directory, owner=stream.id))
         return found
 
 
@@ -88,9 +89,9 @@ def save_all() -> None:
 def keep_only(home: Path, stream_ids: set[str]) -> None:
     """Forget the indexes of streams that no longer exist, and delete their checkpoints."""
     with _LOCK:
-        gone = set(_KEPT) - stream_ids
-        for stream_id in gone:
-            del _KEPT[stream_id]
+        gone = {kept for kept in _KEPT if kept[0] not in stream_ids}
+        for kept in gone:
+            del _KEPT[kept]
         if not gone and home in _SWEPT:
             return
         _SWEPT.add(home)

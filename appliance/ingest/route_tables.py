@@ -2,9 +2,10 @@
 
 A table a route value names for the first time gets the columns its messages carry: inferred from the sample its
 tasks handed back (JSON, as `floe stream create` infers), or the writer schema the newest of them names (Avro,
-Protobuf: the registry's, no guessing). Its table is made as a stream's target is (partitioned as the stream says,
-each column's source recorded). A table another stream or a stage writes, or an existing one of other columns, is
-refused: the route is recorded with the reason and its messages go to the dead-letter table.
+Protobuf: the registry's, no guessing); a routed upsert stream's must hold its key columns (`model.keys.check_key`:
+a route whose samples carry no key is refused). Its table is made as a stream's target is (partitioned as the
+stream says, each column's source recorded). A table another stream or a stage writes, or an existing one of other
+columns, is refused: the route is recorded with the reason and its messages go to the dead-letter table.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from appliance.core.errors import MappingError, SchemaError, SchemaNotFound, Tab
 from appliance.decode import wire
 from appliance.model.inference import infer_mapping, sample_objects
 from appliance.model.kafka_columns import with_kafka_columns
+from appliance.model.keys import check_key
 from appliance.model.mapping import Mapping
 from appliance.model.partitioning import Partitioning
 from appliance.model.routes import Route
@@ -29,14 +31,18 @@ PARTITIONING = "day(_kafka_timestamp)"  # a routed stream's tables', unless it w
 
 
 def route_mapping(stream: StreamDef, samples: list[bytes]) -> Mapping:
-    """The columns of a new route's table, from its messages."""
+    """The columns of a new route's table, from its messages (those with a value: a tombstone has no columns)."""
+    samples = [v for v in samples if v is not None]
     if stream.format == "json":
         mapping = infer_mapping(sample_objects(v[5:] if v[:1] == b"\0" and len(v) >= 5 else v for v in samples))
     else:
         mapping = _registry_mapping(stream, samples)
     if not mapping.columns:
         raise MappingError("its messages carry no field to make a column of")
-    return with_kafka_columns(mapping, stream.kafka_columns)
+    mapping = with_kafka_columns(mapping, stream.kafka_columns)
+    if stream.upserts:  # an upsert table per route, keyed alike: a route whose messages hold no key is refused
+        check_key(mapping, stream.key)
+    return mapping
 
 
 def _registry_mapping(stream: StreamDef, samples: list[bytes]) -> Mapping:

@@ -34,11 +34,15 @@ from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import EventKind, EventLevel
 from appliance.ingest.batch import BatchResult, BatchSpec
 from appliance.ingest.batch_commit import Snapshots, StreamTables
+from appliance.ingest.indexes import index_for
 from appliance.ingest.planning import Committed, advance
 from appliance.ingest.route_tables import make_table, route_mapping
 from appliance.ingest.routing import Router, RouteTarget, merged_evolutions, merged_new_routes
 from appliance.ingest.runner import MAX_EVOLUTIONS, BatchOutcome, Prepared, StreamRunner
 from appliance.ingest.stream_schema import StreamSchema
+from appliance.mergeonread.commit import checkpoint, commit_upsert
+from appliance.mergeonread.index import KeyIndex
+from appliance.mergeonread.plans import KeyedRows, Keys
 from appliance.model.mapping import Mapping
 from appliance.model.routes import Route, RouteRule, route_stream
 from appliance.tables.commits import commit_files, commit_lock
@@ -59,6 +63,7 @@ class RouteTable:
     table: Table
     schema: StreamSchema
     committed: dict[int, int] | None
+    index: KeyIndex | None = None  # a routed upsert stream's: this table's keys (`index_for`, by stream and table)
 
 
 class RoutedRunner(StreamRunner):
@@ -93,7 +98,8 @@ class RoutedRunner(StreamRunner):
             return
         schema = StreamSchema(self.settings, self.state, route_stream(self.stream, route),
                               lambda mapping: self.state.update_route(dataclasses.replace(route, mapping=mapping)))
-        self.routes[route.table] = RouteTable(route, table, schema, committed_offsets(table, self.stream.id))
+        index = index_for(self.settings.home, route_stream(self.stream, route), table) if self.stream.upserts else None
+        self.routes[route.table] = RouteTable(route, table, schema, committed_offsets(table, self.stream.id), index)
 
     def _refuse(self, route: Route, why: str) -> None:
         self.state.update_route(dataclasses.replace(route, refused=why))
@@ -114,7 +120,7 @@ class RoutedRunner(StreamRunner):
         stream, engine, dead = self.stream, self.settings.engine, self._target(self.tables.dead_letter)
         router = Router(self.rule, {name: RouteTarget(rt.schema.mapping(rt.table), self._target(rt.table),
                                                       rt.committed) for name, rt in self.routes.items()},
-                        dict(self.refused))
+                        dict(self.refused), self._keyed)
         return BatchSpec(
             stream=stream.name, stream_id=stream.id, topic=stream.topic, kafka=stream.kafka, group=stream.group,
             mapping=NO_COLUMNS, target=dead, dead_letter=dead, landed={},
@@ -186,37 +192,54 @@ class RoutedRunner(StreamRunner):
             self._open(self.state.routes(self.stream.name)[table])  # as recorded: an earlier attempt's stays
 
     def _commit(self, offsets: dict[int, int], result: BatchResult) -> tuple[int | None, int]:
-        """Each route's table with rows, in the order of their names, then the anchor; its snapshot id and how many
-        route tables committed. On Floe's SQL catalog in one catalog transaction (every table moves or none does);
-        elsewhere one after the other."""
-        files: dict[str, list] = {}
-        for r in result.tasks:
-            for table, found in r.routed_files.items():
-                files.setdefault(table, []).extend(found)
-        tables = sorted(t for t, found in files.items() if found)
+        """Each route's table with rows (or, upserting, keys to delete), in the order of their names, then the
+        anchor; its snapshot id and how many route tables committed. On Floe's SQL catalog in one catalog transaction
+        (every table moves or none does); elsewhere one after the other."""
+        changes = routed_changes(result.tasks, keyed=self.stream.upserts)
+        snapshot = self._commit_all(changes, offsets, result.dead_letter_files)
+        for table in sorted(changes):  # a few of each index's shards, the commit locks free again
+            if self.routes[table].index is not None:
+                checkpoint(self.routes[table].index)
+        return snapshot, len(changes)
+
+    def _commit_all(self, changes: dict[str, list | KeyedRows], offsets: dict[int, int], dead_files: list
+                    ) -> int | None:
+        tables = sorted(changes)
         dead = self.tables.dead_letter
         if not (TOGETHER and isinstance(dead.catalog, FloeSqlCatalog)):
             for table in tables:
                 with commit_lock(self.settings, table):
-                    self._commit_route(table, files[table], offsets)
+                    self._commit_route(table, changes[table], offsets)
             with commit_lock(self.settings, self.stream.dead_letter_table):
-                return self._commit_anchor(result.dead_letter_files, offsets), len(tables)
+                return self._commit_anchor(dead_files, offsets)
         with ExitStack() as locks:  # in the order of their names, as maintenance takes one at a time
             for name in sorted([*tables, self.stream.dead_letter_table]):
                 locks.enter_context(commit_lock(self.settings, name))
-            with dead.catalog.together():
+            try:
+                with dead.catalog.together():
+                    for table in tables:
+                        self._commit_route(table, changes[table], offsets)
+                    return self._commit_anchor(dead_files, offsets)
+            except BaseException:
+                # An upsert commit moves its index at once, before the swap that makes it true: when the swap
+                # fails, the touched indexes are dropped, and the next commit loads or builds each from its table.
                 for table in tables:
-                    self._commit_route(table, files[table], offsets)
-                return self._commit_anchor(result.dead_letter_files, offsets), len(tables)
+                    if self.routes[table].index is not None:
+                        self.routes[table].index.forget()
+                raise
 
-    def _commit_route(self, table: str, files: list, offsets: dict[int, int]) -> None:
+    def _commit_route(self, table: str, change: list | KeyedRows, offsets: dict[int, int]) -> None:
         rt = self.routes[table]
         # Never below what the table took before: a batch read again after a cut between two tables' commits
         # may end lower on a partition (a read cut short, another budget), and the next would write again
         # what lies between.
         taken = {p: max(o, (rt.committed or {}).get(p, o)) for p, o in offsets.items()}
         taken = {**(rt.committed or {}), **taken}
-        rt.table, _ = commit_files(rt.table, files, self.stream.id, self.stream.topic, rt.committed, taken)
+        if isinstance(change, KeyedRows):
+            rt.table, _ = commit_upsert(rt.table, rt.index, change, self.stream.id, self.stream.topic, rt.committed,
+                                        taken)
+        else:
+            rt.table, _ = commit_files(rt.table, change, self.stream.id, self.stream.topic, rt.committed, taken)
         rt.committed = taken
         failpoint("between_route_commits")
 
@@ -226,3 +249,21 @@ class RoutedRunner(StreamRunner):
                                                          self.stream.topic, self.committed.dead_letter, offsets)
         self.tables.target = self.tables.dead_letter
         return snapshot
+
+
+def routed_changes(tasks: list, keyed: bool) -> dict[str, list | KeyedRows]:
+    """What each route table takes from a batch's tasks (or a routed replay's parts: anything with `routed_files`,
+    `routed_keys` and `routed_deleted` by table): its files (tables without any left out); a routed upsert stream's,
+    its files with their rows' keys, in the tasks' order, and the keys its messages delete (tables with neither left
+    out)."""
+    files: dict[str, list] = {}
+    for r in tasks:
+        for table, found in r.routed_files.items():
+            files.setdefault(table, []).extend(found)
+    if not keyed:
+        return {table: found for table, found in files.items() if found}
+    touched = {t for t, found in files.items() if found} | {t for r in tasks for t in r.routed_deleted}
+    return {table: KeyedRows(files.get(table, []),
+                             Keys.concat([r.routed_keys[table] for r in tasks if table in r.routed_keys]),
+                             Keys.concat([r.routed_deleted[table] for r in tasks if table in r.routed_deleted]))
+            for table in touched}

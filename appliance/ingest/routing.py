@@ -1,7 +1,8 @@
 """A routed stream's batch inside its Spark task: one read of the topic, split by each message's route value.
 
 The task reads its pieces once (`batch.run_items`), takes each message's route value (its value parsed once with
-the stream's format, the field looked up; or its key's or a header's text, with no value parsed: `route_values`),
+the stream's format, the field looked up; or its key's or a header's text, with no value parsed:
+`decode.route_values`),
 groups the messages by the table the value names (`model/routes.RouteRule`) and decodes each group with its
 route's mapping into that table's files. A JSON message is parsed once: its object, parsed for its route value,
 is the one its route's mapping reads (`group`, `json_format.ParsedJson`). A message
@@ -12,6 +13,10 @@ new tables with a few of their messages (`TaskResult.new_routes`); the driver re
 tables from those samples and runs the task again (`ingest/routed.py`). So is a route's batch that needs its
 table to change (`TaskResult.evolutions`). A message at an offset a table has already committed (an earlier
 attempt of this batch was cut between two tables' commits) is not written to it again (`routes.unlanded`).
+
+A routed upsert stream's group is reduced to each key's newest message (`decode.keys`, by `mergeonread.precedence`)
+before that skip, and its keys travel back per table (`Router.route_keys`): a key's rows in two route tables are two
+keys. A tombstone naming a table not made yet deletes nothing and makes no table.
 """
 
 from __future__ import annotations
@@ -23,18 +28,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from appliance.decode.json_format import JsonFormat, ParsedJson, parse_objects
-from appliance.decode.kafka_sources import column_values
-from appliance.decode.parsed import Bad, MessageFormat, Parsed
+from appliance.decode.json_format import ParsedJson
+from appliance.decode.keys import Keyed
+from appliance.decode.parsed import Bad, MessageFormat
+from appliance.decode.route_values import route_values
 from appliance.decode.rows import dead_letter_rows, decode_batch
 from appliance.ingest.batch import BatchSpec, TaskResult, timestamp_sample
 from appliance.kafka.reader import Piece, PieceResult
 from appliance.kafka.records import RawBatch
+from appliance.mergeonread.keyforms import KeyForm
+from appliance.mergeonread.plans import Keys
 from appliance.model.changes import Evolution
 from appliance.model.columns import KAFKA_OFFSET, KAFKA_PARTITION
-from appliance.model.mapping import Column, Mapping
+from appliance.model.mapping import Mapping
 from appliance.model.routes import RouteRule, route_text, unlanded
-from appliance.tables.datafiles import TableTarget, write_data_files
+from appliance.tables.datafiles import TableTarget, in_file_order, table_metadata, write_data_files
 
 SAMPLES = 50  # messages of a new route a task hands back: its mapping is inferred from them
 ROUTE_STAGE = "route"  # the dead-letter stage of a message that names no table
@@ -65,6 +73,7 @@ class Router:
     rule: RouteRule
     routes: dict[str, RouteTarget]  # by table
     refused: dict[str, str]  # tables that cannot be made, and why: their messages are dead letters
+    keyed: Keyed | None = None  # a routed upsert stream's key: each route's group reduced to each key's newest
 
     def write(self, spec: BatchSpec, pieces: list[Piece], raw: RawBatch, results: list[PieceResult],
               ingested_at: dt.datetime, read_seconds: float) -> TaskResult:
@@ -83,7 +92,8 @@ class Router:
             # tables' commits): its dead letter, if it makes one, is still owed, as the dead-letter table
             # commits last. Only its row is not written again.
             part, fmt = group(raw, indexes, spec.fmt, objects)
-            decoded = decode_batch(part, route.mapping, spec.max_message_bytes, ingested_at, fmt, spec.evolve)
+            decoded = decode_batch(part, route.mapping, spec.max_message_bytes, ingested_at, fmt, spec.evolve,
+                                   self.keyed)
             if decoded.changes:
                 result.route_changes.setdefault(table, set()).update(decoded.changes)
             for schema, n in decoded.schemas.items():
@@ -92,6 +102,8 @@ class Router:
                 result.evolutions[table] = decoded.evolution
                 continue
             untaken = not_taken(decoded.target, route.committed)
+            if self.keyed is not None:
+                untaken = self.route_keys(result, table, untaken, not_taken(decoded.deleted, route.committed))
             if untaken.num_rows:
                 rows[table] = untaken
             dead.append(decoded.dead_letter)
@@ -106,6 +118,18 @@ class Router:
         result.timestamps, result.throttle_ms = timestamp_sample(raw.timestamps), raw.throttle_ms
         result.decode_seconds, result.write_seconds = t2 - t1, time.perf_counter() - t2
         return result
+
+    def route_keys(self, result: TaskResult, table: str, rows: pa.Table, deleted: pa.Table) -> pa.Table:
+        """An upsert route's rows in its files' order, their keys and those its newest messages delete handed back
+        as the index keeps them (`TaskResult.routed_keys`, `routed_deleted`). Its table's index places them."""
+        target = self.routes[table].target
+        rows = in_file_order(target, rows)
+        form = KeyForm.of(table_metadata(target).schema(), self.keyed.columns)
+        if rows.num_rows:
+            result.routed_keys[table] = Keys.of(form, rows)
+        if deleted.num_rows:
+            result.routed_deleted[table] = Keys.of(form, deleted)
+        return rows
 
     def split(self, raw: RawBatch, fmt: MessageFormat | None, max_message_bytes: int
               ) -> tuple[dict[str, list[int]], dict[str, tuple[str, list[bytes]]], list[Bad], list | None]:
@@ -127,6 +151,8 @@ class Router:
                 bad.append((i, ROUTE_STAGE, why or f"table {table}: {self.refused[table]}"))
             elif table in self.routes:
                 groups.setdefault(table, []).append(i)
+            elif self.keyed is not None and raw.values[i] is None:
+                continue  # a tombstone of a table not made yet deletes nothing: it makes no table either
             else:
                 sample = new.setdefault(table, (route_text(value) or "", []))[1]
                 if len(sample) < SAMPLES:
@@ -142,43 +168,6 @@ def group(raw: RawBatch, indexes: list[int], fmt: MessageFormat | None, objects:
     if objects is None:
         return part, fmt
     return part, ParsedJson(part.values, [objects[i] for i in indexes])
-
-
-def route_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
-                 ) -> tuple[list[tuple[int, Any]], list[Bad], list | None]:
-    """Each parsed message's route value (None: no such field), the messages that do not parse, with why, and for
-    JSON each message's object (None for one that is not an object), which its route's mapping then reads."""
-    if rule.from_kafka:
-        return (*_kafka_values(raw, rule, fmt, max_message_bytes), None)
-    values = raw.values
-    if fmt is None or isinstance(fmt, JsonFormat):
-        good, objects, bad = parse_objects(values, max_message_bytes)
-        found: list[Any] = objects
-        for key in rule.path:
-            found = [o.get(key) if o.__class__ is dict else None for o in found]
-        everyone: list = [None] * len(values)
-        for i, o in zip(good, objects):
-            everyone[i] = o
-        return list(zip(good, found)), bad, everyone
-    column = Column("route", "string", rule.path)
-    parsed = fmt.parse(values, max_message_bytes, Mapping.of_table([column]))
-    [found] = parsed.values([column])
-    found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
-    return list(zip(parsed.good, found)), list(parsed.bad), None
-
-
-def _kafka_values(raw: RawBatch, rule: RouteRule, fmt: MessageFormat | None, max_message_bytes: int
-                  ) -> tuple[list[tuple[int, Any]], list[Bad]]:
-    """The key's or a header's text (or a key's field), read as a mapped column of that source reads it
-    (`decode.kafka_sources`); a key or header that cannot be read is a dead letter with the reason. The values
-    are decoded later, by each route's mapping."""
-    everyone = Parsed(good=list(range(len(raw))), bad=[], values=lambda columns: [])
-    problems: dict = {}
-    [found] = column_values(Mapping.of_table([Column("route", "string", rule.path)]), everyone, raw, fmt,
-                            max_message_bytes, problems)
-    found = found.to_pylist() if isinstance(found, (pa.Array, pa.ChunkedArray)) else list(found)
-    bad: list[Bad] = [(i, problem.stage, problem.message) for i, problem in sorted(problems.items())]
-    return [(i, value) for i, value in enumerate(found) if i not in problems], bad
 
 
 def merged_evolutions(tasks: list) -> dict[str, Evolution]:
