@@ -138,28 +138,24 @@ def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):
     assert catalog.table("n.t").scan().to_arrow().num_rows == 2 * 41
 
 
-def test_streams_due_together_share_one_spark_job(broker, spark, floe_home, monkeypatch):
-    # A batch waits for the others still planning at most WINDOW (0.1 s): on a loaded machine a
-    # first batch's planning (its tables loaded) can take longer. The wait ends as soon as every
-    # planning worker has submitted, so a long window changes nothing but the flake.
-    monkeypatch.setattr(jobs_module, "WINDOW", 30.0)
+def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str) -> tuple[dict, BatchJobs, Catalog]:
+    """A stream per topic of `sizes` (that many messages each), each worker's step planning before any submits (due
+    together), on one `BatchJobs`: each stream's outcome, the jobs and the catalog."""
     settings = load_settings()
-    topics = [f"share_{i}_{os.getpid()}" for i in range(2)]
-    for t in topics:
-        broker.produce(t, pizza_values(300))
-    streams = [create_stream(settings, t, bootstrap=broker.bootstrap, topic=t, table=f"share.{t}").stream
-               for t in topics]
+    for t, n in sizes.items():
+        broker.produce(t, pizza_values(n))
+    streams = [create_stream(settings, t, bootstrap=broker.bootstrap, topic=t, table=f"{namespace}.{t}").stream
+               for t in sizes]
     jobs = BatchJobs(spark)
     catalog = Catalog(settings)
     outcomes = {}
-
-    both_planning = threading.Barrier(len(streams))
+    all_planning = threading.Barrier(len(streams))
 
     def step(stream):
         state = StateStore(settings.state_db)
         runner = StreamRunner(settings, spark, catalog, state, stream, jobs)
         with jobs.planning():
-            both_planning.wait(60)  # due together: each is planning before either submits
+            all_planning.wait(60)  # due together: each is planning before any submits
             outcomes[stream.name] = runner.step()
         runner.close()
         state.close()
@@ -169,6 +165,17 @@ def test_streams_due_together_share_one_spark_job(broker, spark, floe_home, monk
         t.start()
     for t in threads:
         t.join(120)
+    jobs.close()
+    return outcomes, jobs, catalog
+
+
+def test_streams_due_together_share_one_spark_job(broker, spark, floe_home, monkeypatch):
+    # A batch waits for the others still planning at most WINDOW (0.1 s): on a loaded machine a
+    # first batch's planning (its tables loaded) can take longer. The wait ends as soon as every
+    # planning worker has submitted, so a long window changes nothing but the flake.
+    monkeypatch.setattr(jobs_module, "WINDOW", 30.0)
+    topics = [f"share_{i}_{os.getpid()}" for i in range(2)]
+    outcomes, jobs, catalog = steps_due_together(broker, spark, {t: 300 for t in topics}, "share")
     assert {name: o.rows for name, o in outcomes.items()} == {t: 300 for t in topics}
     assert jobs.jobs_run == 1
     for t in topics:
@@ -180,32 +187,8 @@ def test_a_busy_streams_batch_takes_a_job_of_its_own_beside_the_trickles_shared_
     """A big batch neither rides in the trickles' job nor waits for it: two lanes, each its own jobs. Two
     trickles and a busy stream due together make two jobs, the trickles' shared."""
     monkeypatch.setattr(jobs_module, "WINDOW", 30.0)  # as above: every planner submits before a job starts
-    settings = load_settings()
     sizes = {f"trickle_a_{os.getpid()}": 20, f"trickle_b_{os.getpid()}": 30, f"busy_{os.getpid()}": 3000}
-    for t, n in sizes.items():
-        broker.produce(t, pizza_values(n))
-    streams = [create_stream(settings, t, bootstrap=broker.bootstrap, topic=t, table=f"lanes.{t}").stream
-               for t in sizes]
-    jobs = BatchJobs(spark)
-    catalog = Catalog(settings)
-    outcomes = {}
-    all_planning = threading.Barrier(len(streams))
-
-    def step(stream):
-        state = StateStore(settings.state_db)
-        runner = StreamRunner(settings, spark, catalog, state, stream, jobs)
-        with jobs.planning():
-            all_planning.wait(60)
-            outcomes[stream.name] = runner.step()
-        runner.close()
-        state.close()
-
-    threads = [threading.Thread(target=step, args=(s,)) for s in streams]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    jobs.close()
+    outcomes, jobs, catalog = steps_due_together(broker, spark, sizes, "lanes")
     assert {name: o.rows for name, o in outcomes.items()} == sizes
     assert jobs.jobs_run == 2, "one job for the busy stream, one shared by the trickles"
     for t, n in sizes.items():
