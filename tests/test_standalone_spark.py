@@ -18,6 +18,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from appliance.spark.session import JVM_OPTIONS
 from conftest import floe, floe_process, free_port, pizza_values, wait_for
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -60,6 +61,9 @@ class StandaloneCluster:
             "SPARK_LOG_DIR": str(root),
             # No REST submission server: it would take the fixed port 6066.
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+            # The master and the worker only schedule here: the JIT flags Floe gives its own driver
+            # (`spark.session.JVM_OPTIONS`) spare the test their C2 compilations on 2 cores.
+            "SPARK_DAEMON_JAVA_OPTS": JVM_OPTIONS,
         }
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
@@ -139,7 +143,9 @@ def test_run_on_a_standalone_cluster(broker, topic, standalone_cluster, floe_hom
     (floe_home / "floe.toml").write_text(
         f'[warehouse]\nlocation = "s3://{bucket}/warehouse"\n\n[warehouse.s3]\nendpoint = "{seaweed.s3_endpoint}"\n'
         f'region = "{seaweed.region}"\naccess_key_id = "{seaweed.access_key}"\n'
-        f'secret_access_key = "{seaweed.secret_key}"\n\n[catalog]\ntype = "sql"\nuri = "{url}"\n')
+        f'secret_access_key = "{seaweed.secret_key}"\n\n[catalog]\ntype = "sql"\nuri = "{url}"\n'
+        # the executor's JVM as Floe's driver (a team's cluster sets its own)
+        f'\n[spark.conf]\n"spark.executor.extraJavaOptions" = "{JVM_OPTIONS}"\n')
     good = pizza_values(6000)  # enough for plan_tasks to use both executor cores
     values = good[:3000] + MALFORMED + good[3000:]
     broker.produce(topic, values)
