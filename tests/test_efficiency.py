@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pyarrow as pa
 from pyiceberg.serializers import FromInputFile
@@ -136,6 +137,29 @@ def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):
     manifests = table.current_snapshot().manifests(table.io)
     assert len(manifests) < 32, len(manifests)  # 41 appends, each with its own manifest before merging
     assert catalog.table("n.t").scan().to_arrow().num_rows == 2 * 41
+
+
+def test_a_table_keeps_only_its_newest_metadata_files(floe_home):
+    """Each commit rewrites the metadata file with every kept snapshot (1.5 MB at 2,000): 100 of them a table, as
+    Iceberg keeps by default, were 30 GB for 200 streams' tables. Floe keeps `metadata_versions` (10)."""
+    floe_home.mkdir(parents=True)
+    settings = load_settings()
+    assert settings.maintenance.metadata_versions == 10
+    catalog = Catalog(settings)
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table, _ = catalog.ensure_table("n.t", data.schema)
+    table.append(data)
+    files = [task.file for task in table.scan().plan_files()]
+    offsets = None
+    for i in range(1, 26):
+        table, _ = commit_files(table, files, "s", "topic", offsets, {0: i})
+        offsets = {0: i}
+    folder = Path(table.metadata_location.removeprefix("file://")).parent
+    kept = sorted(folder.glob("*.metadata.json"))
+    assert len(kept) == 11, [p.name for p in kept]  # the current one and the 10 before it
+    assert Path(table.metadata_location.removeprefix("file://")) in kept
+    assert len(table.metadata.metadata_log) == 10
+    assert catalog.table("n.t").scan().to_arrow().num_rows == 2 * 26
 
 
 def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str) -> tuple[dict, BatchJobs, Catalog]:

@@ -55,7 +55,7 @@ class MaintenanceSettings:
     expire_interval: float = 3600.0
     orphans_interval: float = 86400.0
     retention_interval: float = 3600.0
-    metadata_versions: int = 100
+    metadata_versions: int = 10
     share: float = 0.25  # of the time, at most, that scheduled tasks run: each is followed by a rest
     policy: dict[str, Any] = field(default_factory=dict)  # the default policy, validated
 
