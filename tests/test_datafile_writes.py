@@ -6,12 +6,30 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import OrderedDict
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.schema import Schema
-from pyiceberg.types import DoubleType, LongType, NestedField, StringType, StructType, TimestamptzType
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+)
 
 from appliance.config.settings import ensure_home, load_settings
 from appliance.model.partitioning import Partitioning
@@ -155,3 +173,78 @@ def test_a_worker_remembers_as_many_tables_as_it_writes_in_turn():
     use(2), use(1)
     assert made == [1, 2, 3, 4, 1] and list(kept) == [4, 2, 1]
     assert parquet.TABLES_PER_WORKER >= 400  # 200 streams' tables and their dead-letter tables
+
+
+WIDE = Schema(
+    NestedField(1, "i", IntegerType(), required=False), NestedField(2, "l", LongType(), required=False),
+    NestedField(3, "f", FloatType(), required=False), NestedField(4, "d", DoubleType(), required=False),
+    NestedField(5, "b", BooleanType(), required=False), NestedField(6, "s", StringType(), required=False),
+    NestedField(7, "bin", BinaryType(), required=False), NestedField(8, "day", DateType(), required=False),
+    NestedField(9, "t", TimeType(), required=False), NestedField(10, "ts", TimestampType(), required=False),
+    NestedField(11, "tstz", TimestamptzType(), required=False),
+    NestedField(13, "tags", ListType(14, StringType(), element_required=False), required=False),
+    NestedField(15, "attrs", MapType(16, StringType(), 17, LongType(), value_required=False), required=False),
+)
+DECIMAL = NestedField(12, "dec", DecimalType(9, 2), required=False)  # PyIceberg's own statistics, always
+
+
+def wide_rows(schema: Schema, n: int) -> pa.Table:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    top = "\U0010ffff" * 20  # no upper bound can be truncated from it
+    columns = {
+        "i": [None if k % 6 == 0 else k - 40 for k in range(n)], "l": [k * 10**12 for k in range(n)],
+        "f": [float("nan") if k % 9 == 0 else k / 7 for k in range(n)], "d": [-k / 3 for k in range(n)],
+        "b": [k % 2 == 0 for k in range(n)],
+        "s": [top if k == n - 1 else (None if k % 5 == 0 else f"{'é' * (k % 30)}x{k}") for k in range(n)],
+        "bin": [b"\xff" * 30 if k == 3 else bytes([k % 256]) * (k % 25) for k in range(n)],
+        "day": [dt.date(2026, 1, 1) + dt.timedelta(days=k) for k in range(n)],
+        "t": [dt.time(k % 24, k % 60) for k in range(n)],
+        "ts": [dt.datetime(2026, 1, 1) + dt.timedelta(minutes=k) for k in range(n)],
+        "tstz": [DAY + dt.timedelta(seconds=k) for k in range(n)],
+        "dec": [Decimal(k) / 4 for k in range(n)],
+        "tags": [[f"t{k}", None] for k in range(n)], "attrs": [[("a", k), ("b", None)] for k in range(n)],
+    }
+    plain = pa.schema([f.remove_metadata() for f in schema_to_pyarrow(schema, include_field_ids=False)])
+    return pa.table({f.name: columns[f.name] for f in plain}, schema=plain)  # as decoding makes rows: no field ids
+
+
+@pytest.mark.parametrize("properties", [
+    {}, {"write.metadata.metrics.default": "full"}, {"write.metadata.metrics.default": "truncate(3)"},
+    {"write.metadata.metrics.default": "counts", "write.metadata.metrics.column.s": "truncate(2)"},
+    {"write.metadata.metrics.default": "none", "write.metadata.metrics.column.l": "full"},
+    {"write.parquet.row-group-limit": "7"},  # several row groups: bounds and counts folded over them
+])
+@pytest.mark.parametrize("decimals", [False, True])
+def test_statistics_of_every_type_and_metrics_mode_are_pyiceberg_s(catalog, properties, decimals, monkeypatch):
+    from appliance.tables.fastpath import statistics
+
+    schema = Schema(*WIDE.fields, DECIMAL) if decimals else WIDE
+    catalog.iceberg.create_namespace("n")
+    table = catalog.iceberg.create_table("n.wide", schema, properties={"format-version": "2", **properties})
+    data = wide_rows(schema, 40)
+    with monkeypatch.context() as patch:
+        if not decimals:  # Floe's own statistics, not PyIceberg's called when they are not the plain case
+            patch.setattr(statistics, "data_file_statistics_from_parquet_metadata", None)
+        ours = write_data_files(TableTarget.of(table), data)
+    assert_same_files(table, ours, pyiceberg_files(table, data))
+
+
+def test_a_file_without_statistics_is_described_by_pyiceberg_itself(tmp_path):
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+        schema_to_pyarrow,
+    )
+
+    from appliance.tables.fastpath.statistics import StatisticsPlan
+
+    plan, ids = compute_statistics_plan(SCHEMA, {}), parquet_path_to_id_mapping(SCHEMA)
+    data = rows(10).cast(schema_to_pyarrow(SCHEMA))
+    for options in ({}, {"write_statistics": ["id", "region"]}, {"write_statistics": False}):
+        pq.write_table(data, tmp_path / "f.parquet", **options)
+        metadata = pq.read_metadata(tmp_path / "f.parquet")
+        theirs = data_file_statistics_from_parquet_metadata(metadata, plan, ids).to_serialized_dict()
+        assert StatisticsPlan(plan, ids).serialized(metadata) == theirs
+        assert bool(theirs["lower_bounds"]) == (options.get("write_statistics") is not False)

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile, DataFileContent
 
 from appliance.tables.fastpath.internals import parquet_writer_kwargs, to_requested_schema
+from appliance.tables.fastpath.statistics import StatisticsPlan
 
 T = TypeVar("T")
 
@@ -98,8 +99,7 @@ class _Writer:
     target_size: int
     parquet_options: dict[str, Any]
     row_group_size: int
-    stats_columns: Any
-    column_ids: dict[str, int]
+    statistics: StatisticsPlan
     file_arrow: pa.Schema  # what PyIceberg's projection makes of the task's Arrow schema, with field ids
     folders: dict[str, str] = field(default_factory=dict)  # partition values -> their files' folder
 
@@ -134,8 +134,7 @@ def _new_writer(meta: Any, io_properties: dict[str, str], schema: pa.Schema) -> 
         parquet_options=parquet_writer_kwargs(props),
         row_group_size=property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
                                        TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
-        stats_columns=compute_statistics_plan(file_schema, props),
-        column_ids=parquet_path_to_id_mapping(file_schema),
+        statistics=StatisticsPlan(compute_statistics_plan(file_schema, props), parquet_path_to_id_mapping(file_schema)),
         file_arrow=_project(file_schema, task_schema, schema.empty_table().to_batches() or
                             [pa.RecordBatch.from_pylist([], schema=schema)]).schema,
     )
@@ -176,7 +175,7 @@ def _folder(w: _Writer, partition: Any) -> str:
 def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
     """The rows of one partition (`partition`: its values) as data files near the target size."""
     import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import bin_pack_arrow_table, data_file_statistics_from_parquet_metadata
+    from pyiceberg.io.pyarrow import bin_pack_arrow_table
     from pyiceberg.manifest import FileFormat
 
     write_uuid = uuid.uuid4()
@@ -192,12 +191,10 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
             writer = pq.ParquetWriter(stream, schema=data.schema, store_decimal_as_integer=True, **w.parquet_options)
             writer.write(data, row_group_size=w.row_group_size)
             writer.close()
-        stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=writer.writer.metadata, stats_columns=w.stats_columns, parquet_column_mapping=w.column_ids)
         data_file = DataFile.from_args(
             content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
             file_size_in_bytes=len(output), sort_order_id=None, equality_ids=None, key_metadata=None,
-            **stats.to_serialized_dict(),
+            **w.statistics.serialized(writer.writer.metadata),
         )
         data_file.spec_id = w.metadata.default_spec_id  # not a field of the struct: from_args drops it
         files.append(data_file)
