@@ -7,6 +7,7 @@ than one partition in a file, and its values in the file's description.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -28,15 +29,21 @@ T = TypeVar("T")
 TABLES_PER_WORKER = 1024
 
 
+_KEPT = threading.Lock()  # the driver writes too (system tables), from threads of its own
+
+
 def remembered(kept: OrderedDict, key: Hashable, make: Callable[[], T], limit: int = TABLES_PER_WORKER) -> T:
     """`kept[key]`, made on its first use; beyond `limit` entries, the one least recently used goes."""
-    found = kept.get(key)
-    if found is None:
-        found = kept[key] = make()
+    with _KEPT:
+        found = kept.get(key)
+        if found is not None:
+            kept.move_to_end(key)
+            return found
+    found = make()
+    with _KEPT:
+        kept[key] = found
         if len(kept) > limit:
             kept.popitem(last=False)
-    else:
-        kept.move_to_end(key)
     return found
 
 
