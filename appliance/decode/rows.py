@@ -252,6 +252,12 @@ def mapping_type(mapping: Mapping, name: str) -> str:
 
 
 def dead_letter_rows(raw: RawBatch, bad: list[tuple[int, str, str]], ingested_at: dt.datetime) -> pa.Table:
+    if not bad:  # most batches: one empty table (immutable) rather than nine empty arrays built each time
+        return _NO_DEAD_LETTERS
+    return _dead_letter_rows(raw, bad, ingested_at)
+
+
+def _dead_letter_rows(raw: RawBatch, bad: list[tuple[int, str, str]], ingested_at: dt.datetime) -> pa.Table:
     rows = [b[0] for b in bad]
     return pa.Table.from_arrays(
         _meta_arrays(raw, rows)
@@ -275,3 +281,6 @@ def _meta_arrays(raw: RawBatch, rows: list[int]) -> list[pa.Array]:
         offs = [raw.offsets[i] for i in rows]
         ts = [raw.timestamps[i] for i in rows]
     return [pa.array(parts, pa.int32()), pa.array(offs, pa.int64()), _millis_to_ts(ts)]
+
+
+_NO_DEAD_LETTERS = _dead_letter_rows(RawBatch(), [], dt.datetime(1970, 1, 1, tzinfo=UTC))

@@ -6,6 +6,7 @@ catalog connection: the table's metadata as JSON and its storage properties.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -19,7 +20,7 @@ from pyiceberg.manifest import (
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from appliance.tables.fastpath.parquet import partitions, write_files
+from appliance.tables.fastpath.parquet import partitions, remembered, write_files
 from appliance.tables.storage import describe, storage_errors
 
 
@@ -47,20 +48,16 @@ class TableTarget:
         return describe(table_metadata(self).location, self.io_properties.get("s3.endpoint", ""))
 
 
-_METADATA_CACHE: dict[str, object] = {}
+# Keyed by the JSON itself: whatever changes in the table's schemas, specs or properties is another key.
+_METADATA_CACHE: OrderedDict[str, object] = OrderedDict()
 
 
 def table_metadata(target: TableTarget):
     """The parsed metadata of `target`, parsed once per schema and properties in each Python worker."""
     from pyiceberg.table.metadata import TableMetadataUtil
 
-    meta = _METADATA_CACHE.get(target.metadata_json)
-    if meta is None:
-        if len(_METADATA_CACHE) > 64:
-            _METADATA_CACHE.clear()
-        meta = TableMetadataUtil.parse_raw(target.metadata_json)
-        _METADATA_CACHE[target.metadata_json] = meta
-    return meta
+    json = target.metadata_json
+    return remembered(_METADATA_CACHE, json, lambda: TableMetadataUtil.parse_raw(json))
 
 
 def write_data_files(target: TableTarget, table: pa.Table) -> list[DataFile]:

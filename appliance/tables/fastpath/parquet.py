@@ -7,15 +7,44 @@ than one partition in a file, and its values in the file's description.
 
 from __future__ import annotations
 
+import threading
 import uuid
-from dataclasses import dataclass
-from typing import Any
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile, DataFileContent
 
 from appliance.tables.fastpath.internals import parquet_writer_kwargs, to_requested_schema
+from appliance.tables.fastpath.statistics import StatisticsPlan
+
+T = TypeVar("T")
+
+# Spark hands any task to any worker, so each worker writes for every table of every stream, in turn.
+# With room for fewer tables than that, each table's entry is gone by its next batch and made again:
+# the 64 of before made 200 trickling streams convert their schemas on most writes, half of a
+# worker's CPU. An entry is about 60 KB (the parsed metadata, the converted schemas).
+TABLES_PER_WORKER = 1024
+
+
+_KEPT = threading.Lock()  # the driver writes too (system tables), from threads of its own
+
+
+def remembered(kept: OrderedDict, key: Hashable, make: Callable[[], T], limit: int = TABLES_PER_WORKER) -> T:
+    """`kept[key]`, made on its first use; beyond `limit` entries, the one least recently used goes."""
+    with _KEPT:
+        found = kept.get(key)
+        if found is not None:
+            kept.move_to_end(key)
+            return found
+    found = make()
+    with _KEPT:
+        kept[key] = found
+        if len(kept) > limit:
+            kept.popitem(last=False)
+    return found
 
 
 def write_files(meta: Any, key_json: str, io_properties: dict[str, str], table: pa.Table) -> list[DataFile]:
@@ -33,6 +62,9 @@ def partitions(meta: Any, table: pa.Table) -> list[tuple[Any, pa.Table]]:
     if spec.is_unpartitioned() or not table.num_rows:
         return [(Record(), table)] if table.num_rows else []
     values = [_transformed(schema.find_field(f.source_id), f.transform, table) for f in spec.fields]
+    if all(pc.count_distinct(v, mode="all").as_py() == 1 for v in values):
+        # A trickle's rows are mostly of one partition (one day): no grouping, no filtering.
+        return [(Record(*(v[0].as_py() for v in values)), table)]
     keys = pa.table({f"p{i}": v for i, v in enumerate(values)})
     found = keys.group_by(keys.column_names, use_threads=False).aggregate([])
     out = []
@@ -74,52 +106,45 @@ class _Writer:
     target_size: int
     parquet_options: dict[str, Any]
     row_group_size: int
-    stats_columns: Any
-    column_ids: dict[str, int]
+    statistics: StatisticsPlan
     file_arrow: pa.Schema  # what PyIceberg's projection makes of the task's Arrow schema, with field ids
+    folders: dict[str, str] = field(default_factory=dict)  # partition values -> their files' folder
 
 
-_WRITERS: dict[tuple[str, pa.Schema], _Writer] = {}
+# Keyed by the table's slim metadata JSON itself (`TableTarget.metadata_json`: schemas, specs, properties,
+# location, uuid), never by a name or an id: a table changed in any way writing depends on has another key.
+_WRITERS: OrderedDict[tuple[str, pa.Schema], _Writer] = OrderedDict()
 
 
 def _writer(meta: Any, key_json: str, io_properties: dict[str, str], schema: pa.Schema) -> _Writer:
-    key = (key_json, schema)
-    found = _WRITERS.get(key)
-    if found is None:
-        from pyiceberg.io import load_file_io
-        from pyiceberg.io.pyarrow import (
-            compute_statistics_plan,
-            parquet_path_to_id_mapping,
-            pyarrow_to_schema,
-        )
-        from pyiceberg.schema import sanitize_column_names
-        from pyiceberg.table import TableProperties
-        from pyiceberg.table.locations import load_location_provider
-        from pyiceberg.utils.properties import property_as_int
+    return remembered(_WRITERS, (key_json, schema), lambda: _new_writer(meta, io_properties, schema))
 
-        props = meta.properties
-        file_schema = sanitize_column_names(meta.schema())
-        task_schema = pyarrow_to_schema(schema, name_mapping=meta.schema().name_mapping,
-                                        format_version=meta.format_version)
-        found = _Writer(
-            metadata=meta, io=load_file_io(io_properties, meta.location), file_schema=file_schema,
-            task_schema=task_schema,
-            location=load_location_provider(table_location=meta.location, table_properties=props),
-            properties=props,
-            target_size=property_as_int(props, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
-                                        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT),
-            parquet_options=parquet_writer_kwargs(props),
-            row_group_size=property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
-                                           TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
-            stats_columns=compute_statistics_plan(file_schema, props),
-            column_ids=parquet_path_to_id_mapping(file_schema),
-            file_arrow=_project(file_schema, task_schema, schema.empty_table().to_batches() or
-                                [pa.RecordBatch.from_pylist([], schema=schema)]).schema,
-        )
-        if len(_WRITERS) > 64:
-            _WRITERS.clear()
-        _WRITERS[key] = found
-    return found
+
+def _new_writer(meta: Any, io_properties: dict[str, str], schema: pa.Schema) -> _Writer:
+    from pyiceberg.io import load_file_io
+    from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping, pyarrow_to_schema
+    from pyiceberg.schema import sanitize_column_names
+    from pyiceberg.table import TableProperties
+    from pyiceberg.table.locations import load_location_provider
+    from pyiceberg.utils.properties import property_as_int
+
+    props = meta.properties
+    file_schema = sanitize_column_names(meta.schema())
+    task_schema = pyarrow_to_schema(schema, name_mapping=meta.schema().name_mapping, format_version=meta.format_version)
+    return _Writer(
+        metadata=meta, io=load_file_io(io_properties, meta.location), file_schema=file_schema,
+        task_schema=task_schema,
+        location=load_location_provider(table_location=meta.location, table_properties=props),
+        properties=props,
+        target_size=property_as_int(props, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+                                    TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT),
+        parquet_options=parquet_writer_kwargs(props),
+        row_group_size=property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
+                                       TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
+        statistics=StatisticsPlan(compute_statistics_plan(file_schema, props), parquet_path_to_id_mapping(file_schema)),
+        file_arrow=_project(file_schema, task_schema, schema.empty_table().to_batches() or
+                            [pa.RecordBatch.from_pylist([], schema=schema)]).schema,
+    )
 
 
 def _project(file_schema: Any, task_schema: Any, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
@@ -140,15 +165,28 @@ def _to_file(w: _Writer, batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.cast(w.file_arrow)
 
 
+def _folder(w: _Writer, partition: Any) -> str:
+    """Where a partition's files go under the data folder: the same few values (a day) come again and
+    again, and PyIceberg's path builds the spec's partition type every time."""
+    key = repr(tuple(partition[i] for i in range(len(partition))))  # as its path has them: -0.0 is not 0.0
+    found = w.folders.get(key)
+    if found is None:
+        spec = w.metadata.spec()
+        found = "" if spec.is_unpartitioned() else spec.partition_to_path(partition, w.metadata.schema()) + "/"
+        if len(w.folders) >= 64:
+            w.folders.clear()
+        w.folders[key] = found
+    return found
+
+
 def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
     """The rows of one partition (`partition`: its values) as data files near the target size."""
     import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import bin_pack_arrow_table, data_file_statistics_from_parquet_metadata
+    from pyiceberg.io.pyarrow import bin_pack_arrow_table
     from pyiceberg.manifest import FileFormat
 
     write_uuid = uuid.uuid4()
-    spec = w.metadata.spec()
-    folder = "" if spec.is_unpartitioned() else spec.partition_to_path(partition, w.metadata.schema()) + "/"
+    folder = _folder(w, partition)
     files = []
     for n, batches in enumerate(bin_pack_arrow_table(table, w.target_size)):
         # PyIceberg projects every batch through a schema visitor; for one Arrow schema that is
@@ -160,12 +198,10 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
             writer = pq.ParquetWriter(stream, schema=data.schema, store_decimal_as_integer=True, **w.parquet_options)
             writer.write(data, row_group_size=w.row_group_size)
             writer.close()
-        stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=writer.writer.metadata, stats_columns=w.stats_columns, parquet_column_mapping=w.column_ids)
         data_file = DataFile.from_args(
             content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
             file_size_in_bytes=len(output), sort_order_id=None, equality_ids=None, key_metadata=None,
-            **stats.to_serialized_dict(),
+            **w.statistics.serialized(writer.writer.metadata),
         )
         data_file.spec_id = w.metadata.default_spec_id  # not a field of the struct: from_args drops it
         files.append(data_file)
