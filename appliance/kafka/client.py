@@ -38,6 +38,9 @@ class KafkaClient:
         self.timeout = timeout
         self._resolved = settings.resolved_options()
         self._consumer = self._connect(self._resolved)
+        # The requests of the last `many_watermarks`: a poller asks the same partitions four times a second,
+        # and building hundreds of TopicPartitions each time was a third of its cost.
+        self._asking: tuple[list[tuple[str, int]], dict[int, list[TopicPartition]]] | None = None
 
     def _connect(self, resolved: dict[str, str]) -> Consumer:
         try:
@@ -121,11 +124,13 @@ class KafkaClient:
         offsets, asked as offsets for the special times -2 and -1), not two per partition; a partition's
         own error in its place, a failure of the whole request raised."""
         self._fresh()
+        if self._asking is None or self._asking[0] != partitions:
+            self._asking = (list(partitions), {end: [TopicPartition(t, p, end) for t, p in partitions]
+                                               for end in (OFFSET_BEGINNING, OFFSET_END)})
         asked = {}
         for end, mark in ((OFFSET_BEGINNING, "low"), (OFFSET_END, "high")):
             try:
-                asked[mark] = self._consumer.offsets_for_times([TopicPartition(t, p, end) for t, p in partitions],
-                                                               timeout=self.timeout)
+                asked[mark] = self._consumer.offsets_for_times(self._asking[1][end], timeout=self.timeout)
             except KafkaException as exc:
                 raise kafka_error(exc, self.settings, "watermarks") from None
         out: dict[tuple[str, int], Watermarks | FloeError] = {}
