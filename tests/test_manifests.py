@@ -131,6 +131,45 @@ def test_a_partitioned_table_is_appended_by_pyiceberg_itself(twins):
     assert len(table.inspect.files()) == 12  # one file per name
 
 
+def test_a_partitioned_tables_manifests_summarise_their_partitions_as_pyiceberg_does(twins):
+    settings, catalog, _ = twins
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="name"))
+    ours, theirs = (catalog.iceberg.create_table(f"n.summed_{who}", SCHEMA, partition_spec=spec,
+                                                 properties={"format-version": "2"}) for who in ("ours", "theirs"))
+    for i in range(3):
+        data = pa.table({"id": pa.array(range(i * 4, i * 4 + 4), pa.int64()),
+                         "name": pa.array([None, f"b{i}", f"a{i}", "z"])})  # a null partition too
+        ours = append_files(ours, write_data_files(TableTarget.of(ours), data), {})
+        theirs = pyiceberg_append(theirs, write_data_files(TableTarget.of(theirs), data), {})
+
+    def summaries(table):
+        return sorted((m.added_files_count, m.existing_files_count, repr(m.partitions))
+                      for m in table.current_snapshot().manifests(table.io))
+
+    assert summaries(ours) == summaries(theirs)
+    assert any(p.contains_null and p.lower_bound for m in ours.current_snapshot().manifests(ours.io)
+               for p in m.partitions)
+
+
+def test_a_commits_files_are_written_whole_and_never_over_another(twins, tmp_path):
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from appliance.tables.fastpath.files import write_new
+
+    _, _, (table, _) = twins
+    io = PyArrowFileIO()
+    data = bytes(range(256)) * 4000  # larger than one write may take
+    ours, theirs = tmp_path / "new" / "ours.avro", tmp_path / "theirs.avro"  # its folder missing: made
+    write_new(io, f"file://{ours}", data)
+    with io.new_output(str(theirs)).create(overwrite=False) as out:  # PyIceberg's way
+        out.write(data)
+    assert ours.read_bytes() == theirs.read_bytes() == data
+    assert oct(ours.stat().st_mode & 0o777) == oct(theirs.stat().st_mode & 0o777)
+    with pytest.raises(FileExistsError):
+        write_new(io, str(ours), b"other")
+    assert ours.read_bytes() == data
+
+
 def test_every_private_pyiceberg_hook_the_fast_path_uses_still_exists(twins):
     """A PyIceberg upgrade that renames what the fast path overrides or reads fails here, by name."""
     from pyiceberg.table import Transaction
