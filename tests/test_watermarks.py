@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from appliance.core.errors import BrokerUnreachable, TopicNotFound
 from appliance.ingest.watermarks import ClusterPoller, WatermarkPollers
+from appliance.kafka import client as client_module
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.kafka.settings import KafkaSettings
 
@@ -22,7 +23,9 @@ def topics(n: int) -> list[str]:
     return [f"wm_{tag}_{i}" for i in range(n)]
 
 
-def test_many_watermarks_match_the_per_partition_requests(broker):
+@pytest.mark.parametrize("at_once", [100, 5, 1])  # partitions a request: one, several, each alone
+def test_many_watermarks_match_the_per_partition_requests(broker, monkeypatch, at_once):
+    monkeypatch.setattr(client_module, "WATERMARKS_AT_ONCE", at_once)
     names = topics(3)
     for i, name in enumerate(names):
         broker.produce(name, [b"{}"] * (5 + i), partition=0)

@@ -3,9 +3,10 @@
 Each stream used to ask its partitions' watermarks itself, one request per partition at every
 poll: 500 idle streams made 2,000 requests a second and woke 500 threads four times a second.
 A poller asks a cluster's watermarks of every partition its streams read in two requests a poll
-interval (`KafkaClient.many_watermarks`), and its partitions in one metadata request every
+interval per 100 partitions (`KafkaClient.many_watermarks`), and its partitions in one metadata request every
 `PARTITIONS_TTL`; it sets a stream's `moved` event when one of its topic's watermarks changes or
-an error appears, so an idle stream sleeps until it has something to read. A failure stays the
+an error appears, so an idle stream sleeps until it has something to read (and a lingering trickle
+until it has enough, `hold`). A failure stays the
 topic's (a topic deleted) or the cluster's (a broker down), raised in the steps of the streams
 it concerns, as the stream's own request raised it before.
 """
