@@ -88,6 +88,23 @@ def test_appends_and_merges_read_back_as_pyiceberg_writes_them(twins):
                      ).to_pylist() == [{"n": 110, "d": 110, "s": sum(range(110))}]
 
 
+def test_a_manifest_list_of_kept_records_reads_back_as_one_encoded_afresh(twins, tmp_path):
+    from pyiceberg.manifest import read_manifest_list
+
+    settings, catalog, (table, _) = twins
+    kept = Manifests()
+    for i in range(6):  # each commit lists its parent's manifests again: their records kept
+        table = append_files(table, write_data_files(TableTarget.of(table), rows(i * 3, 3)), {}, manifests=kept)
+    snapshot = table.current_snapshot()
+    listed = kept.manifests(table.io, snapshot.manifest_list)
+    afresh = tmp_path / "afresh.avro"
+    Manifests().write_list(table.io, str(afresh), list(listed), snapshot.snapshot_id, snapshot.parent_snapshot_id,
+                           snapshot.sequence_number)
+    ours = list(read_manifest_list(table.io.new_input(snapshot.manifest_list)))
+    assert [repr(m) for m in ours] == [repr(m) for m in read_manifest_list(table.io.new_input(str(afresh)))]
+    assert len(ours) > 2
+
+
 def test_a_manifest_list_this_process_did_not_write_is_read_from_storage(twins):
     settings, catalog, (table, _) = twins
     table = pyiceberg_append(table, write_data_files(TableTarget.of(table), rows(0, 5)), {})

@@ -41,5 +41,7 @@ def write_new(io: FileIO, location: str, data: bytes) -> None:
 def _local_path(io: FileIO, location: str) -> str | None:
     if type(io) is not PyArrowFileIO:
         return None
+    if location.startswith("file:///"):  # a local warehouse's, as PyIceberg names them: no URL to parse
+        return location[len("file://"):]
     scheme, _, path = PyArrowFileIO.parse_location(location)
     return path if scheme == "file" else None

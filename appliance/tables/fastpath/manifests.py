@@ -148,6 +148,7 @@ class Manifests:
         self._lists: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
         self._entries: OrderedDict[str, tuple[ManifestEntry, ...]] = OrderedDict()
         self._records: dict[tuple, bytes] = {}
+        self._listed: dict[str, tuple[ManifestFile, bytes]] = {}  # manifest path -> (that object, its list record)
         self._weights: dict[int, int] = {}  # per kept-files map (by id): the sum of its values' weights
 
     # ---- what a snapshot holds -------------------------------------------------------------
@@ -234,8 +235,22 @@ class Manifests:
                    parent_id: int | None, sequence_number: int) -> None:
         meta = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": str(parent_id) if parent_id else "null",
                 "sequence-number": str(sequence_number), "format-version": "2"}
-        write_new(io, path, self._list_format.encode([_manifest_file(m) for m in manifests], meta))
+        records = [self._listed_record(m) for m in manifests]
+        write_new(io, path, self._list_format.file(records, len(records), meta))
         self._put(self._lists, path, tuple(manifests), self.KEPT_LISTS)
+
+    def _listed_record(self, m: ManifestFile) -> bytes:
+        """A manifest's record in a manifest list. A commit lists its parent's manifests again, the very
+        objects the parent listed: their records are kept, not encoded again at each commit."""
+        with self._lock:
+            found = self._listed.get(m.manifest_path)
+        if found is None or found[0] is not m:
+            found = (m, self._list_format.record(_manifest_file(m)))
+            with self._lock:
+                if len(self._listed) >= self.KEPT_RECORDS:
+                    self._listed.clear()
+                self._listed[m.manifest_path] = found
+        return found[1]
 
     def _entry_format(self, metadata: TableMetadata, spec: PartitionSpec) -> _EntryFormat:
         key = (str(metadata.table_uuid), metadata.current_schema_id, spec.spec_id)
