@@ -88,6 +88,23 @@ def test_appends_and_merges_read_back_as_pyiceberg_writes_them(twins):
                      ).to_pylist() == [{"n": 110, "d": 110, "s": sum(range(110))}]
 
 
+def test_a_manifest_list_of_kept_records_reads_back_as_one_encoded_afresh(twins, tmp_path):
+    from pyiceberg.manifest import read_manifest_list
+
+    settings, catalog, (table, _) = twins
+    kept = Manifests()
+    for i in range(6):  # each commit lists its parent's manifests again: their records kept
+        table = append_files(table, write_data_files(TableTarget.of(table), rows(i * 3, 3)), {}, manifests=kept)
+    snapshot = table.current_snapshot()
+    listed = kept.manifests(table.io, snapshot.manifest_list)
+    afresh = tmp_path / "afresh.avro"
+    Manifests().write_list(table.io, str(afresh), list(listed), snapshot.snapshot_id, snapshot.parent_snapshot_id,
+                           snapshot.sequence_number)
+    ours = list(read_manifest_list(table.io.new_input(snapshot.manifest_list)))
+    assert [repr(m) for m in ours] == [repr(m) for m in read_manifest_list(table.io.new_input(str(afresh)))]
+    assert len(ours) > 2
+
+
 def test_a_manifest_list_this_process_did_not_write_is_read_from_storage(twins):
     settings, catalog, (table, _) = twins
     table = pyiceberg_append(table, write_data_files(TableTarget.of(table), rows(0, 5)), {})
@@ -129,6 +146,45 @@ def test_a_partitioned_table_is_appended_by_pyiceberg_itself(twins):
         table = append_files(table, write_data_files(TableTarget.of(table), rows(i * 4, 4)), {"i": str(i)})
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(12))
     assert len(table.inspect.files()) == 12  # one file per name
+
+
+def test_a_partitioned_tables_manifests_summarise_their_partitions_as_pyiceberg_does(twins):
+    settings, catalog, _ = twins
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="name"))
+    ours, theirs = (catalog.iceberg.create_table(f"n.summed_{who}", SCHEMA, partition_spec=spec,
+                                                 properties={"format-version": "2"}) for who in ("ours", "theirs"))
+    for i in range(3):
+        data = pa.table({"id": pa.array(range(i * 4, i * 4 + 4), pa.int64()),
+                         "name": pa.array([None, f"b{i}", f"a{i}", "z"])})  # a null partition too
+        ours = append_files(ours, write_data_files(TableTarget.of(ours), data), {})
+        theirs = pyiceberg_append(theirs, write_data_files(TableTarget.of(theirs), data), {})
+
+    def summaries(table):
+        return sorted((m.added_files_count, m.existing_files_count, repr(m.partitions))
+                      for m in table.current_snapshot().manifests(table.io))
+
+    assert summaries(ours) == summaries(theirs)
+    assert any(p.contains_null and p.lower_bound for m in ours.current_snapshot().manifests(ours.io)
+               for p in m.partitions)
+
+
+def test_a_commits_files_are_written_whole_and_never_over_another(twins, tmp_path):
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from appliance.tables.fastpath.files import write_new
+
+    _, _, (table, _) = twins
+    io = PyArrowFileIO()
+    data = bytes(range(256)) * 4000  # larger than one write may take
+    ours, theirs = tmp_path / "new" / "ours.avro", tmp_path / "theirs.avro"  # its folder missing: made
+    write_new(io, f"file://{ours}", data)
+    with io.new_output(str(theirs)).create(overwrite=False) as out:  # PyIceberg's way
+        out.write(data)
+    assert ours.read_bytes() == theirs.read_bytes() == data
+    assert oct(ours.stat().st_mode & 0o777) == oct(theirs.stat().st_mode & 0o777)
+    with pytest.raises(FileExistsError):
+        write_new(io, str(ours), b"other")
+    assert ours.read_bytes() == data
 
 
 def test_every_private_pyiceberg_hook_the_fast_path_uses_still_exists(twins):

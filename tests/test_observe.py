@@ -333,3 +333,23 @@ def test_the_audit_masks_passwords_in_any_url():
 
     assert masked("https://u:ab/cd@reg:8081/x") == "https://u:***@reg:8081/x"
     assert masked("see json://u:p@ss@h/p and https://reg:8081/p@th") == "see json://u:***@h/p and https://reg:8081/p@th"
+
+
+def test_system_table_rows_are_the_arrow_table_of_their_rows_as_dicts():
+    import pyarrow as pa
+
+    from appliance.observe.systables import ROWS, arrow_rows
+    from appliance.tables.system import SYSTEM_TABLES
+
+    system = next(s for s in SYSTEM_TABLES if s.source == "batches")
+    rows = [{"id": i, "stream": f"s{i % 3}", "committed_at": "2026-11-26T10:00:00.125+00:00",
+             "started_at": "2026-11-26T09:59:59.000+00:00", "messages": i, "rows": i, "dead_letter_rows": 0,
+             "bytes": 10 * i, "duration_ms": 800, "lag": 0, "newest_kafka_ts": None if i % 2 else 1795734327222,
+             "median_kafka_ts": 1795734327000, "throttle_ms": None, "target_snapshot_id": 7 + i,
+             "dead_letter_snapshot_id": None, "offsets": '{"0": 5}'} for i in range(5)]
+    schema = system.schema.as_arrow()
+    as_dicts = pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in map(ROWS["batches"], rows)],
+                                    schema=schema)
+    assert arrow_rows(system, rows).equals(as_dicts)
+    assert arrow_rows(system, rows).column("newest_kafka_timestamp").null_count == 2
+

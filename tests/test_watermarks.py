@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from appliance.core.errors import BrokerUnreachable, TopicNotFound
 from appliance.ingest.watermarks import ClusterPoller, WatermarkPollers
+from appliance.kafka import client as client_module
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.kafka.settings import KafkaSettings
 
@@ -22,14 +23,17 @@ def topics(n: int) -> list[str]:
     return [f"wm_{tag}_{i}" for i in range(n)]
 
 
-def test_many_watermarks_match_the_per_partition_requests(broker):
+@pytest.mark.parametrize("at_once", [100, 5, 1])  # partitions a request: one, several, each alone
+def test_many_watermarks_match_the_per_partition_requests(broker, monkeypatch, at_once):
+    monkeypatch.setattr(client_module, "WATERMARKS_AT_ONCE", at_once)
     names = topics(3)
     for i, name in enumerate(names):
         broker.produce(name, [b"{}"] * (5 + i), partition=0)
         broker.produce(name, [b"{}"] * i, partition=2)
     kafka = KafkaSettings.create(broker.bootstrap)
     with KafkaClient(kafka) as client:
-        found = client.many_watermarks([(n, p) for n in names for p in range(4)] + [("wm_missing", 0)])
+        asked = [(n, p) for n in names for p in range(4)] + [("wm_missing", 0)]
+        found = client.many_watermarks(asked)
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "t", "log_level": 0})
     try:
         for name in names:
@@ -39,6 +43,13 @@ def test_many_watermarks_match_the_per_partition_requests(broker):
     finally:
         consumer.close()
     assert isinstance(found["wm_missing", 0], TopicNotFound)
+    with KafkaClient(kafka) as client:  # the same requests sent again (built once): what is new each time
+        before = client.many_watermarks(asked)
+        broker.produce(names[0], [b"{}"], partition=1)
+        after = client.many_watermarks(list(asked))
+    assert (before[names[0], 1], after[names[0], 1]) == (Watermarks(0, 0), Watermarks(0, 1))
+    assert {k: v for k, v in after.items() if k != (names[0], 1) and k[0] != "wm_missing"} == \
+           {k: v for k, v in before.items() if k != (names[0], 1) and k[0] != "wm_missing"}
 
 
 def test_one_poll_serves_every_topic_and_wakes_the_streams_whose_topic_moved(broker):
@@ -68,6 +79,43 @@ def test_one_poll_serves_every_topic_and_wakes_the_streams_whose_topic_moved(bro
         with pytest.raises(TopicNotFound):
             poller.watermarks("wm_missing_topic", fresh=True)
         assert poller.watermarks(names[1], fresh=True)[0].high == 1
+    finally:
+        stopping.set()
+        poller.close()
+
+
+def test_a_lingering_trickle_is_woken_only_once_enough_messages_wait(broker):
+    [name, other] = topics(2)
+    broker.produce(name, [b"{}"] * 2, partition=0)
+    broker.produce(name, [b"{}"], partition=1)
+    stopping = threading.Event()
+    poller = ClusterPoller(KafkaSettings.create(broker.bootstrap), 0.05, stopping)
+    moved, woken = threading.Event(), threading.Event()
+    poller.subscribe(name, moved)
+    poller.subscribe(name, woken)  # another stream of the topic, not lingering
+    poller.subscribe(other, threading.Event())
+    poller.start()
+    try:
+        poller.watermarks(name, fresh=True)
+        moved.set()
+        poller.hold(name, moved, {0: 2, 1: 1}, limit=5)  # nothing waits: cleared, and stays so
+        assert not moved.is_set()
+        for sent in range(1, 5):  # 1, 2, 3, 4 messages waiting: under the limit
+            woken.clear()
+            broker.produce(name, [b"{}"], partition=sent % 2)
+            wait_for(woken.is_set, 10, what="the other stream woken")
+            poller.watermarks(name, fresh=True)
+            assert not moved.is_set(), sent
+        broker.produce(name, [b"{}"], partition=0)  # five wait
+        wait_for(moved.is_set, 10, what="the lingering stream woken")
+        poller.release(moved)
+        moved.clear()
+        poller.hold(name, moved, {0: 0, 1: 0}, limit=5)  # enough waits already: woken at once
+        assert moved.is_set()
+        poller.release(moved)
+        moved.clear()
+        broker.produce(name, [b"{}"], partition=1)  # released: every move wakes it again
+        wait_for(moved.is_set, 10, what="the released stream woken")
     finally:
         stopping.set()
         poller.close()

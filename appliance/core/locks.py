@@ -17,8 +17,11 @@ class FileLock:
         self._fd: int | None = None
 
     def __enter__(self) -> FileLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        except FileNotFoundError:  # its folder made only when missing: a stream takes a commit lock a batch
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if self.busy else 0))
         except BlockingIOError:

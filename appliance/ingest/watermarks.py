@@ -3,9 +3,10 @@
 Each stream used to ask its partitions' watermarks itself, one request per partition at every
 poll: 500 idle streams made 2,000 requests a second and woke 500 threads four times a second.
 A poller asks a cluster's watermarks of every partition its streams read in two requests a poll
-interval (`KafkaClient.many_watermarks`), and its partitions in one metadata request every
+interval per 100 partitions (`KafkaClient.many_watermarks`), and its partitions in one metadata request every
 `PARTITIONS_TTL`; it sets a stream's `moved` event when one of its topic's watermarks changes or
-an error appears, so an idle stream sleeps until it has something to read. A failure stays the
+an error appears, so an idle stream sleeps until it has something to read (and a lingering trickle
+until it has enough, `hold`). A failure stays the
 topic's (a topic deleted) or the cluster's (a broker down), raised in the steps of the streams
 it concerns, as the stream's own request raised it before.
 """
@@ -18,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from appliance.core.errors import FloeError, UnforeseenError
+from appliance.ingest.planning import lag
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.kafka.settings import KafkaSettings
 
@@ -54,6 +56,7 @@ class ClusterPoller(threading.Thread):
         self._done = 0  # polls done
         self._asked = False  # a caller waits for a poll begun after its call
         self._client: KafkaClient | None = None
+        self._held: dict[threading.Event, tuple[dict[int, int], int]] = {}  # lingering trickles: (positions, limit)
         self.timeout = 10.0  # seconds a request waits for the cluster
         self.requests = 0  # rounds of requests sent, for whoever wants to see the sharing
         self.current_interval = interval  # seconds between polls now: longer while nothing moves
@@ -69,6 +72,21 @@ class ClusterPoller(threading.Thread):
                 found.listeners.discard(moved)
                 if not found.listeners:
                     del self._topics[topic]
+
+    def hold(self, topic: str, moved: threading.Event, positions: dict[int, int], limit: int) -> None:
+        """Until `release`, `moved` (cleared now) is set only once `limit` messages of `topic` wait past
+        `positions`, or the topic fails: a lingering trickle sleeps through the polls that see a message or
+        two arrive (hundreds of them woke at every poll, each to find it had not enough to read)."""
+        with self._cond:
+            self._held[moved] = (positions, limit)
+            moved.clear()
+            known = self._topics.get(topic)
+            if known is not None and (known.error is not None or lag(positions, known.marks) >= limit):
+                moved.set()
+
+    def release(self, moved: threading.Event) -> None:
+        with self._cond:
+            self._held.pop(moved, None)
 
     def watermarks(self, topic: str, fresh: bool = False) -> dict[int, Watermarks]:
         """`topic`'s partitions' watermarks as last polled; `fresh`, or a topic never polled yet: from a
@@ -168,7 +186,9 @@ class ClusterPoller(threading.Thread):
             if marks != topic.marks or (error is None) != (topic.error is None):
                 any_moved = True
                 for moved in topic.listeners:
-                    moved.set()
+                    held = self._held.get(moved)
+                    if held is None or error is not None or lag(held[0], marks) >= held[1]:
+                        moved.set()
             topic.marks, topic.error = marks, error
         return any_moved
 

@@ -246,17 +246,21 @@ class StreamWorker(threading.Thread):
                 and 0 < outcome.messages < limit and outcome.lag < limit)
 
     def _linger(self, runner: StreamRunner, due: float) -> bool:
-        """Wait until `due`, or until the poller sees enough messages waiting; True when the worker must stop."""
-        limit = self.engine.settings.engine.trickle_messages
-        while time.monotonic() < due and not self._stopping():
-            if not self.moved.wait(min(1.0, max(0.0, due - time.monotonic()))):
-                continue
-            self.moved.clear()
-            try:
-                if lag(runner.positions(), runner.poller.watermarks(self.stream.topic)) >= limit:
+        """Wait until `due`, or until the poller sees enough messages waiting; True when the worker must stop.
+        The poller tells (`hold`): one wake a batch, not one at every poll that sees a message arrive."""
+        try:
+            positions = runner.positions()
+        except FloeError:
+            return self._stopping()  # the step reports it
+        poller = runner.poller
+        poller.hold(self.stream.topic, self.moved, positions, self.engine.settings.engine.trickle_messages)
+        try:
+            # `stop()` sets `moved` too, and a stopping engine stops each of its workers.
+            while time.monotonic() < due and not self._stopping():
+                if self.moved.wait(max(0.0, due - time.monotonic())):
                     break
-            except FloeError:
-                break  # the step reports it
+        finally:
+            poller.release(self.moved)
         return self._stopping()
 
     def _idle(self) -> bool:

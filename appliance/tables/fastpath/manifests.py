@@ -35,17 +35,20 @@ from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
-    construct_partition_summaries,
+    PartitionFieldStats,
+    PartitionFieldSummary,
     data_file_with_partition,
     manifest_entry_schema_with_data_file,
     read_manifest_list,
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.types import IcebergType, PrimitiveType
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 from appliance.core.avrofile import avro_long, container_header
+from appliance.tables.fastpath.files import write_new
 
 FORMAT_VERSION = 2
 
@@ -123,6 +126,7 @@ class _EntryFormat:
     partition_names: list[str]
     spec_json: str
     schema_json: str
+    partition_types: list[IcebergType]  # of the spec's fields: PyIceberg works them out again for each manifest
 
 
 class Manifests:
@@ -144,6 +148,7 @@ class Manifests:
         self._lists: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
         self._entries: OrderedDict[str, tuple[ManifestEntry, ...]] = OrderedDict()
         self._records: dict[tuple, bytes] = {}
+        self._listed: dict[str, tuple[ManifestFile, bytes]] = {}  # manifest path -> (that object, its list record)
         self._weights: dict[int, int] = {}  # per kept-files map (by id): the sum of its values' weights
 
     # ---- what a snapshot holds -------------------------------------------------------------
@@ -192,7 +197,7 @@ class Manifests:
         data = fmt.avro.file(encoded, len(entries), {
             "schema": fmt.schema_json, "partition-spec": fmt.spec_json, "partition-spec-id": str(spec.spec_id),
             "format-version": "2", "content": "deletes" if content == ManifestContent.DELETES else "data"})
-        _write(io, path, data)
+        write_new(io, path, data)
         self._put(self._entries, path, tuple(kept), self.KEPT_ENTRIES, len)
         return ManifestFile.from_args(
             manifest_path=path, manifest_length=len(data), partition_spec_id=spec.spec_id,
@@ -204,7 +209,7 @@ class Manifests:
             added_rows_count=counts[ManifestEntryStatus.ADDED][1],
             existing_rows_count=counts[ManifestEntryStatus.EXISTING][1],
             deleted_rows_count=counts[ManifestEntryStatus.DELETED][1],
-            partitions=construct_partition_summaries(spec, metadata.schema(), [e.data_file.partition for e in entries]),
+            partitions=_partition_summaries(fmt.partition_types, [e.data_file.partition for e in entries]),
             key_metadata=None,
         )
 
@@ -230,15 +235,29 @@ class Manifests:
                    parent_id: int | None, sequence_number: int) -> None:
         meta = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": str(parent_id) if parent_id else "null",
                 "sequence-number": str(sequence_number), "format-version": "2"}
-        _write(io, path, self._list_format.encode([_manifest_file(m) for m in manifests], meta))
+        records = [self._listed_record(m) for m in manifests]
+        write_new(io, path, self._list_format.file(records, len(records), meta))
         self._put(self._lists, path, tuple(manifests), self.KEPT_LISTS)
 
+    def _listed_record(self, m: ManifestFile) -> bytes:
+        """A manifest's record in a manifest list. A commit lists its parent's manifests again, the very
+        objects the parent listed: their records are kept, not encoded again at each commit."""
+        with self._lock:
+            found = self._listed.get(m.manifest_path)
+        if found is None or found[0] is not m:
+            found = (m, self._list_format.record(_manifest_file(m)))
+            with self._lock:
+                if len(self._listed) >= self.KEPT_RECORDS:
+                    self._listed.clear()
+                self._listed[m.manifest_path] = found
+        return found[1]
+
     def _entry_format(self, metadata: TableMetadata, spec: PartitionSpec) -> _EntryFormat:
-        schema = metadata.schema()
         key = (str(metadata.table_uuid), metadata.current_schema_id, spec.spec_id)
         with self._lock:
             found = self._formats.get(key)
         if found is None:
+            schema = metadata.schema()
             partition_type = spec.partition_type(schema)
             data_file_type = data_file_with_partition(partition_type, FORMAT_VERSION)
             entry_schema = manifest_entry_schema_with_data_file(FORMAT_VERSION, data_file_type)
@@ -246,7 +265,8 @@ class Manifests:
             data_file = next(f for f in json.loads(avro.schema_json)["fields"] if f["name"] == "data_file")["type"]
             partition = next(f for f in data_file["fields"] if f["name"] == "partition")["type"]
             found = _EntryFormat(avro, [f["name"] for f in partition["fields"]],
-                                 _spec_json(spec), schema.model_dump_json())
+                                 _spec_json(spec), schema.model_dump_json(),
+                                 [f.field_type for f in partition_type.fields])
             with self._lock:
                 self._formats[key] = found
         return found
@@ -275,10 +295,16 @@ class Manifests:
             self._weights[id(kept)] = total
 
 
+def _partition_summaries(types: list[IcebergType], partitions: list) -> list[PartitionFieldSummary]:
+    """PyIceberg's `construct_partition_summaries`, on the partition types worked out once."""
+    stats = [PartitionFieldStats(t) for t in types]
+    for keys in partitions:
+        for i, t in enumerate(types):
+            if not isinstance(t, PrimitiveType):
+                raise ValueError(f"Expected a primitive type for the partition field, got {t}")
+            stats[i].update(keys[i])
+    return [s.to_summary() for s in stats]
+
+
 def _spec_json(spec: PartitionSpec) -> str:
     return "[" + ",".join(f.model_dump_json() for f in spec.fields) + "]"
-
-
-def _write(io: FileIO, path: str, data: bytes) -> None:
-    with io.new_output(path).create(overwrite=False) as out:
-        out.write(data)

@@ -19,6 +19,8 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.utils.config import Config
 
+from appliance.tables.fastpath.files import write_new
+
 _EMPTY = b'"snapshots":[]'
 
 
@@ -59,8 +61,7 @@ class MetadataWriter:
 
     def write(self, metadata: TableMetadata, io: FileIO, location: str) -> None:
         data = Compressor.get_compressor(location).bytes_compressor()(self.json(metadata))
-        with io.new_output(location).create(overwrite=False) as out:
-            out.write(data)
+        write_new(io, location, data)
 
 
 def _one_appended(before: list[Snapshot], after: list[Snapshot]) -> bool:

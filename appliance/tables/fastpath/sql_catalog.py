@@ -67,6 +67,7 @@ class FloeSqlCatalog(SqlCatalog):
         self._inode = 0  # of the file it opened
         self._db_lock = threading.Lock()
         self._held = threading.local()  # this thread's commits held for `together`
+        self._ios: dict[tuple, FileIO] = {}  # by properties and scheme: see `_load_file_io`
 
     @contextmanager
     def together(self) -> Iterator[None]:
@@ -87,6 +88,19 @@ class FloeSqlCatalog(SqlCatalog):
             raise CommitFailedException("a table committed together with others was updated by another process")
         for args, response in held:
             self._remember(response.metadata_location, response.metadata)
+
+    def _load_file_io(self, properties: dict[str, str] | None = None, location: str | None = None) -> FileIO:
+        """PyIceberg's FileIO for these properties and the location's scheme, made once: PyIceberg makes one
+        (and its filesystem, at the first file it opens) for every table loaded and every commit."""
+        scheme = location.split("://", 1)[0] if location and "://" in location else bool(location)
+        key = (tuple(sorted((properties or {}).items())), scheme)
+        found = self._ios.get(key)
+        if found is None:
+            found = super()._load_file_io(properties or {}, location)
+            if len(self._ios) >= self.CACHED:
+                self._ios.clear()
+            self._ios[key] = found
+        return found
 
     def _write_metadata(self, metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
         self._writer.write(metadata, io, metadata_path)
