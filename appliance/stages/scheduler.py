@@ -1,7 +1,8 @@
 """The engine's stages: each runs when its source has new appended rows, upstream before downstream.
 
 One thread runs them all, one at a time, on the engine's SparkSession (in a FAIR pool of their
-own beside the streams'). It wakes when a stream commits, or every `POLL`. A failing stage is
+own beside the streams'). It wakes when a stream commits, or every `POLL`; with no stage to run, only
+every `POLL` (a stream's commit gives it nothing to do, and a new stage is seen as soon). A failing stage is
 told once per distinct error and tried again with a growing pause; a new query (`floe stage
 update`) is tried at once.
 """
@@ -63,6 +64,7 @@ class StageScheduler(threading.Thread):
         self._failing: dict[str, _Failing] = {}
         self._shown: dict[str, dict] = {}
         self._looked: dict[str, tuple] = {}  # each stage's definition and source as last run up to date
+        self._any = True  # whether the last look found a stage: without one, commits do not wake the thread
 
     def run(self) -> None:
         with StateStore(self.settings.state_db, durable=False) as state:
@@ -73,7 +75,7 @@ class StageScheduler(threading.Thread):
                 except sqlite3.Error as exc:  # the state database cannot be written (a full disk): look again
                     log.warning("stages: the state database cannot be written: %s", exc)
                     self.stopping.wait(1.0)
-                self.changed.wait(POLL)
+                (self.changed if self._any else self.stopping).wait(POLL)
 
     def cancel(self) -> None:
         self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
@@ -81,7 +83,9 @@ class StageScheduler(threading.Thread):
     def tick(self, state: StateStore) -> list[str]:
         """Run each active stage that has new rows, once; the errors of those that failed."""
         errors = []
-        for stage in in_order(state.stages()):
+        stages = state.stages()
+        self._any = bool(stages)
+        for stage in in_order(stages):
             if self.stopping.is_set():
                 break
             if stage.paused:
