@@ -15,6 +15,7 @@ import atexit
 import logging
 import os
 import select
+import stat
 import sys
 import threading
 from logging.handlers import RotatingFileHandler
@@ -40,27 +41,54 @@ def roll(path: Path, keep: int) -> None:
 
 
 class RollingHandler(RotatingFileHandler):
-    """A rotating file handler whose files are 0600, for processes that share the file."""
+    """A rotating file handler whose files are 0600, for processes that share the file.
+
+    Each line is formatted once and costs one `stat` of the path: it says both whether another process
+    rolled the file (another inode there) and how full the shared file is (its size, every writer's lines)."""
 
     def __init__(self, path: Path, max_bytes: int, keep: int) -> None:
         super().__init__(path, maxBytes=max_bytes, backupCount=keep, encoding="utf-8", delay=True)
+        self._inode = -1  # of the file our stream writes to
 
     def _open(self):
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._inode = os.fstat(fd).st_ino
         return open(fd, "a", encoding=self.encoding, errors=self.errors)
 
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+            if self._full(len(line)):
+                self.doRollover()
+            if self.stream is None:
+                self.stream = self._open()
+            self.stream.write(line)
+            self.stream.flush()
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 - logging's own rule: a line that cannot be written never stops the caller
+            self.handleError(record)
+
     def shouldRollover(self, record: logging.LogRecord) -> bool:  # noqa: N802 (logging's name)
-        if self.stream is not None and not self._still_ours():
+        return self._full(len(self.format(record)) + len(self.terminator))
+
+    def _full(self, length: int) -> bool:
+        """Whether `length` more characters would take the file to its cap (reopened first if rolled)."""
+        try:
+            found = os.stat(self.baseFilename)
+        except OSError:
+            found = None  # nothing there (its folder removed, say): keep writing where we were
+        if self.stream is None:
+            self.stream = self._open()
+        elif found is not None and found.st_ino != self._inode:
             self.stream.close()  # another process rolled the file: write to the new one
             self.stream = self._open()
-        return bool(super().shouldRollover(record))
-
-    def _still_ours(self) -> bool:
-        """False when another file is at the path now: another process rolled ours over."""
-        try:
-            return os.stat(self.baseFilename).st_ino == os.fstat(self.stream.fileno()).st_ino
-        except OSError:
-            return True  # nothing there (its folder removed, say): keep writing where we were
+            found = os.fstat(self.stream.fileno())
+        if found is None:
+            found = os.fstat(self.stream.fileno())
+        elif not stat.S_ISREG(found.st_mode):
+            return False  # never roll what is no regular file (/dev/null, say)
+        return self.maxBytes > 0 and found.st_size > 0 and found.st_size + length >= self.maxBytes
 
 
 def logging_to_file() -> bool:
