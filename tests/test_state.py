@@ -82,3 +82,20 @@ def test_a_state_database_missing_an_index_gains_it_when_opened(tmp_path):
     with StateStore(path) as store:
         names = {r[0] for r in store.db.execute("select name from sqlite_master where type = 'index'")}
     assert "idx_batches_committed_at" in names
+
+
+def test_totals_added_by_the_status_write_equal_those_read_and_added_before(tmp_path):
+    # A batch's status write adds its rows in SQL instead of reading the row first: the same row either way.
+    batches = [(5, 0), (0, 2), (7, 1)]
+    with StateStore(tmp_path / "added.db") as added, StateStore(tmp_path / "read.db") as read:
+        for rows, dead in batches:
+            added.update_status("s", {"rows_total": rows, "dead_letter_total": dead}, phase="running", lag=rows)
+            before = read.status("s")
+            read.update_status("s", phase="running", lag=rows, rows_total=before.rows_total + rows,
+                               dead_letter_total=before.dead_letter_total + dead)
+            added.update_status("s", phase="running", lag=1)  # a write with nothing added keeps the totals
+            read.update_status("s", phase="running", lag=1)
+            ours, theirs = added.status("s"), read.status("s")
+            assert (ours.rows_total, ours.dead_letter_total) == (theirs.rows_total, theirs.dead_letter_total)
+            assert {**vars(ours), "updated_at": None} == {**vars(theirs), "updated_at": None}
+        assert (ours.rows_total, ours.dead_letter_total) == (12, 3)

@@ -223,16 +223,15 @@ class StreamWorker(threading.Thread):
         if outcome.committed:
             if self.engine.committed is not None:
                 self.engine.committed.set()
-            status = state.status(name)
             fields["last_commit_at"] = now()
-            fields["rows_total"] = status.rows_total + outcome.rows
-            fields["dead_letter_total"] = status.dead_letter_total + outcome.dead_letter_rows
             if outcome.newest_kafka_ts:
                 fields["newest_kafka_ts"] = outcome.newest_kafka_ts
                 fields["freshness_ms"] = max(0, int(time.time() * 1000) - outcome.newest_kafka_ts)
         elif fields == self.shown:
             return  # an idle poll that changes nothing writes nothing
-        state.update_status(name, **fields)
+        # The totals are added by the write itself: no read of the row first.
+        added = {"rows_total": outcome.rows, "dead_letter_total": outcome.dead_letter_rows} if outcome.committed else None
+        state.update_status(name, added, **fields)
         self.shown = fields
 
     def stop(self) -> None:

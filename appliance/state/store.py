@@ -196,10 +196,13 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
     # The two writes every batch makes, as plain statements: through sqlite-utils, which looks
     # up the table's columns on each call, they cost more than the rest of the bookkeeping.
 
-    def update_status(self, name: str, **fields: Any) -> None:
-        row = {"name": name, **fields, "updated_at": now()}
+    def update_status(self, name: str, added: dict[str, int] | None = None, **fields: Any) -> None:
+        """`added`: counts added to the row's own (to 0 for a new row) in the same statement, no read before."""
+        added = added or {}
+        row = {"name": name, **fields, **added, "updated_at": now()}
         columns = ", ".join(row)
-        updates = ", ".join(f"{c} = excluded.{c}" for c in row if c != "name")
+        updates = ", ".join(f"{c} = coalesce(stream_status.{c}, 0) + excluded.{c}" if c in added
+                            else f"{c} = excluded.{c}" for c in row if c != "name")
         self.db.conn.execute(f"insert into stream_status ({columns}) values ({', '.join('?' * len(row))}) "
                              f"on conflict(name) do update set {updates}", list(row.values()))
 
