@@ -57,6 +57,7 @@ class TablesPane(ReportsFailures, Horizontal):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.selected: str | None = None  # the table whose detail is shown or asked for
+        self._listed: list[tuple[str, str]] | None = None  # the tree's tables and labels, as last built
 
     def compose(self) -> ComposeResult:
         with Vertical(id="tables-side"):
@@ -146,13 +147,21 @@ class TablesPane(ReportsFailures, Horizontal):
         names = message.catalogue.names
         empty.display = not names
         empty.update("No tables yet. Press [b]n[/b] to create a stream, [b]Ctrl+E[/b] to start the engine.")
+        labels = [self._label(name, message.catalogue.writers) for name in names]
+        listed = [(name, label.markup) for name, label in zip(names, labels)]
+        if listed == self._listed and self.selected in names:
+            # The same tree: kept (rebuilt, its cursor would sit on its first line until laid out again); the
+            # selected table's detail read again.
+            self._show_and_load(self.selected)
+            return
+        self._listed = listed
         tree.clear()
         namespaces: dict[str, TreeNode[str]] = {}
-        for name in names:
+        for name, label in zip(names, labels):
             namespace = name.partition(".")[0]
             if namespace not in namespaces:
                 namespaces[namespace] = tree.root.add(Text(namespace, style="bold"), expand=True)
-            namespaces[namespace].add_leaf(self._label(name, message.catalogue.writers), data=name)
+            namespaces[namespace].add_leaf(label, data=name)
         want = self.selected if self.selected in names else next(iter(names), None)
         if want is None:
             self.selected = None
