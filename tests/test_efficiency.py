@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import Table
 from pyiceberg.table.update import update_table_metadata
 
 from appliance.config.settings import load_settings
@@ -122,18 +123,23 @@ def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised
     assert written == table.metadata
 
 
-def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):
+def committed_again(floe_home, commits: int) -> tuple[Catalog, Table]:
+    """Table n.t: two rows appended, then the same file committed `commits` times more as a stream commits."""
     floe_home.mkdir(parents=True)
-    settings = load_settings()
-    catalog = Catalog(settings)
+    catalog = Catalog(load_settings())
     data = pa.table({"a": pa.array([1, 2], pa.int64())})
     table, _ = catalog.ensure_table("n.t", data.schema)
     table.append(data)
     files = [task.file for task in table.scan().plan_files()]
     offsets = None
-    for i in range(1, 41):
+    for i in range(1, commits + 1):
         table, _ = commit_files(table, files, "s", "topic", offsets, {0: i})
         offsets = {0: i}
+    return catalog, table
+
+
+def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):
+    catalog, table = committed_again(floe_home, 40)
     manifests = table.current_snapshot().manifests(table.io)
     assert len(manifests) < 32, len(manifests)  # 41 appends, each with its own manifest before merging
     assert catalog.table("n.t").scan().to_arrow().num_rows == 2 * 41
@@ -142,18 +148,8 @@ def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):
 def test_a_table_keeps_only_its_newest_metadata_files(floe_home):
     """Each commit rewrites the metadata file with every kept snapshot (1.5 MB at 2,000): 100 of them a table, as
     Iceberg keeps by default, were 30 GB for 200 streams' tables. Floe keeps `metadata_versions` (10)."""
-    floe_home.mkdir(parents=True)
-    settings = load_settings()
-    assert settings.maintenance.metadata_versions == 10
-    catalog = Catalog(settings)
-    data = pa.table({"a": pa.array([1, 2], pa.int64())})
-    table, _ = catalog.ensure_table("n.t", data.schema)
-    table.append(data)
-    files = [task.file for task in table.scan().plan_files()]
-    offsets = None
-    for i in range(1, 26):
-        table, _ = commit_files(table, files, "s", "topic", offsets, {0: i})
-        offsets = {0: i}
+    assert load_settings().maintenance.metadata_versions == 10
+    catalog, table = committed_again(floe_home, 25)
     folder = Path(table.metadata_location.removeprefix("file://")).parent
     kept = sorted(folder.glob("*.metadata.json"))
     assert len(kept) == 11, [p.name for p in kept]  # the current one and the 10 before it
