@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from appliance.stages import scheduler
 from appliance.stages.scheduler import POLL, StageScheduler
+from conftest import wait_for
 
 
 class _State:
@@ -40,15 +41,13 @@ def test_commits_wake_the_stage_thread_only_once_a_stage_exists(monkeypatch):
     committer.start()
     stages.start()
     try:
-        time.sleep(1.0)
+        time.sleep(1.0)  # a window to count the looks in, not a wait for a condition
         assert state.looks <= 1.0 / POLL + 2, state.looks  # not one look per commit (about 100)
         created = time.monotonic()
         state.defined = [SimpleNamespace(id=1, name="counts", sql="select 1", updated_at="t", source="ingest.live",
                                          table="prep.counts", paused=False)]
-        deadline = time.monotonic() + 5
-        while not ran and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ran and ran[0] - created <= POLL + 0.2, "a new stage waits no longer than before"
+        wait_for(lambda: ran, 5, 0.01, "the new stage run")
+        assert ran[0] - created <= POLL + 0.2, "a new stage waits no longer than before"
         looks = state.looks
         time.sleep(0.5)
         assert state.looks - looks >= 0.5 / POLL + 5, state.looks - looks  # with a stage, commits wake it again

@@ -188,8 +188,8 @@ class StreamWorker(threading.Thread):
                     else EventKind.REGISTRY_UNREACHABLE if isinstance(exc, RegistryUnavailable)
                     else EventKind.STREAM_FAILED)
             state.add_event(kind, message, name, EventLevel.ERROR)
-        state.update_status(name, phase=StreamPhase.FAILED, last_error=message, last_error_at=now(),
-                            error_kind=type(exc).__name__, failures_total=state.status(name).failures_total + 1)
+        state.update_status(name, {"failures_total": 1}, phase=StreamPhase.FAILED, last_error=message,
+                            last_error_at=now(), error_kind=type(exc).__name__)
         self.shown = None
         runner.reset()
         if isinstance(exc, KafkaUnavailable):

@@ -297,12 +297,13 @@ class Manifests:
 
 def _partition_summaries(types: list[IcebergType], partitions: list) -> list[PartitionFieldSummary]:
     """PyIceberg's `construct_partition_summaries`, on the partition types worked out once."""
+    odd = next((t for t in types if not isinstance(t, PrimitiveType)), None)
+    if partitions and odd is not None:  # as PyIceberg raises it, at the first partition's values
+        raise ValueError(f"Expected a primitive type for the partition field, got {odd}")
     stats = [PartitionFieldStats(t) for t in types]
     for keys in partitions:
-        for i, t in enumerate(types):
-            if not isinstance(t, PrimitiveType):
-                raise ValueError(f"Expected a primitive type for the partition field, got {t}")
-            stats[i].update(keys[i])
+        for i, s in enumerate(stats):
+            s.update(keys[i])
     return [s.to_summary() for s in stats]
 
 

@@ -108,7 +108,7 @@ class _Writer:
     row_group_size: int
     statistics: StatisticsPlan
     file_arrow: pa.Schema  # what PyIceberg's projection makes of the task's Arrow schema, with field ids
-    folders: dict[str, str] = field(default_factory=dict)  # partition values -> their files' folder
+    folders: OrderedDict[str, str] = field(default_factory=OrderedDict)  # partition values -> their files' folder
 
 
 # Keyed by the table's slim metadata JSON itself (`TableTarget.metadata_json`: schemas, specs, properties,
@@ -169,14 +169,9 @@ def _folder(w: _Writer, partition: Any) -> str:
     """Where a partition's files go under the data folder: the same few values (a day) come again and
     again, and PyIceberg's path builds the spec's partition type every time."""
     key = repr(tuple(partition[i] for i in range(len(partition))))  # as its path has them: -0.0 is not 0.0
-    found = w.folders.get(key)
-    if found is None:
-        spec = w.metadata.spec()
-        found = "" if spec.is_unpartitioned() else spec.partition_to_path(partition, w.metadata.schema()) + "/"
-        if len(w.folders) >= 64:
-            w.folders.clear()
-        w.folders[key] = found
-    return found
+    spec = w.metadata.spec()
+    return remembered(w.folders, key, lambda: "" if spec.is_unpartitioned()
+                      else spec.partition_to_path(partition, w.metadata.schema()) + "/", limit=64)
 
 
 def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
