@@ -27,7 +27,7 @@ from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.fastpath.transactions import LeanTransaction, staged_metadata
 
-from conftest import ROOT, pizza_values
+from conftest import ROOT, pizza_values, wait_for
 
 
 def test_python_workers_leave_spark_archives_off_their_path_and_freeze_what_survives(spark):
@@ -160,23 +160,31 @@ def test_a_table_keeps_only_its_newest_metadata_files(floe_home):
 
 def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str) -> tuple[dict, BatchJobs, Catalog]:
     """A stream per topic of `sizes` (that many messages each), each worker's step planning before any submits (due
-    together), on one `BatchJobs`: each stream's outcome, the jobs and the catalog."""
+    together), on one `BatchJobs`: each stream's outcome, the jobs and the catalog.
+
+    Each step holds its worker's turn, and nobody gives up waiting for one here: the first to plan waits until
+    every worker is planning, and the job waits until every one has submitted, so each one after the first
+    plans only because those before it gave their turns up while waiting for the job."""
     settings = load_settings()
     for t, n in sizes.items():
         broker.produce(t, pizza_values(n))
     streams = [create_stream(settings, t, bootstrap=broker.bootstrap, topic=t, table=f"{namespace}.{t}").stream
                for t in sizes]
     jobs = BatchJobs(spark)
+    jobs.turns.patience = 600.0
     catalog = Catalog(settings)
-    outcomes = {}
-    all_planning = threading.Barrier(len(streams))
+    outcomes, first = {}, []
 
     def step(stream):
         state = StateStore(settings.state_db)
         runner = StreamRunner(settings, spark, catalog, state, stream, jobs)
         with jobs.planning():
-            all_planning.wait(60)  # due together: each is planning before any submits
+            assert jobs.turns.held()
+            if not first:  # the first to plan: the others are waiting for their turns
+                first.append(stream.name)
+                wait_for(lambda: jobs.planners == len(streams), 60, 0.01, "every worker planning")
             outcomes[stream.name] = runner.step()
+            assert jobs.turns.held(), "a step takes its turn back after its job, to commit"
         runner.close()
         state.close()
 
@@ -186,6 +194,7 @@ def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str) -> 
     for t in threads:
         t.join(120)
     jobs.close()
+    assert jobs.turns.waited_out == 0
     return outcomes, jobs, catalog
 
 

@@ -6,7 +6,8 @@ that is most of a small batch's cost. Stream workers wake on shared grids
 intervals), so the streams that are due plan their batches at about the same time;
 `BatchJobs` holds each submitted batch until every worker still planning has submitted
 (or `WINDOW` has passed) and runs them all as one job. Each worker then commits its own
-stream, as before: only the Spark job is shared.
+stream, as before: only the Spark job is shared. A step holds its worker's turn at the driver's Python work
+(`turns.Turns`) but while it waits for its job.
 
 Batches go in one of two lanes, each with its jobs one at a time: a big batch (`BUSY_MESSAGES` or more
 planned) in the busy lane, the others in the trickle lane. A busy stream's batch then neither waits for a job
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from appliance.ingest.batch import BatchResult, BatchSpec, run_batches
+from appliance.ingest.turns import Turns
 from appliance.kafka.reader import Piece
 from appliance.spark.session import parallelism
 
@@ -76,23 +78,30 @@ class BatchJobs:
         self._planning = 0  # workers in a step that have not submitted yet
         self._threads: list[threading.Thread | None] = [None, None]
         self._step = threading.local()  # per worker thread: has its step submitted a batch yet?
+        self.turns = Turns()
         self.jobs_run = 0  # Spark jobs started, for whoever wants to see the sharing
         self._closed = False
 
     @contextmanager
     def planning(self) -> Iterator[None]:
-        """Around a worker's step: while it plans, others' batches wait for its own (up to WINDOW)."""
+        """Around a worker's step, its turn held: while it plans, others' batches wait for its own (up to WINDOW)."""
         with self._cond:
             self._planning += 1
             self._step.open = True
         try:
-            yield
+            with self.turns.turn():
+                yield
         finally:
             with self._cond:
                 if self._step.open:  # a step with nothing to read: nobody waits for it any more
                     self._step.open = False
                     self._planning -= 1
                     self._cond.notify_all()
+
+    @property
+    def planners(self) -> int:
+        """Workers in a step that have not submitted a batch yet."""
+        return self._planning
 
     def run(self, spec: BatchSpec, tasks: list[list[Piece]]) -> BatchResult:
         """Run this batch in the next shared job; its result, or its error raised here."""
@@ -116,7 +125,8 @@ class BatchJobs:
                                                      name=f"floe-batch-jobs-{'busy' if at == BUSY else 'trickle'}")
                 self._threads[at].start()
             self._cond.notify_all()
-        request.done.wait()
+        with self.turns.given_up():  # the job runs in Spark: the others plan and commit meanwhile
+            request.done.wait()
         return request.results
 
     def _serve(self, at: int) -> None:

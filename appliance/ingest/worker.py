@@ -126,7 +126,7 @@ class StreamWorker(threading.Thread):
                     if goal is None and self.until_caught_up:
                         goal = {p: w.high for p, w in runner.watermarks(fresh=True).items()}
                     outcome = runner.step()
-                self._succeeded(outcome, state)
+                    self._succeeded(outcome, state)
             except Exception as exc:  # every failure is reported, then retried: a stream never dies
                 if self._failed_quietly(exc, runner, state):
                     return
