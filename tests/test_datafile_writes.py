@@ -72,9 +72,20 @@ def catalog(floe_home):
 
 
 def pyiceberg_files(table, data: pa.Table):
+    """PyIceberg's files of `data`, uncompressed where Floe writes a small file so (every file of `data`
+    is as small as `data`, or as big: these tests write one partition, or small ones)."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
-    return list(_dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io))
+    metadata = table.metadata
+    if data.nbytes < parquet.SMALL_FILE_BYTES:
+        metadata = metadata.model_copy(update={"properties": {**metadata.properties,
+                                                              "write.parquet.compression-codec": "uncompressed"}})
+    return list(_dataframe_to_data_files(table_metadata=metadata, df=data, io=table.io))
+
+
+def codec(table, data_file) -> str:
+    with table.io.new_input(data_file.file_path).open() as f:
+        return pq.ParquetFile(f).metadata.row_group(0).column(0).compression
 
 
 def file_schema(table, data_file) -> pa.Schema:
@@ -138,11 +149,10 @@ def test_a_property_or_partitioning_change_is_never_written_with_the_old_one(cat
     with transaction(table) as tx:
         tx.set_properties({"write.parquet.compression-codec": "snappy", "write.metadata.metrics.default": "counts"})
     table = catalog.iceberg.load_table("n.t")
-    [ours] = write_data_files(TableTarget.of(table), rows(5))
-    with table.io.new_input(ours.file_path).open() as f:
-        assert pq.ParquetFile(f).metadata.row_group(0).column(0).compression == "SNAPPY"
+    [ours] = write_data_files(TableTarget.of(table), rows(1000))  # big enough to be compressed
+    assert codec(table, ours) == "SNAPPY"
     assert not ours.lower_bounds  # counts only, as the table now says
-    assert_same_files(table, [ours], pyiceberg_files(table, rows(5)))
+    assert_same_files(table, [ours], pyiceberg_files(table, rows(1000)))
     with transaction(table) as tx:
         with tx.update_spec() as spec:
             spec.add_identity("region")
@@ -248,3 +258,15 @@ def test_a_file_without_statistics_is_described_by_pyiceberg_itself(tmp_path):
         theirs = data_file_statistics_from_parquet_metadata(metadata, plan, ids).to_serialized_dict()
         assert StatisticsPlan(plan, ids).serialized(metadata) == theirs
         assert bool(theirs["lower_bounds"]) == (options.get("write_statistics") is not False)
+
+
+def test_a_small_file_is_written_uncompressed_a_bigger_one_with_the_tables_codec(catalog):
+    table, _ = catalog.ensure_table("n.t", SCHEMA, Partitioning.parse("none"))
+    small, big = rows(20), rows(1000)
+    assert small.nbytes < parquet.SMALL_FILE_BYTES <= big.nbytes
+    [few] = write_data_files(TableTarget.of(table), small)
+    [many] = write_data_files(TableTarget.of(table), big)
+    assert codec(table, few) == "UNCOMPRESSED"
+    assert codec(table, many) == "ZSTD"  # the table's default codec
+    assert_same_files(table, [few], pyiceberg_files(table, small))
+    assert_same_files(table, [many], pyiceberg_files(table, big))
