@@ -161,3 +161,39 @@ def test_a_quiet_cluster_is_polled_less_often_and_at_once_again_when_a_topic_mov
     finally:
         stopping.set()
         poller.close()
+
+
+def test_a_topic_whose_streams_all_linger_is_asked_only_before_each_tick_of_the_commit_grid(broker):
+    """Lingering trickles plan at the grid's ticks: their topics are asked at the last poll before each tick, with
+    the watermarks as fresh then as at every poll; a topic with a stream that waits on every poll, at every poll."""
+    held, busy = topics(2)
+    broker.produce(held, [b"{}"], partition=0)
+    broker.produce(busy, [b"{}"], partition=0)
+    stopping, lingering, waiting = threading.Event(), threading.Event(), threading.Event()
+    poller = ClusterPoller(KafkaSettings.create(broker.bootstrap), 0.05, stopping, grid=1.0)
+    poller.subscribe(held, lingering)
+    poller.subscribe(busy, waiting)
+    poller.start()
+    try:
+        poller.watermarks(held, fresh=True)
+        poller.hold(held, lingering, {0: 1}, limit=1000)
+        start = dict(poller.asked)
+
+        def busy_topic_moves():  # or the quiet cluster's longer interval asks every topic at every poll
+            broker.produce(busy, [b"{}"], partition=0)
+            return poller.asked[busy] - start[busy] >= 50
+
+        wait_for(busy_topic_moves, 30, 0.02, "fifty polls")
+        ticks = poller.asked[held] - start[held]
+        assert 1 <= ticks <= 5, f"asked {ticks} times in fifty polls (~3 ticks of the grid)"
+        broker.produce(held, [b"{}"] * 3, partition=0)
+        wait_for(lambda: poller.watermarks(held)[0].high == 4, 3, 0.02, "the lingering topic's new watermark")
+        before = poller.asked[held]
+        assert poller.watermarks(held, fresh=True)[0].high == 4  # a fresh question asks every topic
+        assert poller.asked[held] > before
+        poller.release(lingering)
+        since = poller.asked[held]
+        wait_for(lambda: poller.asked[held] - since >= 5, 5, 0.02, "the released topic at every poll")
+    finally:
+        stopping.set()
+        poller.close()

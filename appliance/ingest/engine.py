@@ -99,7 +99,7 @@ class Engine:
         self.answers: AnswerThread | None = None  # what commands and the UI ask of the engine
         self.committed = threading.Event()  # a stream committed: the stages look at their sources
         self.jobs: BatchJobs | None = None
-        self.pollers = WatermarkPollers(settings.engine.poll_interval, self.stopping)
+        self.pollers = WatermarkPollers(settings.engine.poll_interval, self.stopping, settings.engine.commit_interval)
         # None: no endpoint. `[observe] metrics_port` 0 means off; a port given here, 0 means any free one.
         self.metrics_port = metrics_port if metrics_port is not None else (settings.observe.metrics_port or None)
         self.metrics: MetricsServer | None = None

@@ -6,7 +6,8 @@ A poller asks a cluster's watermarks of every partition its streams read in two 
 interval per 100 partitions (`KafkaClient.many_watermarks`), and its partitions in one metadata request every
 `PARTITIONS_TTL`; it sets a stream's `moved` event when one of its topic's watermarks changes or
 an error appears, so an idle stream sleeps until it has something to read (and a lingering trickle
-until it has enough, `hold`). A failure stays the
+until it has enough, `hold`). A topic whose every stream lingers is asked only at the last poll before each
+tick of the commit grid, when the trickles wake and plan, not at every poll. A failure stays the
 topic's (a topic deleted) or the cluster's (a broker down), raised in the steps of the streams
 it concerns, as the stream's own request raised it before.
 """
@@ -16,9 +17,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from appliance.core.errors import FloeError, UnforeseenError
+from appliance.ingest.jobs import next_tick
 from appliance.ingest.planning import lag
 from appliance.kafka.client import KafkaClient, Watermarks
 from appliance.kafka.settings import KafkaSettings
@@ -45,10 +48,11 @@ class _Topic:
 class ClusterPoller(threading.Thread):
     """The watermarks of every topic its streams read on one cluster, asked together each interval."""
 
-    def __init__(self, kafka: KafkaSettings, interval: float, stopping: threading.Event) -> None:
+    def __init__(self, kafka: KafkaSettings, interval: float, stopping: threading.Event, grid: float = 0.0) -> None:
         super().__init__(name=f"floe-watermarks-{kafka.bootstrap}", daemon=True)
         self.kafka = kafka
         self.interval = interval
+        self.grid = grid  # the commit grid lingering trickles wake on (0: every topic at every poll)
         self.stopping = stopping
         self._cond = threading.Condition()
         self._topics: dict[str, _Topic] = {}
@@ -59,6 +63,7 @@ class ClusterPoller(threading.Thread):
         self._held: dict[threading.Event, tuple[dict[int, int], int]] = {}  # lingering trickles: (positions, limit)
         self.timeout = 10.0  # seconds a request waits for the cluster
         self.requests = 0  # rounds of requests sent, for whoever wants to see the sharing
+        self.asked: Counter[str] = Counter()  # polls that asked each topic
         self.current_interval = interval  # seconds between polls now: longer while nothing moves
 
     def subscribe(self, topic: str, moved: threading.Event) -> None:
@@ -120,9 +125,10 @@ class ClusterPoller(threading.Thread):
             with self._cond:
                 if not self._asked:
                     self._cond.wait(interval)
-                self._asked = False
+                asked, self._asked = self._asked, False
                 self._begun += 1
-                names = list(self._topics)
+                names = list(self._topics) if asked or self._before_tick(interval) else self._not_lingering()
+                self.asked.update(names)
             found = self._poll(names) if names else {}
             with self._cond:
                 quiet = 0 if self._apply(found) else quiet + 1
@@ -130,6 +136,17 @@ class ClusterPoller(threading.Thread):
                 self._cond.notify_all()
             interval = self.interval if quiet < QUIET_POLLS else min(max(self.interval, QUIET_INTERVAL), interval * 2)
             self.current_interval = interval
+
+    def _before_tick(self, interval: float) -> bool:
+        """Whether this is the last poll before the commit grid's next tick, when lingering trickles wake."""
+        now = time.monotonic()
+        return self.grid <= 0 or next_tick(now, self.grid) - now <= interval
+
+    def _not_lingering(self) -> list[str]:
+        """The topics a stream waits on at every poll (an idle or a busy one), or never polled yet. The
+        caller holds `_cond`."""
+        return [name for name, topic in self._topics.items()
+                if topic.partitions is None or not topic.listeners <= self._held.keys()]
 
     def _poll(self, names: list[str]) -> dict[str, dict[int, Watermarks] | FloeError]:
         self.requests += 1
@@ -196,8 +213,9 @@ class ClusterPoller(threading.Thread):
 class WatermarkPollers:
     """The engine's pollers, one per cluster its streams read, started on first use."""
 
-    def __init__(self, interval: float, stopping: threading.Event) -> None:
+    def __init__(self, interval: float, stopping: threading.Event, grid: float = 0.0) -> None:
         self.interval = interval
+        self.grid = grid
         self.stopping = stopping
         self._lock = threading.Lock()
         self._pollers: dict[KafkaSettings, ClusterPoller] = {}
@@ -206,7 +224,7 @@ class WatermarkPollers:
         with self._lock:
             poller = self._pollers.get(kafka)
             if poller is None or not poller.is_alive():
-                poller = self._pollers[kafka] = ClusterPoller(kafka, self.interval, self.stopping)
+                poller = self._pollers[kafka] = ClusterPoller(kafka, self.interval, self.stopping, self.grid)
                 poller.start()
             return poller
 
