@@ -341,6 +341,21 @@ def finished(process: subprocess.Popen, timeout: float) -> tuple[int, str]:
         process.stderr.close()
 
 
+def pyiceberg_files(table, data):
+    """PyIceberg's own data files of `data` for `table`, to compare Floe's with: uncompressed where Floe writes a
+    small file so (`SMALL_FILE_BYTES`; every file of `data` is as small as `data`, or as big: the tests comparing
+    write one partition, or small ones)."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    from appliance.tables.fastpath.parquet import SMALL_FILE_BYTES
+
+    metadata = table.metadata
+    if data.nbytes < SMALL_FILE_BYTES:
+        metadata = metadata.model_copy(update={"properties": {**metadata.properties,
+                                                              "write.parquet.compression-codec": "uncompressed"}})
+    return list(_dataframe_to_data_files(table_metadata=metadata, df=data, io=table.io))
+
+
 def pizza_values(n: int, start: int = 0) -> list[bytes]:
     import orjson
 

@@ -39,6 +39,8 @@ from appliance.tables.fastpath import parquet
 from appliance.tables.fastpath.parquet import remembered
 from appliance.tables.fastpath.transactions import transaction
 
+from conftest import pyiceberg_files
+
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
     NestedField(2, "ts", TimestamptzType(), required=False),
@@ -69,18 +71,6 @@ def catalog(floe_home):
     settings = load_settings()
     ensure_home(settings)
     return Catalog(settings)
-
-
-def pyiceberg_files(table, data: pa.Table):
-    """PyIceberg's files of `data`, uncompressed where Floe writes a small file so (every file of `data`
-    is as small as `data`, or as big: these tests write one partition, or small ones)."""
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
-    metadata = table.metadata
-    if data.nbytes < parquet.SMALL_FILE_BYTES:
-        metadata = metadata.model_copy(update={"properties": {**metadata.properties,
-                                                              "write.parquet.compression-codec": "uncompressed"}})
-    return list(_dataframe_to_data_files(table_metadata=metadata, df=data, io=table.io))
 
 
 def codec(table, data_file) -> str:

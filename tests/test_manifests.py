@@ -24,6 +24,8 @@ from appliance.tables.fastpath.manifests import Manifests
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.fastpath.transactions import transaction
 
+from conftest import pyiceberg_files
+
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 
 
@@ -126,13 +128,11 @@ def test_a_stale_table_loses_the_race_and_commit_files_retries_on_fresh_metadata
 
 
 def test_data_files_carry_the_statistics_pyiceberg_would_write(twins):
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
     settings, catalog, (table, _) = twins
     data = pa.table({"id": pa.array([None, *range(1, 50)], pa.int64()),
                      "name": pa.array([None if i % 7 == 0 else f"n{i}" for i in range(50)])})
     [ours] = write_data_files(TableTarget.of(table), data)
-    [theirs] = _dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io)
+    [theirs] = pyiceberg_files(table, data)
     for field in ("record_count", "column_sizes", "value_counts", "null_value_counts", "nan_value_counts",
                   "lower_bounds", "upper_bounds", "split_offsets", "file_format", "content"):
         assert getattr(ours, field) == getattr(theirs, field), field
