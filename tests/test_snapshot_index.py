@@ -1,0 +1,73 @@
+"""Snapshots found by id through an index (`appliance/tables/fastpath/snapshot_index.py`) answer as PyIceberg's
+walk of the list does: on a table that commits as a stream does (each list its parent's and one more), on a list
+an expiry shortened, on a list appended to in place, and with the kept indexes bounded."""
+
+import pyarrow as pa
+from pyiceberg.table.metadata import TableMetadataCommonFields
+
+from appliance.config.settings import load_settings
+from appliance.tables.catalog import Catalog
+from appliance.tables.commits import commit_files
+from appliance.tables.fastpath import snapshot_index
+
+
+def stream_table(floe_home, commits: int):
+    floe_home.mkdir(parents=True)
+    catalog = Catalog(load_settings())
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table, _ = catalog.ensure_table("n.t", data.schema)
+    table.append(data)
+    files = [task.file for task in table.scan().plan_files()]
+    offsets, lists = None, []
+    for i in range(1, commits + 1):
+        table, _ = commit_files(table, files, "s", "topic", offsets, {0: i})
+        offsets = {0: i}
+        lists.append(table.metadata)
+    return catalog, table, lists
+
+
+def same_as_the_walk(metadata, ids) -> None:
+    walk = snapshot_index._walk
+    for i in ids:
+        assert metadata.snapshot_by_id(i) is walk(metadata, i), i
+
+
+def test_the_index_answers_as_pyicebergs_walk_and_commits_use_it(floe_home, monkeypatch):
+    assert TableMetadataCommonFields.snapshot_by_id is snapshot_index.snapshot_by_id  # installed by the commits
+    built = []
+    original = snapshot_index._one_more
+    monkeypatch.setattr(snapshot_index, "_one_more", lambda b, a: built.append(original(b, a)) or built[-1])
+    catalog, table, lists = stream_table(floe_home, snapshot_index.WALKED + 30)
+    assert built.count(True) >= 20, "a commit's lists are indexed from their parents'"
+    for metadata in lists[-25:]:  # every metadata a stream went through, each against its own list
+        same_as_the_walk(metadata, [s.snapshot_id for s in metadata.snapshots] + [12345])
+    metadata = table.metadata
+    snapshots = metadata.snapshots
+    assert table.current_snapshot() is snapshots[-1]
+    # An expiry's list: shorter, its first snapshot rewritten (its parent gone), then a commit on it.
+    first = snapshots[5].model_copy(update={"parent_snapshot_id": None})
+    expired = metadata.model_copy(update={"snapshots": [first, *snapshots[6:]]})
+    same_as_the_walk(expired, [s.snapshot_id for s in snapshots])
+    assert expired.snapshot_by_id(first.snapshot_id).parent_snapshot_id is None
+    # A list changed in place (PyIceberg never does): its length differs, it is indexed again.
+    twin = snapshots[0].model_copy(update={"snapshot_id": 12345})
+    snapshots.append(twin)
+    try:
+        assert metadata.snapshot_by_id(12345) is twin
+    finally:
+        snapshots.pop()
+    assert metadata.snapshot_by_id(12345) is None
+    # Read back from its metadata file: other objects, their own index.
+    again = Catalog(load_settings()).table("n.t").metadata
+    assert again.snapshots is not snapshots
+    assert [again.snapshot_by_id(s.snapshot_id).snapshot_id for s in snapshots] == [s.snapshot_id for s in snapshots]
+
+
+def test_the_kept_indexes_are_bounded(floe_home, monkeypatch):
+    monkeypatch.setattr(snapshot_index, "KEPT", 200)
+    _, table, lists = stream_table(floe_home, snapshot_index.WALKED + 15)
+    for metadata in lists[-10:]:
+        metadata.snapshot_by_id(0)
+    assert snapshot_index._kept <= 200 + len(table.metadata.snapshots)
+    assert snapshot_index._kept == sum(len(index) for _, index in snapshot_index._indexes.values())
+    same_as_the_walk(lists[-12], [s.snapshot_id for s in lists[-12].snapshots])  # evicted: indexed again
