@@ -341,6 +341,30 @@ def finished(process: subprocess.Popen, timeout: float) -> tuple[int, str]:
         process.stderr.close()
 
 
+def committed_again(floe_home, commits: int, seen: list | None = None):
+    """Table n.t: two rows appended, then the same file committed `commits` times more as a stream commits (each
+    commit's metadata added to `seen`); the catalog and the table."""
+    import pyarrow as pa
+
+    from appliance.config.settings import load_settings
+    from appliance.tables.catalog import Catalog
+    from appliance.tables.commits import commit_files
+
+    floe_home.mkdir(parents=True)
+    catalog = Catalog(load_settings())
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table, _ = catalog.ensure_table("n.t", data.schema)
+    table.append(data)
+    files = [task.file for task in table.scan().plan_files()]
+    offsets = None
+    for i in range(1, commits + 1):
+        table, _ = commit_files(table, files, "s", "topic", offsets, {0: i})
+        offsets = {0: i}
+        if seen is not None:
+            seen.append(table.metadata)
+    return catalog, table
+
+
 def pyiceberg_files(table, data):
     """PyIceberg's own data files of `data` for `table`, to compare Floe's with: uncompressed where Floe writes a
     small file so (`SMALL_FILE_BYTES`; every file of `data` is as small as `data`, or as big: the tests comparing

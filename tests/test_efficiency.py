@@ -22,12 +22,11 @@ from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.runner import StreamRunner
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
-from appliance.tables.commits import commit_files
 from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.fastpath.transactions import LeanTransaction, staged_metadata
 
-from conftest import ROOT, pizza_values, wait_for
+from conftest import ROOT, committed_again, pizza_values, wait_for
 
 
 def test_python_workers_leave_spark_archives_off_their_path_and_freeze_what_survives(spark):
@@ -121,21 +120,6 @@ def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised
     # What the catalog wrote reads back as the table it committed.
     written = FromInputFile.table_metadata(table.io.new_input(table.metadata_location))
     assert written == table.metadata
-
-
-def committed_again(floe_home, commits: int) -> tuple[Catalog, Table]:
-    """Table n.t: two rows appended, then the same file committed `commits` times more as a stream commits."""
-    floe_home.mkdir(parents=True)
-    catalog = Catalog(load_settings())
-    data = pa.table({"a": pa.array([1, 2], pa.int64())})
-    table, _ = catalog.ensure_table("n.t", data.schema)
-    table.append(data)
-    files = [task.file for task in table.scan().plan_files()]
-    offsets = None
-    for i in range(1, commits + 1):
-        table, _ = commit_files(table, files, "s", "topic", offsets, {0: i})
-        offsets = {0: i}
-    return catalog, table
 
 
 def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):

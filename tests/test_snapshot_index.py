@@ -2,27 +2,19 @@
 walk of the list does: on a table that commits as a stream does (each list its parent's and one more), on a list
 an expiry shortened, on a list appended to in place, and with the kept indexes bounded."""
 
-import pyarrow as pa
 from pyiceberg.table.metadata import TableMetadataCommonFields
 
 from appliance.config.settings import load_settings
 from appliance.tables.catalog import Catalog
-from appliance.tables.commits import commit_files
 from appliance.tables.fastpath import snapshot_index
+
+from conftest import committed_again
 
 
 def stream_table(floe_home, commits: int):
-    floe_home.mkdir(parents=True)
-    catalog = Catalog(load_settings())
-    data = pa.table({"a": pa.array([1, 2], pa.int64())})
-    table, _ = catalog.ensure_table("n.t", data.schema)
-    table.append(data)
-    files = [task.file for task in table.scan().plan_files()]
-    offsets, lists = None, []
-    for i in range(1, commits + 1):
-        table, _ = commit_files(table, files, "s", "topic", offsets, {0: i})
-        offsets = {0: i}
-        lists.append(table.metadata)
+    """`committed_again`'s table, with the metadata of each of its commits."""
+    lists = []
+    catalog, table = committed_again(floe_home, commits, seen=lists)
     return catalog, table, lists
 
 
@@ -35,8 +27,8 @@ def same_as_the_walk(metadata, ids) -> None:
 def test_the_index_answers_as_pyicebergs_walk_and_commits_use_it(floe_home, monkeypatch):
     assert TableMetadataCommonFields.snapshot_by_id is snapshot_index.snapshot_by_id  # installed by the commits
     built = []
-    original = snapshot_index._one_more
-    monkeypatch.setattr(snapshot_index, "_one_more", lambda b, a: built.append(original(b, a)) or built[-1])
+    original = snapshot_index.one_appended
+    monkeypatch.setattr(snapshot_index, "one_appended", lambda b, a: built.append(original(b, a)) or built[-1])
     catalog, table, lists = stream_table(floe_home, snapshot_index.WALKED + 30)
     assert built.count(True) >= 20, "a commit's lists are indexed from their parents'"
     for metadata in lists[-25:]:  # every metadata a stream went through, each against its own list

@@ -40,7 +40,7 @@ class MetadataWriter:
     def _snapshots_json(self, metadata: TableMetadata) -> bytes:
         table, snapshots = str(metadata.table_uuid), metadata.snapshots
         last = self._joined.get(table)
-        if last is not None and _one_appended(last[0], snapshots):
+        if last is not None and one_appended(last[0], snapshots):
             # A commit adds one snapshot to the list the last one wrote: no walk over the others.
             entry = self._known(None, snapshots[-1])
             self._snapshots[table][entry[0].snapshot_id] = entry
@@ -64,7 +64,7 @@ class MetadataWriter:
         write_new(io, location, data)
 
 
-def _one_appended(before: list[Snapshot], after: list[Snapshot]) -> bool:
+def one_appended(before: list[Snapshot], after: list[Snapshot]) -> bool:
     """Whether `after` is `before` and one snapshot more. Snapshots are frozen models: a changed
     one (expiry rewrites a child's parent id) is another object, so identity tells."""
     if len(after) != len(before) + 1:

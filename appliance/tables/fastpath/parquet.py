@@ -178,9 +178,11 @@ def _folder(w: _Writer, partition: Any) -> str:
     """Where a partition's files go under the data folder: the same few values (a day) come again and
     again, and PyIceberg's path builds the spec's partition type every time."""
     key = repr(tuple(partition[i] for i in range(len(partition))))  # as its path has them: -0.0 is not 0.0
-    spec = w.metadata.spec()
-    return remembered(w.folders, key, lambda: "" if spec.is_unpartitioned()
-                      else spec.partition_to_path(partition, w.metadata.schema()) + "/", limit=64)
+    return remembered(w.folders, key, lambda: _path(w.metadata.spec(), w, partition), limit=64)
+
+
+def _path(spec: Any, w: _Writer, partition: Any) -> str:
+    return "" if spec.is_unpartitioned() else spec.partition_to_path(partition, w.metadata.schema()) + "/"
 
 
 def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:

@@ -18,6 +18,8 @@ from collections import OrderedDict
 from pyiceberg.table.metadata import TableMetadataCommonFields
 from pyiceberg.table.snapshots import Snapshot
 
+from appliance.tables.fastpath.metadatafile import one_appended
+
 WALKED = 32  # a list this short is walked: an index would cost more than it saves
 # Snapshots indexed, over every kept index, the least recently used out (about 40 bytes each): a trickling
 # table's lists must outlive the 400 others made between two of its commits with 200 streams.
@@ -46,7 +48,7 @@ def _index_of(snapshots: list[Snapshot]) -> dict[int, Snapshot]:
             _indexes.move_to_end(key)
             return found[1]
         parent = _indexes.get((len(snapshots) - 1, id(snapshots[-2])))
-    if parent is not None and _one_more(parent[0], snapshots):
+    if parent is not None and one_appended(parent[0], snapshots):
         index = parent[1].copy()
         index.setdefault(snapshots[-1].snapshot_id, snapshots[-1])
     else:
@@ -62,14 +64,6 @@ def _index_of(snapshots: list[Snapshot]) -> dict[int, Snapshot]:
         while _kept > KEPT and len(_indexes) > 1:
             _kept -= len(_indexes.popitem(last=False)[1][1])
     return index
-
-
-def _one_more(before: list[Snapshot], after: list[Snapshot]) -> bool:
-    """Whether `after` is `before` and one snapshot more: the same objects at the ends and in the middle (a list
-    made by a commit shares its parent's snapshot objects; an expiry's drops some)."""
-    middle = len(before) // 2
-    return (len(after) == len(before) + 1 and after[0] is before[0] and after[middle] is before[middle]
-            and after[-2] is before[-1])
 
 
 def install() -> None:
