@@ -110,13 +110,20 @@ def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised
     table = catalog.create_table("n.t", data.schema)
     writer = MetadataWriter()
     assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()  # no snapshot yet
+    uuid = str(table.metadata.table_uuid)
     for i in range(4):
         table.append(data, snapshot_properties={"i": str(i), "offsets": f'{{"0": {i}}}'})
         assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
+        if i:  # one more snapshot and log entry than the last document: only theirs were added
+            assert len(writer._snapshots._last[uuid][1]) == len(writer._log._last[uuid][1]) == i + 1
     oldest = table.snapshots()[0].snapshot_id
     table.maintenance.expire_snapshots().by_id(oldest).commit()
     assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
-    assert oldest not in writer._snapshots[str(table.metadata.table_uuid)]  # forgotten with the snapshot
+    assert oldest not in writer._snapshots._known[uuid]  # forgotten with the snapshot
+    assert all(snapshot != oldest for snapshot, _ in writer._log._known[uuid])
+    table.append(data)  # appended to a list the writer made whole again
+    assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
+    assert len(writer._log._last[uuid][1]) == 2
     # What the catalog wrote reads back as the table it committed.
     written = FromInputFile.table_metadata(table.io.new_input(table.metadata_location))
     assert written == table.metadata
