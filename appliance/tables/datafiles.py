@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 from pyiceberg.manifest import (
@@ -16,10 +16,12 @@ from pyiceberg.manifest import (
     DataFileContent,
     ManifestEntry,
     ManifestEntryStatus,
+    ManifestFile,
 )
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from appliance.tables.fastpath.changes import MANIFESTS
 from appliance.tables.fastpath.parquet import partitions, remembered, write_files
 from appliance.tables.storage import describe, storage_errors
 
@@ -110,16 +112,44 @@ def reachable_files(table: Table, snapshots: Iterable[Snapshot]) -> Reachable:
     read: set[str] = set()  # manifests are shared between snapshots: read each once
     for snapshot in snapshots:
         out.manifest_lists.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
+        for manifest in MANIFESTS.manifests(table.io, snapshot.manifest_list, keep=False):
             out.manifests.add(manifest.manifest_path)
             if manifest.manifest_path in read:
                 continue
             read.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                # A DELETED entry records a removal: the file is not part of that snapshot.
-                if entry.status != ManifestEntryStatus.DELETED:
-                    out.content.add(entry.data_file.file_path)
+            out.content.update(_live_paths(table, manifest))
     return out
+
+
+def unreachable_files(table: Table, gone: Iterable[Snapshot], kept: Iterable[Snapshot]) -> set[str]:
+    """The files the `gone` snapshots reference and no `kept` one does: `reachable_files(gone).all() -
+    reachable_files(kept).all()`, without reading what cannot tell. A manifest both sets list holds nothing
+    to delete, so only the gone snapshots' own manifests are read for candidates; the kept manifests are
+    then read for the candidates they still hold (in the engine, from the entries its commits keep)."""
+    io = table.io
+    gone, kept = list(gone), list(kept)
+    kept_manifests = {m.manifest_path: m for s in kept for m in MANIFESTS.manifests(io, s.manifest_list, keep=False)}
+    out = {s.manifest_list for s in gone} - {s.manifest_list for s in kept}
+    candidates: set[str] = set()
+    for snapshot in gone:
+        for manifest in MANIFESTS.manifests(io, snapshot.manifest_list, keep=False):
+            if manifest.manifest_path in kept_manifests or manifest.manifest_path in out:
+                continue
+            out.add(manifest.manifest_path)
+            candidates.update(_live_paths(table, manifest))
+    for manifest in kept_manifests.values():
+        if not candidates:
+            break
+        for path in _live_paths(table, manifest):
+            candidates.discard(path)
+    return out | candidates
+
+
+def _live_paths(table: Table, manifest: ManifestFile) -> Iterator[str]:
+    for entry in MANIFESTS.entries(table.io, manifest, keep=False):
+        # A DELETED entry records a removal: the file is not part of that snapshot.
+        if entry.status != ManifestEntryStatus.DELETED:
+            yield entry.data_file.file_path
 
 
 def delete_files(table: Table, paths: Iterable[str]) -> tuple[int, list[str]]:

@@ -1,0 +1,72 @@
+"""Which files an expiry deletes: `unreachable_files` reads only what can tell, and must name exactly the files
+the expired snapshots reference and the kept ones do not (`reachable_files`, which reads everything)."""
+
+import random
+
+import pyarrow as pa
+from pyiceberg.expressions import EqualTo
+
+from appliance.config.settings import load_settings
+from appliance.core.vocabulary import MaintenanceTask
+from appliance.maintenance.maintainer import Maintainer
+from appliance.maintenance.policies import set_policy
+from appliance.tables.catalog import Catalog
+from appliance.tables.commits import commit_files
+from appliance.tables.datafiles import TableTarget, reachable_files, unreachable_files, write_data_files
+from appliance.tables.snapshots import committed_offsets
+
+from conftest import committed_again
+
+
+def test_the_files_only_expired_snapshots_reference_are_what_reading_everything_finds(floe_home):
+    floe_home.mkdir(parents=True)
+    catalog = Catalog(load_settings())
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table, _ = catalog.ensure_table("n.t", data.schema)
+    offsets = None
+    for i in range(1, 45):  # a stream's appends: manifests merged every few commits
+        table, _ = commit_files(table, write_data_files(TableTarget.of(table), data), "s", "topic", offsets, {0: i})
+        offsets = {0: i}
+        if i in (5, 12):  # another writer's commits: files removed (DELETED entries), rewritten, appended
+            table.delete(EqualTo("a", 1))
+            table.append(pa.table({"a": pa.array([3], pa.int64())}))
+    snapshots = table.metadata.snapshots
+    ids = [s.snapshot_id for s in snapshots]
+    choices = [ids[:10], ids[:-1], ids[5:25], ids[::3], [ids[13]], []]
+    choices += [random.Random(seed).sample(ids, 12) for seed in range(4)]
+    for gone_ids in choices:
+        gone = [s for s in snapshots if s.snapshot_id in gone_ids]
+        kept = [s for s in snapshots if s.snapshot_id not in gone_ids]
+        expected = reachable_files(table, gone).all() - reachable_files(table, kept).all()
+        assert unreachable_files(table, gone, kept) == expected
+        if gone_ids == ids[:-1]:  # the deleted rows' files, the old manifests and lists: some of each
+            assert {p.rsplit(".", 1)[-1] for p in expected} == {"avro", "parquet"}
+
+
+def test_a_table_a_fifth_over_its_snapshot_cap_is_expired_back_to_it_whatever_the_interval(floe_home):
+    catalog, table = committed_again(floe_home, 80)  # 81 snapshots
+    settings = load_settings()
+    maintainer = Maintainer(settings, catalog=catalog)
+    set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 60, "min_snapshots": 2})
+    files = [task.file for task in table.scan().plan_files()][:1]
+
+    def commit(n: int) -> None:
+        nonlocal table
+        for _ in range(n):
+            offset = committed_offsets(table, "s")[0]
+            table, _ = commit_files(table, files, "s", "topic", {0: offset}, {0: offset + 1})
+
+    assert MaintenanceTask.EXPIRE in maintainer.due("n.t")  # never expired yet
+    run = maintainer.run("n.t", MaintenanceTask.EXPIRE)
+    assert run.snapshots_expired == 21 and len(catalog.table("n.t").metadata.snapshots) == 60
+    table = catalog.table("n.t")
+    commit(12)  # 72: over the cap, but not by more than a fifth, and an hour not past
+    assert MaintenanceTask.EXPIRE not in maintainer.due("n.t")
+    commit(1)
+    assert MaintenanceTask.EXPIRE in maintainer.due("n.t")
+    newest = table.current_snapshot().snapshot_id
+    assert maintainer.run("n.t", MaintenanceTask.EXPIRE).snapshots_expired == 13
+    table = catalog.table("n.t")
+    assert len(table.metadata.snapshots) == 60 and table.current_snapshot().snapshot_id == newest
+    assert committed_offsets(table, "s") == {0: 93}
+    assert table.scan().to_arrow().num_rows == 2 * 94  # the same file committed again each time, all live
