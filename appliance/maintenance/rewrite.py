@@ -173,7 +173,7 @@ class RollingWriter:
                 requested_schema=self.file_schema, file_schema=self.schema, batch=b,
                 downcast_ns_timestamp_to_us=True, include_field_ids=True, format_model=fmt,
             )
-            for b in table.to_batches()
+            for b in table.combine_chunks().to_batches()  # one conversion, not one per file read
         ]
         self._writer.write(pa.Table.from_batches(batches))
         self._rows_in_file += table.num_rows
