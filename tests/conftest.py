@@ -365,6 +365,11 @@ def committed_again(floe_home, commits: int, seen: list | None = None):
     return catalog, table
 
 
+def uri_exists(uri: str) -> bool:
+    """Whether a local warehouse's file (a `file://` URI, as a table names it) is on disk."""
+    return Path(uri.removeprefix("file://")).exists()
+
+
 def pyiceberg_files(table, data):
     """PyIceberg's own data files of `data` for `table`, to compare Floe's with: uncompressed where Floe writes a
     small file so (`SMALL_FILE_BYTES`; every file of `data` is as small as `data`, or as big: the tests comparing

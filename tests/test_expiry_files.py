@@ -6,8 +6,10 @@ import random
 import pyarrow as pa
 from pyiceberg.expressions import EqualTo
 
+from appliance.config.policy import build_policy
 from appliance.config.settings import load_settings
 from appliance.core.vocabulary import MaintenanceTask
+from appliance.maintenance.expiry import expire
 from appliance.maintenance.maintainer import Maintainer
 from appliance.maintenance.policies import set_policy
 from appliance.tables.catalog import Catalog
@@ -15,7 +17,7 @@ from appliance.tables.commits import commit_files
 from appliance.tables.datafiles import TableTarget, reachable_files, unreachable_files, write_data_files
 from appliance.tables.snapshots import committed_offsets
 
-from conftest import committed_again
+from conftest import committed_again, uri_exists
 
 
 def test_the_files_only_expired_snapshots_reference_are_what_reading_everything_finds(floe_home):
@@ -70,3 +72,28 @@ def test_a_table_a_fifth_over_its_snapshot_cap_is_expired_back_to_it_whatever_th
     assert len(table.metadata.snapshots) == 60 and table.current_snapshot().snapshot_id == newest
     assert committed_offsets(table, "s") == {0: 93}
     assert table.scan().to_arrow().num_rows == 2 * 94  # the same file committed again each time, all live
+
+
+def test_an_expiry_past_the_cap_deletes_exactly_what_only_the_expired_snapshots_used(floe_home):
+    """The cap's expiry, on the line from the current snapshot (its oldest kept one's parent dropped by the
+    expiry itself): what it deletes is what reading every snapshot finds, and nothing a kept one needs."""
+    floe_home.mkdir(parents=True)
+    settings = load_settings()
+    catalog = Catalog(settings)
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table, _ = catalog.ensure_table("n.t", data.schema)
+    for i in range(1, 80):  # merged every few dozen commits; another writer's delete in between
+        table, _ = commit_files(table, write_data_files(TableTarget.of(table), data), "s", "topic",
+                                {0: i - 1} if i > 1 else None, {0: i})
+        if i == 20:
+            table.delete(EqualTo("a", 1))
+    snapshots = table.metadata.snapshots
+    expected = (reachable_files(table, snapshots[:-30]).all() - reachable_files(table, snapshots[-30:]).all())
+    policy = build_policy([("default", {**settings.maintenance.policy, "max_snapshots": 30, "min_snapshots": 5})])[0]
+    result = expire(settings, table, policy)
+    assert len(result.plan.expire) == len(snapshots) - 30 and result.plan.files_to_delete == expected
+    assert result.files_deleted == len(expected) and not any(uri_exists(p) for p in expected)
+    table = catalog.table("n.t")
+    assert table.metadata.snapshots[0].parent_snapshot_id is None  # what the line is found through instead
+    assert all(uri_exists(p) for p in reachable_files(table, table.metadata.snapshots).all())
+    assert table.scan().to_arrow().num_rows == 79 * 2 - 20

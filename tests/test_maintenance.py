@@ -32,7 +32,7 @@ from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import live_data_files, live_entries, reachable_files
 from appliance.tables.snapshots import committed_offsets
 
-from conftest import FLOE, ROOT, finished, floe, pizza_values, run_until_caught_up, wait_for
+from conftest import FLOE, ROOT, finished, floe, pizza_values, run_until_caught_up, uri_exists, wait_for
 
 
 def set_policy(maintainer: Maintainer, name: str, values: dict) -> None:
@@ -127,10 +127,6 @@ def write_config(home: Path, text: str) -> None:
 def files_on_disk(settings) -> set[str]:
     root = Path(settings.warehouse.removeprefix("file://"))
     return {p.as_uri() for p in root.rglob("*") if p.is_file()}
-
-
-def uri_exists(uri: str) -> bool:
-    return Path(uri.removeprefix("file://")).exists()
 
 
 @pytest.mark.slow

@@ -124,7 +124,8 @@ def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = Fal
     # other writers committed meanwhile: they can only reference files the kept snapshots have.
     plan.expire = ids
     expired_snapshots = [s for s in pre.snapshots if s.snapshot_id in set(ids)]
-    doomed = unreachable_files(table, expired_snapshots, table.metadata.snapshots)
+    doomed = unreachable_files(table, expired_snapshots, table.metadata.snapshots,
+                               {s.snapshot_id: s.parent_snapshot_id for s in pre.snapshots})
     plan.files_to_delete = doomed
     result.files_deleted, result.failures = delete_files(table, doomed)
     return result

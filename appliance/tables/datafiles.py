@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import pyarrow as pa
 from pyiceberg.manifest import (
@@ -16,7 +16,6 @@ from pyiceberg.manifest import (
     DataFileContent,
     ManifestEntry,
     ManifestEntryStatus,
-    ManifestFile,
 )
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
@@ -109,47 +108,62 @@ class Reachable:
 
 def reachable_files(table: Table, snapshots: Iterable[Snapshot]) -> Reachable:
     out = Reachable(set(), set(), set())
-    read: set[str] = set()  # manifests are shared between snapshots: read each once
     for snapshot in snapshots:
         out.manifest_lists.add(snapshot.manifest_list)
-        for manifest in MANIFESTS.manifests(table.io, snapshot.manifest_list, keep=False):
-            out.manifests.add(manifest.manifest_path)
-            if manifest.manifest_path in read:
-                continue
-            read.add(manifest.manifest_path)
-            out.content.update(_live_paths(table, manifest))
+        for manifest in MANIFESTS.listed_paths(table.io, snapshot.manifest_list):
+            if manifest not in out.manifests:  # manifests are shared between snapshots: read each once
+                out.manifests.add(manifest)
+                out.content.update(MANIFESTS.live_paths(table.io, manifest))
     return out
 
 
-def unreachable_files(table: Table, gone: Iterable[Snapshot], kept: Iterable[Snapshot]) -> set[str]:
+def unreachable_files(table: Table, gone: Iterable[Snapshot], kept: Iterable[Snapshot],
+                      parents: dict[int, int | None] | None = None) -> set[str]:
     """The files the `gone` snapshots reference and no `kept` one does: `reachable_files(gone).all() -
-    reachable_files(kept).all()`, without reading what cannot tell. A manifest both sets list holds nothing
-    to delete, so only the gone snapshots' own manifests are read for candidates; the kept manifests are
-    then read for the candidates they still hold (in the engine, from the entries its commits keep)."""
+    reachable_files(kept).all()`, without reading what cannot tell (`table`: its current snapshot is kept;
+    `parents`: each snapshot's parent as committed, where an expiry has since dropped a kept one's).
+
+    A manifest both sets list holds nothing to delete, so only the gone snapshots' own manifests are read
+    for candidates, and the kept snapshots' manifests for the candidates they still hold. When the gone and
+    kept snapshots are one line of ancestry back from the current snapshot, the gone ones its oldest part
+    (a stream's table expired by the cap: every writer makes a snapshot's manifest list from its parent's,
+    and never lists a manifest again once it has dropped it, nor adds a file it has removed), what the gone
+    snapshots share with any kept one they share with the oldest kept: its manifests are read, and the
+    current snapshot's (a file added again since would be live there), not those of the hundreds between."""
     io = table.io
     gone, kept = list(gone), list(kept)
-    kept_manifests = {m.manifest_path: m for s in kept for m in MANIFESTS.manifests(io, s.manifest_list, keep=False)}
+    boundary = _oldest_on_the_line(table, gone, kept, parents or {})
+    current = table.metadata.current_snapshot()
+    readers = kept if boundary is None else [s for s in (boundary, current) if s is not None]
+    kept_manifests = {p for s in readers for p in MANIFESTS.listed_paths(io, s.manifest_list)}
     out = {s.manifest_list for s in gone} - {s.manifest_list for s in kept}
     candidates: set[str] = set()
     for snapshot in gone:
-        for manifest in MANIFESTS.manifests(io, snapshot.manifest_list, keep=False):
-            if manifest.manifest_path in kept_manifests or manifest.manifest_path in out:
+        for manifest in MANIFESTS.listed_paths(io, snapshot.manifest_list):
+            if manifest in kept_manifests or manifest in out:
                 continue
-            out.add(manifest.manifest_path)
-            candidates.update(_live_paths(table, manifest))
-    for manifest in kept_manifests.values():
+            out.add(manifest)
+            candidates.update(MANIFESTS.live_paths(io, manifest))
+    for manifest in kept_manifests:
         if not candidates:
             break
-        for path in _live_paths(table, manifest):
-            candidates.discard(path)
+        candidates.difference_update(MANIFESTS.live_paths(io, manifest))
     return out | candidates
 
 
-def _live_paths(table: Table, manifest: ManifestFile) -> Iterator[str]:
-    for entry in MANIFESTS.entries(table.io, manifest, keep=False):
-        # A DELETED entry records a removal: the file is not part of that snapshot.
-        if entry.status != ManifestEntryStatus.DELETED:
-            yield entry.data_file.file_path
+def _oldest_on_the_line(table: Table, gone: list[Snapshot], kept: list[Snapshot],
+                        parents: dict[int, int | None]) -> Snapshot | None:
+    """The oldest kept snapshot when gone and kept are one line of ancestry back from the table's current
+    snapshot, the kept ones its newest part; None otherwise (branches, tags elsewhere, snapshots expired
+    between kept ones)."""
+    by_id = {s.snapshot_id: s for s in (*gone, *kept)}
+    walk, at = [], table.metadata.current_snapshot_id
+    while at is not None and at in by_id and len(walk) < len(by_id):
+        walk.append(at)
+        at = parents[at] if at in parents else by_id[at].parent_snapshot_id
+    if not kept or len(walk) != len(by_id) or set(walk[:len(kept)]) != {s.snapshot_id for s in kept}:
+        return None
+    return by_id[walk[len(kept) - 1]]
 
 
 def delete_files(table: Table, paths: Iterable[str]) -> tuple[int, list[str]]:

@@ -17,14 +17,14 @@ against PyIceberg's own writer (Java Iceberg 1.10 read them too, checked by hand
 
 from __future__ import annotations
 
-import io
+import io as io_module
 import json
 import os
 import threading
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import fastavro
 from pyiceberg.io import FileIO
@@ -69,12 +69,12 @@ class AvroFileFormat:
 
     def record(self, record: dict[str, Any]) -> bytes:
         """One record's Avro encoding: a data block is these, one after the other."""
-        body = io.BytesIO()
+        body = io_module.BytesIO()
         fastavro.schemaless_writer(body, self.parsed, record)
         return body.getvalue()
 
     def encode(self, records: list[dict[str, Any]], metadata: dict[str, str]) -> bytes:
-        body = io.BytesIO()
+        body = io_module.BytesIO()
         write = fastavro.schemaless_writer
         for record in records:
             write(body, self.parsed, record)
@@ -172,6 +172,23 @@ class Manifests:
             if keep:
                 self._put(self._entries, manifest.manifest_path, found, self.KEPT_ENTRIES, len)
         return found
+
+    # ---- which files: maintenance's walks over a table's history ------------------------------
+
+    def listed_paths(self, io: FileIO, manifest_list: str) -> tuple[str, ...]:
+        """The paths of the manifests a list names: from memory if kept, else decoded by fastavro (PyIceberg's
+        reader costs 1-2 ms a list, and an expiry of a table 600 snapshots old reads hundreds), never kept."""
+        found = self._get(self._lists, manifest_list)
+        if found is not None:
+            return tuple(m.manifest_path for m in found)
+        return tuple(r["manifest_path"] for r in _records(io, manifest_list))
+
+    def live_paths(self, io: FileIO, manifest: str) -> list[str]:
+        """The data or delete files a manifest holds live (added or existing, not deleted), as `listed_paths`."""
+        found = self._get(self._entries, manifest)
+        if found is not None:
+            return [e.data_file.file_path for e in found if e.status != ManifestEntryStatus.DELETED]
+        return [r["data_file"]["file_path"] for r in _records(io, manifest) if r["status"] != ManifestEntryStatus.DELETED]
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -277,6 +294,14 @@ class Manifests:
 
     # ---- the kept files ----------------------------------------------------------------------
 
+    def forget(self) -> None:
+        """Drop every kept list and entry: what an engine committing to hundreds of tables finds for one table's
+        older manifests (`scripts/bench_trickle_maintenance` times maintenance so)."""
+        with self._lock:
+            self._lists.clear()
+            self._entries.clear()
+            self._weights.clear()
+
     def _get(self, kept: OrderedDict, key: str):
         with self._lock:
             found = kept.get(key)
@@ -297,6 +322,13 @@ class Manifests:
                 _, gone = kept.popitem(last=False)
                 total -= max(1, weigh(gone))
             self._weights[id(kept)] = total
+
+
+def _records(io: FileIO, path: str) -> Iterator[dict]:
+    """An Avro file's records, decoded by fastavro (every codec PyIceberg reads, with the same libraries)."""
+    with io.new_input(path).open() as f:
+        data = f.read()
+    return fastavro.reader(io_module.BytesIO(data))
 
 
 def _partition_summaries(types: list[IcebergType], partitions: list) -> list[PartitionFieldSummary]:
