@@ -29,11 +29,12 @@ from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollec
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetPropertiesUpdate, SetSnapshotRefUpdate
 
 from appliance.core.errors import RewriteConflict
-from appliance.tables.fastpath import snapshot_index
+from appliance.tables.fastpath import avro_readers, snapshot_index
 from appliance.tables.fastpath.manifests import Manifests
 from appliance.tables.fastpath.transactions import transaction
 
 snapshot_index.install()  # a commit looks snapshots up by id about eleven times
+avro_readers.install()  # manifests read back: each file schema converted once
 
 MIN_COUNT_TO_MERGE = "commit.manifest.min-count-to-merge"
 TARGET_SIZE = "commit.manifest.target-size-bytes"
