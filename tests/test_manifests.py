@@ -247,3 +247,33 @@ def test_a_busy_tables_commits_keep_one_version_of_its_metadata_not_one_a_commit
     kept = dict(iceberg._metadata)
     assert sorted(kept) == sorted([ours.metadata_location, theirs.metadata_location])
     assert iceberg.load_table("n.ours").metadata is kept[ours.metadata_location]  # the newest, not parsed again
+
+
+def test_an_entry_composed_of_its_kept_data_file_record_is_what_fastavro_encodes_whole(floe_home):
+    """A merge writes live files' entries again and a rewrite removed ones: the data file's part is encoded once
+    (`Manifests._encoded`); each status, snapshot and sequence numbers (none, small, large) around it."""
+    from pyiceberg.transforms import DayTransform
+    from pyiceberg.types import TimestamptzType
+
+    from appliance.tables.fastpath.manifests import _data_file
+
+    settings = load_settings()
+    ensure_home(settings)
+    schema = Schema(*SCHEMA.fields, NestedField(3, "at", TimestamptzType(), required=False))
+    spec = PartitionSpec(PartitionField(3, 1000, DayTransform(), "at_day"),
+                         PartitionField(2, 1001, IdentityTransform(), "name"))
+    catalog = Catalog(settings)
+    catalog.iceberg.create_namespace("n")
+    table = catalog.iceberg.create_table("n.t", schema, partition_spec=spec)
+    files = write_data_files(TableTarget.of(table), pa.table({
+        "id": [1, 2, 3], "name": ["a", None, "a"], "at": pa.array([0, 86_400_000_000, None], pa.timestamp("us", "UTC"))}))
+    manifests = Manifests()
+    fmt = manifests._entry_format(table.metadata, table.metadata.spec())
+    assert fmt.entry_head is not None and len(files) == 3
+    for f in files:
+        for status, snapshot_id, seq, file_seq in [(1, 123, None, None), (0, 5, 7, 7), (2, 99, 3, 1),
+                                                   (1, None, None, None), (0, -5, 2 ** 40, 0)]:
+            whole = fmt.avro.record({"status": status, "snapshot_id": snapshot_id, "sequence_number": seq,
+                                     "file_sequence_number": file_seq,
+                                     "data_file": _data_file(f, fmt.partition_names)})
+            assert manifests._encoded(fmt, f, status, snapshot_id, seq, file_seq) == whole

@@ -127,6 +127,8 @@ class _EntryFormat:
     spec_json: str
     schema_json: str
     partition_types: list[IcebergType]  # of the spec's fields: PyIceberg works them out again for each manifest
+    data_file_schema: Any  # the entry's data file record, parsed by fastavro
+    entry_head: Any  # (status, snapshot id, sequence numbers) -> the bytes before the data file, if the layout is v2's
 
 
 class Manifests:
@@ -236,21 +238,25 @@ class Manifests:
 
     def _encoded(self, fmt: _EntryFormat, data_file: DataFile, status: int, snapshot_id: int | None,
                  seq: int | None, file_seq: int | None) -> bytes:
-        """An entry's Avro record. A merge writes every live file's entry again, unchanged but
-        for the first time: those are kept, so merging a table's manifests is a copy of bytes."""
-        key = (id(fmt), data_file.file_path, status, snapshot_id, seq, file_seq)
+        """An entry's Avro record: its status, snapshot and sequence numbers, then its data file's record. A file
+        never changes, and a merge writes every live file's entry again (EXISTING), a rewrite every removed one
+        (DELETED): the data file's part is encoded once and kept, so those are a copy of bytes."""
+        if fmt.entry_head is None:  # a layout the composition does not know: fastavro encodes it whole
+            return fmt.avro.record({"status": status, "snapshot_id": snapshot_id, "sequence_number": seq,
+                                    "file_sequence_number": file_seq,
+                                    "data_file": _data_file(data_file, fmt.partition_names)})
+        key = (id(fmt), data_file.file_path)
         with self._lock:
-            found = self._records.get(key)
-        if found is None:
-            found = fmt.avro.record({"status": status, "snapshot_id": snapshot_id, "sequence_number": seq,
-                                     "file_sequence_number": file_seq,
-                                     "data_file": _data_file(data_file, fmt.partition_names)})
-            if seq is not None:  # an ADDED entry of this commit is written once; others are merged again
-                with self._lock:
-                    if len(self._records) >= self.KEPT_RECORDS:
-                        self._records.clear()
-                    self._records[key] = found
-        return found
+            body = self._records.get(key)
+        if body is None:
+            out = io_module.BytesIO()
+            fastavro.schemaless_writer(out, fmt.data_file_schema, _data_file(data_file, fmt.partition_names))
+            body = out.getvalue()
+            with self._lock:
+                if len(self._records) >= self.KEPT_RECORDS:
+                    self._records.clear()
+                self._records[key] = body
+        return fmt.entry_head(status, snapshot_id, seq, file_seq) + body
 
     def write_list(self, io: FileIO, path: str, manifests: list[ManifestFile], snapshot_id: int,
                    parent_id: int | None, sequence_number: int) -> None:
@@ -283,11 +289,13 @@ class Manifests:
             data_file_type = data_file_with_partition(partition_type, FORMAT_VERSION)
             entry_schema = manifest_entry_schema_with_data_file(FORMAT_VERSION, data_file_type)
             avro = AvroFileFormat(entry_schema, "manifest_entry")
-            data_file = next(f for f in json.loads(avro.schema_json)["fields"] if f["name"] == "data_file")["type"]
+            fields = json.loads(avro.schema_json)["fields"]
+            data_file = next(f for f in fields if f["name"] == "data_file")["type"]
             partition = next(f for f in data_file["fields"] if f["name"] == "partition")["type"]
             found = _EntryFormat(avro, [f["name"] for f in partition["fields"]],
                                  _spec_json(spec), schema.model_dump_json(),
-                                 [f.field_type for f in partition_type.fields])
+                                 [f.field_type for f in partition_type.fields],
+                                 fastavro.parse_schema(data_file), _entry_head(fields))
             with self._lock:
                 self._formats[key] = found
         return found
@@ -322,6 +330,22 @@ class Manifests:
                 _, gone = kept.popitem(last=False)
                 total -= max(1, weigh(gone))
             self._weights[id(kept)] = total
+
+
+HEAD_FIELDS = [("status", "int"), ("snapshot_id", ["null", "long"]), ("sequence_number", ["null", "long"]),
+               ("file_sequence_number", ["null", "long"])]
+
+
+def _entry_head(fields: list[dict]) -> Any:
+    """The encoder of a v2 manifest entry's fields before its data file (an int, then three optional longs, as
+    Avro encodes them: a union's branch, then its value), or None for another layout."""
+    if [(f["name"], f["type"]) for f in fields[:4]] != HEAD_FIELDS or fields[4]["name"] != "data_file" or len(fields) != 5:
+        return None
+
+    def head(status: int, snapshot_id: int | None, seq: int | None, file_seq: int | None) -> bytes:
+        return b"".join([avro_long(status), *(b"\x00" if v is None else b"\x02" + avro_long(v)
+                                              for v in (snapshot_id, seq, file_seq))])
+    return head
 
 
 def _records(io: FileIO, path: str) -> Iterator[dict]:
