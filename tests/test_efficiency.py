@@ -115,7 +115,7 @@ def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised
         table.append(data, snapshot_properties={"i": str(i), "offsets": f'{{"0": {i}}}'})
         assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
         if i:  # one more snapshot and log entry than the last document: only theirs were added
-            assert len(writer._snapshots._last[uuid][1]) == len(writer._log._last[uuid][1]) == i + 1
+            assert len(writer._snapshots._last[uuid][1]) == len(writer._log._last[uuid][1]) == 2 * i + 1
     oldest = table.snapshots()[0].snapshot_id
     table.maintenance.expire_snapshots().by_id(oldest).commit()
     assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
@@ -123,7 +123,9 @@ def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised
     assert all(snapshot != oldest for snapshot, _ in writer._log._known[uuid])
     table.append(data)  # appended to a list the writer made whole again
     assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
-    assert len(writer._log._last[uuid][1]) == 2
+    assert len(writer._log._last[uuid][1]) == 2 * 4 - 1  # four entries, three commas
+    newest = table.current_snapshot().snapshot_id  # the kept JSON itself is a piece: no second copy of it
+    assert writer._snapshots._last[uuid][1][-1] is writer._snapshots._known[uuid][newest][1]
     # What the catalog wrote reads back as the table it committed.
     written = FromInputFile.table_metadata(table.io.new_input(table.metadata_location))
     assert written == table.metadata
