@@ -126,6 +126,16 @@ def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised
     assert len(writer._log._last[uuid][1]) == 2 * 4 - 1  # four entries, three commas
     newest = table.current_snapshot().snapshot_id  # the kept JSON itself is a piece: no second copy of it
     assert writer._snapshots._last[uuid][1][-1] is writer._snapshots._known[uuid][newest][1]
+    # Two commits made from the same table at once (a stream's and a compaction's: they take no common lock): each
+    # document holds its own new snapshot and not the other's, whichever the writer saw last.
+    base, seen_by_both = table.metadata, writer._snapshots._last[uuid]
+    table.append(data)
+    first = table.metadata
+    other = base.model_copy(update={"snapshots": [*base.snapshots, first.snapshots[-1].model_copy(
+        update={"snapshot_id": 7, "summary": first.snapshots[-1].summary})], "current_snapshot_id": 7})
+    assert writer.json(first) == first.model_dump_json().encode()
+    writer._snapshots._last[uuid] = seen_by_both  # as the other thread found it, before the first's document
+    assert writer.json(other) == other.model_dump_json().encode()
     # What the catalog wrote reads back as the table it committed.
     written = FromInputFile.table_metadata(table.io.new_input(table.metadata_location))
     assert written == table.metadata

@@ -16,8 +16,10 @@ from collections import OrderedDict
 from typing import Any
 
 from pyiceberg.avro.decoder import new_decoder
-from pyiceberg.avro.file import _SCHEMA_KEY, AvroFile
+from pyiceberg.avro.file import AvroFile
 from pyiceberg.avro.resolver import resolve_reader
+
+from appliance.tables.fastpath.internals import AVRO_SCHEMA_KEY
 
 KEPT = 256  # file schemas (with what they are read as): a few per table and spec
 PYICEBERG_ENTER = AvroFile.__enter__
@@ -32,7 +34,7 @@ def _enter(self: AvroFile) -> AvroFile:
     with self.input_file.open() as f:
         self.decoder = new_decoder(f.read())
     self.header = self._read_header()
-    text = self.header.meta.get(_SCHEMA_KEY)
+    text = self.header.meta.get(AVRO_SCHEMA_KEY)
     key = (text, id(self.read_schema), tuple(self.read_types.items()), tuple(self.read_enums.items()))
     with _lock:
         found = _kept.get(key)

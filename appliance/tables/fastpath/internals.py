@@ -9,6 +9,8 @@ functions imported below, and the hooks its subclasses override or the attribute
 from __future__ import annotations
 
 import pyarrow as pa
+from pyiceberg.avro.file import _SCHEMA_KEY as AVRO_SCHEMA_KEY  # noqa: F401  (re-exported)
+from pyiceberg.avro.file import AvroFile
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
@@ -37,6 +39,7 @@ HOOKS: dict[type, tuple[str, ...]] = {
                  "_parse_metadata_version", "_load_file_io"),
     Transaction: ("_apply",),
     RestCatalog: ("_create_session", "_create_legacy_oauth2_auth_manager"),  # fastpath/rest_catalog: deadlines
+    AvroFile: ("_read_header",),  # fastpath/avro_readers: its `__enter__` replaced
 }
 # The private attributes they read on instances (checked on live ones).
 ATTRIBUTES: dict[type, tuple[str, ...]] = {

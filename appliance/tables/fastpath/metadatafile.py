@@ -44,8 +44,9 @@ class _Spliced:
             known = self._known[table]
             entry = self._entry(known.get(self._identity(entries[-1])), entries[-1])
             known[self._identity(entry[0])] = entry
-            pieces = last[1]
-            pieces.extend((b",", entry[1]) if pieces else (entry[1],))
+            # A new list: a stream's commit and a compaction's can make documents of one table at once, each
+            # from the same last one (a list of pointers, copied in microseconds).
+            pieces = [*last[1], b",", entry[1]] if last[1] else [entry[1]]
         else:
             known = self._known.get(table, {})
             fresh = {}
