@@ -25,8 +25,8 @@ from appliance.maintenance.job import Job, plural
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_lock
-from appliance.tables.fastpath.transactions import LeanTransaction
 from appliance.tables.datafiles import delete_files, unreachable_files
+from appliance.tables.fastpath.transactions import LeanTransaction
 from appliance.tables.snapshots import ancestors, lineage_since, offsets_snapshot_chain, stage_position
 
 

@@ -157,8 +157,8 @@ class Maintainer:
             else:
                 merge = 0
         snapshots = len(t.metadata.snapshots)
-        if snapshots > policy.min_snapshots and (
-                expiry.over_cap(snapshots, policy) or self._older_than(table, MaintenanceTask.EXPIRE, cfg.expire_interval, clock)):
+        if snapshots > policy.min_snapshots and (expiry.over_cap(snapshots, policy) or self._older_than(
+                table, MaintenanceTask.EXPIRE, cfg.expire_interval, clock)):
             stages = expiry.stage_positions(self.settings, self.catalog, table)
             if expiry.plan_expiry(t, policy, int(clock() * 1000), stages).expire:
                 out.append(MaintenanceTask.EXPIRE)

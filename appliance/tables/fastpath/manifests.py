@@ -155,24 +155,20 @@ class Manifests:
 
     # ---- what a snapshot holds -------------------------------------------------------------
 
-    def manifests(self, io: FileIO, manifest_list: str, keep: bool = True) -> tuple[ManifestFile, ...]:
-        """The manifests a manifest list names. `keep=False` reads one that is not kept without keeping it:
-        maintenance walking a table's old snapshots must not push out what the next commits need."""
+    def manifests(self, io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
+        """The manifests a manifest list names."""
         found = self._get(self._lists, manifest_list)
         if found is None:
             found = tuple(read_manifest_list(io.new_input(manifest_list)))
-            if keep:
-                self._put(self._lists, manifest_list, found, self.KEPT_LISTS)
+            self._put(self._lists, manifest_list, found, self.KEPT_LISTS)
         return found
 
-    def entries(self, io: FileIO, manifest: ManifestFile, keep: bool = True) -> tuple[ManifestEntry, ...]:
-        """A manifest's entries, deleted ones included, with inherited sequence numbers filled in
-        (`keep` as for `manifests`)."""
+    def entries(self, io: FileIO, manifest: ManifestFile) -> tuple[ManifestEntry, ...]:
+        """A manifest's entries, deleted ones included, with inherited sequence numbers filled in."""
         found = self._get(self._entries, manifest.manifest_path)
         if found is None:
             found = tuple(manifest.fetch_manifest_entry(io, discard_deleted=False))
-            if keep:
-                self._put(self._entries, manifest.manifest_path, found, self.KEPT_ENTRIES, len)
+            self._put(self._entries, manifest.manifest_path, found, self.KEPT_ENTRIES, len)
         return found
 
     # ---- which files: maintenance's walks over a table's history ------------------------------
