@@ -20,7 +20,8 @@ from appliance.tables.catalog import Catalog, table_properties
 from appliance.tables.commits import commit_files
 from appliance.tables.datafiles import TableTarget, write_data_files
 from appliance.tables.fastpath.appends import append_files
-from appliance.tables.fastpath.manifests import Manifests
+from appliance.tables.fastpath.changes import MANIFESTS
+from appliance.tables.fastpath.manifests import KeptFile, Manifests
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.fastpath.transactions import transaction
 
@@ -78,6 +79,9 @@ def test_appends_and_merges_read_back_as_pyiceberg_writes_them(twins):
     assert len(manifests) == len(theirs.current_snapshot().manifests(theirs.io))
     statuses = {e.status for m in manifests for e in m.fetch_manifest_entry(ours.io)}
     assert statuses == {ManifestEntryStatus.ADDED, ManifestEntryStatus.EXISTING}
+    # What the process keeps of them holds no statistics (the merges above wrote these back from it).
+    kept = [e.data_file for m in manifests for e in MANIFESTS.entries(ours.io, m)]
+    assert len(kept) == 110 // 10 and all(isinstance(f, KeptFile) for f in kept)
     ignore = {"added-files-size", "total-files-size"}  # the files' own sizes differ by their paths
     for a, b in zip(ours.snapshots(), theirs.snapshots()):
         assert {k: v for k, v in a.summary.additional_properties.items() if k not in ignore} == \
@@ -251,11 +255,12 @@ def test_a_busy_tables_commits_keep_one_version_of_its_metadata_not_one_a_commit
 
 def test_an_entry_composed_of_its_kept_data_file_record_is_what_fastavro_encodes_whole(floe_home):
     """A merge writes live files' entries again and a rewrite removed ones: the data file's part is encoded once
-    (`Manifests._encoded`); each status, snapshot and sequence numbers (none, small, large) around it."""
+    and kept with the entry (`KeptFile`); each status, snapshot and sequence numbers (none, small, large) around
+    it, from the DataFile, from a kept file, and from a kept file of another format of the same layout."""
     from pyiceberg.transforms import DayTransform
     from pyiceberg.types import TimestamptzType
 
-    from appliance.tables.fastpath.manifests import _data_file
+    from appliance.tables.fastpath.manifests import KeptFile, _body, _data_file, _entry_bytes
 
     settings = load_settings()
     ensure_home(settings)
@@ -269,11 +274,45 @@ def test_an_entry_composed_of_its_kept_data_file_record_is_what_fastavro_encodes
         "id": [1, 2, 3], "name": ["a", None, "a"], "at": pa.array([0, 86_400_000_000, None], pa.timestamp("us", "UTC"))}))
     manifests = Manifests()
     fmt = manifests._entry_format(table.metadata, table.metadata.spec())
-    assert fmt.entry_head is not None and len(files) == 3
+    with table.update_schema() as update:  # a column more: another format, the same data file layout
+        update.add_column("extra", StringType())
+    table = catalog.iceberg.load_table("n.t")
+    other = manifests._entry_format(table.metadata, table.metadata.spec())
+    assert fmt.entry_head is not None and len(files) == 3 and other is not fmt
     for f in files:
+        kept = KeptFile(f, 0, _body(fmt, f), fmt)
+        assert _body(fmt, kept) is kept.body
         for status, snapshot_id, seq, file_seq in [(1, 123, None, None), (0, 5, 7, 7), (2, 99, 3, 1),
                                                    (1, None, None, None), (0, -5, 2 ** 40, 0)]:
             whole = fmt.avro.record({"status": status, "snapshot_id": snapshot_id, "sequence_number": seq,
                                      "file_sequence_number": file_seq,
                                      "data_file": _data_file(f, fmt.partition_names)})
-            assert manifests._encoded(fmt, f, status, snapshot_id, seq, file_seq) == whole
+            for source, layout in [(f, fmt), (kept, fmt), (kept, other)]:
+                assert _entry_bytes(layout, _body(layout, source), status, snapshot_id, seq, file_seq) == whole
+
+
+def test_a_kept_file_written_in_another_layout_is_encoded_again(floe_home):
+    """A partition source promoted from float to double changes the data file's record (4 bytes to 8): a file
+    kept in the old layout is decoded and encoded in the new one."""
+    from pyiceberg.types import DoubleType, FloatType
+
+    from appliance.tables.fastpath.manifests import KeptFile, _body, _data_file
+
+    settings = load_settings()
+    ensure_home(settings)
+    catalog = Catalog(settings)
+    catalog.iceberg.create_namespace("n")
+    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "rate", FloatType(), required=False))
+    table = catalog.iceberg.create_table("n.t", schema, partition_spec=PartitionSpec(
+        PartitionField(2, 1000, IdentityTransform(), "rate")))
+    files = write_data_files(TableTarget.of(table), pa.table({"id": [1, 2], "rate": pa.array([0.5, 2.0], pa.float32())}))
+    manifests = Manifests()
+    before = manifests._entry_format(table.metadata, table.metadata.spec())
+    with table.update_schema() as update:
+        update.update_column("rate", DoubleType())
+    table = catalog.iceberg.load_table("n.t")
+    after = manifests._entry_format(table.metadata, table.metadata.spec())
+    assert before.data_file_json != after.data_file_json
+    for f in files:
+        kept = KeptFile(f, 0, _body(before, f), before)
+        assert _body(after, kept) == _body(after, f) != kept.body

@@ -63,3 +63,32 @@ def test_the_kept_indexes_are_bounded(floe_home, monkeypatch):
     assert snapshot_index._kept <= 200 + len(table.metadata.snapshots)
     assert snapshot_index._kept == sum(len(index) for _, index in snapshot_index._indexes.values())
     same_as_the_walk(lists[-12], [s.snapshot_id for s in lists[-12].snapshots])  # evicted: indexed again
+
+
+def test_a_stream_keeps_two_versions_of_its_index_and_builds_none_from_scratch(floe_home, monkeypatch):
+    """Each commit's index is its parent's and one more, and the grandparent's is then dropped: a table's older
+    lists (and the snapshots an expiry removed from them) are not held by the index, and no commit walks its
+    list (a commit stages its list twice, each from the parent's: the parent's is kept)."""
+    built = []
+    original = snapshot_index.one_appended
+    monkeypatch.setattr(snapshot_index, "one_appended", lambda b, a: built.append(original(b, a)) or built[-1])
+    snapshot_index._indexes.clear()
+    snapshot_index._kept = 0
+    scratch = []
+    index_of = snapshot_index._index_of
+
+    def counting(snapshots):
+        kept = snapshot_index._indexes.get((len(snapshots), id(snapshots[-1])))
+        before = len(built)
+        found = index_of(snapshots)
+        if not (kept is not None and kept[0] is snapshots) and not (len(built) > before and built[-1]):
+            scratch.append(len(snapshots))
+        return found
+
+    monkeypatch.setattr(snapshot_index, "_index_of", counting)
+    _, table, lists = stream_table(floe_home, snapshot_index.WALKED + 40)
+    mine = [k for k, (snapshots, _) in snapshot_index._indexes.items() if snapshots[0] is table.metadata.snapshots[0]]
+    assert len(mine) == 2, f"versions of one table's index kept: {len(mine)}"
+    assert snapshot_index._kept == 2 * len(table.metadata.snapshots) - 1
+    # The first list long enough is indexed whole (and each version found again after it, from the index).
+    assert scratch.count(snapshot_index.WALKED) >= 1 and set(scratch) == {snapshot_index.WALKED}, scratch

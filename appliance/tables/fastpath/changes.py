@@ -30,7 +30,7 @@ from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetPr
 
 from appliance.core.errors import RewriteConflict
 from appliance.tables.fastpath import avro_readers, snapshot_index
-from appliance.tables.fastpath.manifests import Manifests
+from appliance.tables.fastpath.manifests import Entry, Manifests
 from appliance.tables.fastpath.transactions import transaction
 
 snapshot_index.install()  # a commit looks snapshots up by id about eleven times
@@ -75,9 +75,7 @@ def commit_changes(table: Table, changes: FileChanges, operation: Operation, pro
         for f in files:
             f.spec_id = spec_of(f, metadata.default_spec_id)
         for spec_id in sorted({f.spec_id for f in files}):
-            added = [ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
-                                             sequence_number=None, file_sequence_number=None, data_file=f)
-                     for f in files if f.spec_id == spec_id]
+            added = [Entry(ManifestEntryStatus.ADDED, snapshot_id, None, None, f) for f in files if f.spec_id == spec_id]
             merged = _mergeable(metadata, kept, content, spec_id)
             if merged:
                 added += [_again(e, ManifestEntryStatus.EXISTING) for m in merged for e in manifests.entries(io, m)
@@ -103,7 +101,7 @@ class _Writer:
         self.commit = uuid.uuid4()
         self.count = 0
 
-    def manifest(self, entries: list[ManifestEntry], spec_id: int, content: ManifestContent) -> ManifestFile:
+    def manifest(self, entries: list[Entry], spec_id: int, content: ManifestContent) -> ManifestFile:
         metadata = self.table.metadata
         path = self.table.location_provider().new_metadata_location(f"{self.commit}-m{self.count}.avro")
         self.count += 1
@@ -117,7 +115,7 @@ class _Writer:
         # touches most of a table's manifests, and a reader of the snapshot it makes opens every one.
         # The entries it removes go to manifests of their own: holding no live file, they are skipped
         # by readers (their counts in the manifest list say so) and left out by the next commit.
-        again: dict[tuple[int, ManifestContent, bool], list[ManifestEntry]] = {}
+        again: dict[tuple[int, ManifestContent, bool], list[Entry]] = {}
         for m in kept:
             entries = [e for e in self.manifests.entries(self.table.io, m) if e.status != ManifestEntryStatus.DELETED]
             hit = [e for e in entries if e.data_file.file_path in removing]
@@ -138,11 +136,10 @@ class _Writer:
         return out
 
 
-def _again(entry: ManifestEntry, status: ManifestEntryStatus, snapshot_id: int | None = None) -> ManifestEntry:
+def _again(entry: Entry | ManifestEntry, status: ManifestEntryStatus, snapshot_id: int | None = None) -> Entry:
     """An entry written again with its sequence numbers (and, unless removed now, its snapshot id)."""
-    return ManifestEntry.from_args(status=status, snapshot_id=snapshot_id or entry.snapshot_id,
-                                   sequence_number=entry.sequence_number,
-                                   file_sequence_number=entry.file_sequence_number, data_file=entry.data_file)
+    return Entry(status, snapshot_id or entry.snapshot_id, entry.sequence_number, entry.file_sequence_number,
+                 entry.data_file)
 
 
 def _commit(table: Table, snapshot: Snapshot, set_properties: dict[str, str] | None) -> Table:

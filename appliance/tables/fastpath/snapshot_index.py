@@ -22,8 +22,8 @@ from appliance.tables.fastpath.metadatafile import one_appended
 
 WALKED = 32  # a list this short is walked: an index would cost more than it saves
 # Snapshots indexed, over every kept index, the least recently used out (about 40 bytes each): a trickling
-# table's lists must outlive the 400 others made between two of its commits with 200 streams.
-KEPT = 1_500_000
+# table's list must outlive those of the others that commit between two of its commits (500 tables of 600).
+KEPT = 500_000
 
 _walk = TableMetadataCommonFields.snapshot_by_id
 _lock = threading.Lock()
@@ -48,7 +48,8 @@ def _index_of(snapshots: list[Snapshot]) -> dict[int, Snapshot]:
             _indexes.move_to_end(key)
             return found[1]
         parent = _indexes.get((len(snapshots) - 1, id(snapshots[-2])))
-    if parent is not None and one_appended(parent[0], snapshots):
+    derived = parent is not None and one_appended(parent[0], snapshots)
+    if derived:
         index = parent[1].copy()
         index.setdefault(snapshots[-1].snapshot_id, snapshots[-1])
     else:
@@ -59,6 +60,12 @@ def _index_of(snapshots: list[Snapshot]) -> dict[int, Snapshot]:
     with _lock:
         replaced = _indexes.pop(key, None)
         _kept -= len(replaced[1]) if replaced else 0
+        # The grandparent's goes: a commit stages its list twice, each time from the parent's, and the table's
+        # next commit starts from this one; older versions each held their own list and index (8 KB a commit at
+        # 500 snapshots, over a million entries for 200 tables) and kept expired snapshots alive.
+        if derived:
+            older = _indexes.pop((len(snapshots) - 2, id(snapshots[-3])), None)
+            _kept -= len(older[1]) if older else 0
         _indexes[key] = (snapshots, index)
         _kept += len(index)
         while _kept > KEPT and len(_indexes) > 1:
