@@ -161,6 +161,31 @@ def test_a_table_keeps_only_its_newest_metadata_files(floe_home):
     assert catalog.table("n.t").scan().to_arrow().num_rows == 2 * 26
 
 
+def test_a_commit_through_an_older_table_deletes_what_it_pushed_out_and_warns_of_nothing(floe_home, caplog):
+    """Maintenance commits through a Table loaded before the stream's latest commits. PyIceberg's clean-up after a
+    commit works from that Table's metadata log: it named files deleted long before ("Failed to delete metadata
+    file", a warning each) and missed the one this commit pushed out of the window of 10."""
+    import logging
+
+    from appliance.tables.commits import commit_files
+
+    catalog, table = committed_again(floe_home, 3)
+    stale = catalog.table("n.t")
+    files = [task.file for task in table.scan().plan_files()]
+    for i in range(4, 20):  # the stream goes on: the stale table's log names files deleted since
+        table, _ = commit_files(table, files, "s", "topic", {0: i - 1}, {0: i})
+    with caplog.at_level(logging.WARNING):
+        with stale.transaction() as tx:  # no requirement on the branch: it commits on the current metadata
+            tx.set_properties({"floe.test": "1"})
+    assert not [r.getMessage() for r in caplog.records if "Failed to delete" in r.getMessage()]
+    fresh = catalog.table("n.t")
+    assert fresh.properties["floe.test"] == "1" and len(fresh.metadata.snapshots) == len(table.metadata.snapshots)
+    folder = Path(fresh.metadata_location.removeprefix("file://")).parent
+    kept = sorted(folder.glob("*.metadata.json"))
+    assert len(kept) == 11 and Path(fresh.metadata_location.removeprefix("file://")) in kept
+    assert {Path(e.metadata_file.removeprefix("file://")) for e in fresh.metadata.metadata_log} <= set(kept)
+
+
 def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str) -> tuple[dict, BatchJobs, Catalog]:
     """A stream per topic of `sizes` (that many messages each), each worker's step planning before any submits (due
     together), on one `BatchJobs`: each stream's outcome, the jobs and the catalog.

@@ -75,7 +75,7 @@ class FloeSqlCatalog(SqlCatalog):
         every table moves, or none does. Each commit's metadata file is written at once, but no
         reader sees it before the block ends; one that can no longer swap (another writer moved its
         table) rolls them all back and raises CommitFailedException."""
-        held: list[tuple[dict, CommitTableResponse]] = []
+        held: list[tuple[dict, CommitTableResponse, TableMetadata]] = []
         self._held.swaps = held
         try:
             yield
@@ -84,10 +84,11 @@ class FloeSqlCatalog(SqlCatalog):
         failpoint("catalog_before_swap")
         if not held:
             return
-        if not self._sql_all([_SWAP] * len(held), [args for args, _ in held]):
+        if not self._sql_all([_SWAP] * len(held), [args for args, _, _ in held]):
             raise CommitFailedException("a table committed together with others was updated by another process")
-        for args, response in held:
+        for _, response, base in held:
             self._remember(response.metadata_location, response.metadata)
+            self._drop_old_versions(base, response)
 
     def _load_file_io(self, properties: dict[str, str] | None = None, location: str | None = None) -> FileIO:
         """PyIceberg's FileIO for these properties and the location's scheme, made once: PyIceberg makes one
@@ -170,15 +171,27 @@ class FloeSqlCatalog(SqlCatalog):
         args = {"new": staged.metadata_location, "old": current.metadata_location,
                 "catalog": self.name, "namespace": namespace, "name": name}
         held = getattr(self._held, "swaps", None)
+        response = CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
         if held is not None:
-            response = CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
-            held.append((args, response))
+            held.append((args, response, current.metadata))
             return response
         done = self._sql(_SWAP, args)
         if done < 1:
             raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
         self._remember(staged.metadata_location, staged.metadata)
-        return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+        self._drop_old_versions(current.metadata, response)
+        return response
+
+    @staticmethod
+    def _delete_old_metadata(io: FileIO, base: TableMetadata, metadata: TableMetadata) -> None:
+        """Nothing: PyIceberg calls this after a commit with the committing Table's metadata as the base, and a
+        maintenance job's Table is often older than the catalog's (the stream committed since). Its metadata log
+        then names files deleted long before, each "failed to delete" in the log, and misses the ones this
+        commit pushed out of the window. `commit_table` deletes those, from the metadata it committed on."""
+
+    def _drop_old_versions(self, base: TableMetadata, response: CommitTableResponse) -> None:
+        SqlCatalog._delete_old_metadata(self._load_file_io(response.metadata.properties, response.metadata_location),
+                                        base, response.metadata)
 
     def repoint(self, identifier: tuple[str, ...], location: str) -> None:
         """Point the table at the metadata file `location`, wherever it points now: a recovery's, never a
