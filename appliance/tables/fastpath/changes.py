@@ -29,7 +29,7 @@ from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollec
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetPropertiesUpdate, SetSnapshotRefUpdate
 
 from appliance.core.errors import RewriteConflict
-from appliance.tables.fastpath import avro_readers, snapshot_index
+from appliance.tables.fastpath import avro_readers, fieldsets, snapshot_index
 from appliance.tables.fastpath.manifests import Entry, Manifests
 from appliance.tables.fastpath.transactions import transaction
 
@@ -89,6 +89,7 @@ def commit_changes(table: Table, changes: FileChanges, operation: Operation, pro
     snapshot = Snapshot(snapshot_id=snapshot_id, parent_snapshot_id=parent_id, sequence_number=sequence_number,
                         manifest_list=manifest_list, summary=_summary(metadata, changes, operation, properties, parent),
                         schema_id=metadata.current_schema_id)
+    fieldsets.share_snapshots([snapshot])
     return _commit(table, snapshot, set_properties)
 
 

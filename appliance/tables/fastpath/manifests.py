@@ -170,7 +170,7 @@ class Manifests:
     # misses on every commit, and each commit then reads its parent's manifest list back from storage.
     KEPT_LISTS = 4096  # manifest lists (a few manifests each: small)
     KEPT_ENTRIES = 100_000  # manifest entries, over all the kept manifests (about 1 KB each)
-    KEPT_RECORDS = 100_000  # manifest list records
+    KEPT_RECORDS = 50_000  # manifest list records (about 650 bytes each with their manifest; 100 live a table at most)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -23,6 +23,7 @@ from sqlalchemy import text
 
 from appliance.core.failpoints import failpoint
 from appliance.core.wal import use_wal
+from appliance.tables.fastpath import fieldsets
 from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.transactions import staged_metadata
 
@@ -133,6 +134,7 @@ class FloeSqlCatalog(SqlCatalog):
         metadata = self._cached(location) if location else None
         if metadata is None:
             table = super()._convert_orm_to_iceberg(orm_table)
+            fieldsets.share_snapshots(table.metadata.snapshots, table.metadata.snapshot_log)
             self._remember(table.metadata_location, table.metadata)
             return table
         return Table(

@@ -18,6 +18,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableUpdate
 from pyiceberg.utils.datetime import datetime_to_millis
 
+from appliance.tables.fastpath import fieldsets
 from appliance.tables.fastpath.internals import (
     TableMetadataUpdateContext,
     apply_table_update,
@@ -38,6 +39,8 @@ def staged_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...],
             new = update_table_metadata_log(new, metadata_location, base.last_updated_ms)
         if base.last_updated_ms == new.last_updated_ms:
             new = new.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    if new.snapshot_log and (not base.snapshot_log or new.snapshot_log[-1] is not base.snapshot_log[-1]):
+        fieldsets.share(new.snapshot_log[-1])  # the entry a commit adds: kept as long as its snapshot
     new.spec().check_compatible(new.schema())
     new.sort_order().check_compatible(new.schema())
     return new
