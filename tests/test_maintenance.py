@@ -438,6 +438,7 @@ def test_the_engine_maintains_tables_by_itself_while_streaming(broker, topic, fl
 def test_stopping_the_engine_cancels_a_compaction_in_flight(broker, topic, floe_home, spark):
     write_config(floe_home, '[engine]\ncommit_interval = "250ms"\n'
                             '[maintenance]\nenabled = false\n'  # only the request below runs
+                            'rewrite_in_engine = 0\n'  # a Spark job, which a stopping engine cancels
                             '[maintenance.policy]\ncompact_small_files = 2\n')
     settings = load_settings()
     publisher = Publisher(broker, topic)

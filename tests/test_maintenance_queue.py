@@ -39,11 +39,14 @@ def test_rewrites_beside_the_streams_leave_them_a_task_slot(slots, groups, shari
     assert at_once(slots, groups, sharing) == step
 
 
-def _lab(floe_home):
-    """A FLOE_HOME whose tables are due for compaction from 5 small files on, and a namespace `lab`."""
+def _lab(floe_home, in_engine: int | None = None):
+    """A FLOE_HOME whose tables are due for compaction from 5 small files on, and a namespace `lab`; rewrites of
+    at most `in_engine` bytes in the engine's process (by default, as configured by default)."""
     floe_home.mkdir(parents=True)
     # share = 1: the tasks back to back (the rests that pace them are test_maintenance_many_tables.py's)
-    (floe_home / "floe.toml").write_text('[maintenance]\nshare = 1\n[maintenance.policy]\ncompact_small_files = 5\n')
+    (floe_home / "floe.toml").write_text('[maintenance]\nshare = 1\n' + (
+        f'rewrite_in_engine = {in_engine}\n' if in_engine is not None else '') +
+        '[maintenance.policy]\ncompact_small_files = 5\n')
     settings = load_settings()
     ensure_home(settings)
     catalog = Catalog(settings)
@@ -62,7 +65,7 @@ def _fragmented(catalog: Catalog, name: str, files: int) -> None:
 
 
 def test_the_engines_maintenance_queues_the_most_fragmented_first_says_so_and_leaves_a_slot(floe_home, spark):
-    settings, catalog = _lab(floe_home)
+    settings, catalog = _lab(floe_home, in_engine=0)  # these few KB go to Spark as a table of hundreds of MB does
     for name, files in (("lab.few", 6), ("lab.many", 14), ("lab.some", 9)):
         _fragmented(catalog, name, files)
     stop = threading.Event()  # the engine's: its Maintainer shares Spark with the streams
@@ -97,7 +100,7 @@ def test_the_engines_maintenance_queues_the_most_fragmented_first_says_so_and_le
 
 
 def test_a_compaction_in_a_process_of_its_own_takes_every_slot(floe_home, spark):
-    settings, catalog = _lab(floe_home)
+    settings, catalog = _lab(floe_home, in_engine=0)
     _fragmented(catalog, "lab.alone", 6)
     tracker = spark.sparkContext.statusTracker()
     before = set(tracker.getJobIdsForGroup(JOB_GROUP))
@@ -105,3 +108,18 @@ def test_a_compaction_in_a_process_of_its_own_takes_every_slot(floe_home, spark)
     assert run.outcome == "ok", run.detail
     assert len(set(tracker.getJobIdsForGroup(JOB_GROUP)) - before) == 1  # both days' groups in one job
     assert len(live_data_files(catalog.table("lab.alone"))) == 2
+
+
+def test_a_small_rewrite_runs_in_the_engine_without_a_spark_job(floe_home, spark):
+    """A trickle's files (a few KB each) are rewritten in the calling process: as a Spark job they cost twice the
+    CPU (its tasks started, the files sent and the results back). The rows are the same either way."""
+    settings, catalog = _lab(floe_home)
+    _fragmented(catalog, "lab.small", 6)
+    rows = sorted(catalog.table("lab.small").scan().to_arrow().column("id").to_pylist())
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(JOB_GROUP))
+    run = Maintainer(settings, spark=spark).run("lab.small", MaintenanceTask.COMPACT)
+    assert run.outcome == "ok", run.detail
+    assert set(tracker.getJobIdsForGroup(JOB_GROUP)) == before
+    table = catalog.table("lab.small")
+    assert len(live_data_files(table)) == 2 and sorted(table.scan().to_arrow().column("id").to_pylist()) == rows

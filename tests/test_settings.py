@@ -39,6 +39,7 @@ def test_home_file_overrides_defaults(floe_home):
         ('[engine]\ncommit_interval = "soon"\n', "commit_interval"),
         ('[spark]\nmaster = "yarn"\n', "spark.master"),
         ('[engine]\nmax_message_bytes = "lots"\n', "max_message_bytes"),
+        ('[maintenance]\nrewrite_in_engine = "a bit"\n', "maintenance.rewrite_in_engine"),
     ],
 )
 def test_bad_config_names_file_and_key(floe_home, text, message):

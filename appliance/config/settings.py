@@ -57,6 +57,7 @@ class MaintenanceSettings:
     retention_interval: float = 3600.0
     metadata_versions: int = 10
     share: float = 0.25  # of the time, at most, that scheduled tasks run: each is followed by a rest
+    rewrite_in_engine: int = 4 * 1024 * 1024  # bytes: rewrites this small run in the engine's process, not in Spark
     policy: dict[str, Any] = field(default_factory=dict)  # the default policy, validated
 
 
@@ -287,6 +288,7 @@ def _maintenance(raw: dict[str, Any], source: Path, check) -> MaintenanceSetting
             enabled=raw["enabled"],
             metadata_versions=versions,
             share=float(share),
+            rewrite_in_engine=parse_size(raw["rewrite_in_engine"], "maintenance.rewrite_in_engine"),
             policy=policy,
             **{key: parse_duration(raw[key], f"maintenance.{key}")
                for key in ("check_interval", "expire_interval", "orphans_interval", "retention_interval")},

@@ -157,7 +157,8 @@ def compact(
     result = CompactionResult(plan, files_after=plan.files, bytes_after=plan.bytes)
     if not plan.groups:
         return result
-    results = rewrite_groups(spark, TableTarget.of(table), plan.groups, policy.target_file_size)
+    results = rewrite_groups(spark, TableTarget.of(table), plan.groups, policy.target_file_size,
+                             in_process=settings.maintenance.rewrite_in_engine)
     added = [f for r in results for f in r.files]
     removed = [f for g in plan.groups for f in g.files]
     rows_in, rows_out = sum(r.rows_in for r in results), sum(r.rows_out for r in results)

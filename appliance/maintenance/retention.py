@@ -115,7 +115,8 @@ def apply_retention(
         result.rows_deleted = plan.rows_dropped + _old_rows(table, plan.rewrite, keep)
         return result
     groups = [RewriteGroup((f,), f.spec_id, f.partition, (plan.deletes.of(f.file_path),)) for f in plan.rewrite]
-    results = rewrite_groups(spark, TableTarget.of(table), groups, policy.target_file_size, keep)
+    results = rewrite_groups(spark, TableTarget.of(table), groups, policy.target_file_size, keep,
+                             in_process=settings.maintenance.rewrite_in_engine)
     changed = [(g, r) for g, r in zip(groups, results) if r.rows_out != r.rows_in]
     # A straddling file none of whose rows turned out old stays as it is.
     delete_files(table, [f.file_path for r in results if r.rows_out == r.rows_in for f in r.files])
