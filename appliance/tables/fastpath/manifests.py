@@ -305,6 +305,20 @@ class Manifests:
 
     # ---- the kept files ----------------------------------------------------------------------
 
+    def drop(self, paths: list[str]) -> None:
+        """Forget what is kept of these manifests: a commit's parent listed them and the commit does not (a
+        merge's or a rewrite's). A commit staged on that parent still finds them, in storage."""
+        if not paths:
+            return
+        with self._lock:
+            total = self._weights.get(id(self._entries), 0)
+            for path in paths:
+                gone = self._entries.pop(path, None)
+                if gone is not None:
+                    total -= max(1, len(gone))
+                self._listed.pop(path, None)
+            self._weights[id(self._entries)] = total
+
     def forget(self) -> None:
         """Drop every kept list and entry: what an engine committing to hundreds of tables finds for one table's
         older manifests (`scripts/bench_trickle_maintenance` times maintenance so)."""
