@@ -22,7 +22,8 @@ from appliance.tables.commits import commit_files
 from appliance.tables.datafiles import TableTarget, write_data_files
 from appliance.tables.fastpath.appends import append_files
 from appliance.tables.fastpath.changes import MANIFESTS
-from appliance.tables.fastpath.manifests import KeptFile, Manifests
+from appliance.tables.fastpath.entries import KeptFile
+from appliance.tables.fastpath.manifests import Manifests
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.fastpath.transactions import transaction
 
@@ -267,7 +268,7 @@ def test_an_entry_composed_of_its_kept_data_file_record_is_what_fastavro_encodes
     from pyiceberg.transforms import DayTransform
     from pyiceberg.types import TimestamptzType
 
-    from appliance.tables.fastpath.manifests import KeptFile, _body, _data_file, _entry_bytes
+    from appliance.tables.fastpath.entries import KeptFile, data_file_record, entry_bytes, file_body
 
     settings = load_settings()
     ensure_home(settings)
@@ -287,15 +288,15 @@ def test_an_entry_composed_of_its_kept_data_file_record_is_what_fastavro_encodes
     other = manifests._entry_format(table.metadata, table.metadata.spec())
     assert fmt.entry_head is not None and len(files) == 3 and other is not fmt
     for f in files:
-        kept = KeptFile(f, 0, _body(fmt, f), fmt)
-        assert _body(fmt, kept) is kept.body
+        kept = KeptFile(f, 0, file_body(fmt, f), fmt)
+        assert file_body(fmt, kept) is kept.body
         for status, snapshot_id, seq, file_seq in [(1, 123, None, None), (0, 5, 7, 7), (2, 99, 3, 1),
                                                    (1, None, None, None), (0, -5, 2 ** 40, 0)]:
             whole = fmt.avro.record({"status": status, "snapshot_id": snapshot_id, "sequence_number": seq,
                                      "file_sequence_number": file_seq,
-                                     "data_file": _data_file(f, fmt.partition_names)})
+                                     "data_file": data_file_record(f, fmt.partition_names)})
             for source, layout in [(f, fmt), (kept, fmt), (kept, other)]:
-                assert _entry_bytes(layout, _body(layout, source), status, snapshot_id, seq, file_seq) == whole
+                assert entry_bytes(layout, file_body(layout, source), status, snapshot_id, seq, file_seq) == whole
 
 
 def test_a_kept_file_written_in_another_layout_is_encoded_again(floe_home):
@@ -303,7 +304,7 @@ def test_a_kept_file_written_in_another_layout_is_encoded_again(floe_home):
     kept in the old layout is decoded and encoded in the new one."""
     from pyiceberg.types import DoubleType, FloatType
 
-    from appliance.tables.fastpath.manifests import KeptFile, _body, _data_file
+    from appliance.tables.fastpath.entries import KeptFile, file_body
 
     settings = load_settings()
     ensure_home(settings)
@@ -321,5 +322,5 @@ def test_a_kept_file_written_in_another_layout_is_encoded_again(floe_home):
     after = manifests._entry_format(table.metadata, table.metadata.spec())
     assert before.data_file_json != after.data_file_json
     for f in files:
-        kept = KeptFile(f, 0, _body(before, f), before)
-        assert _body(after, kept) == _body(after, f) != kept.body
+        kept = KeptFile(f, 0, file_body(before, f), before)
+        assert file_body(after, kept) == file_body(after, f) != kept.body

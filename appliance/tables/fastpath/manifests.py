@@ -19,18 +19,14 @@ from __future__ import annotations
 
 import io as io_module
 import json
-import os
 import threading
-import zlib
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterator
 
 import fastavro
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     MANIFEST_LIST_FILE_SCHEMAS,
-    DataFile,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
@@ -42,68 +38,21 @@ from pyiceberg.manifest import (
     read_manifest_list,
 )
 from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType, PrimitiveType
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
-from appliance.core.avrofile import avro_long, container_header
+from appliance.tables.fastpath.entries import (
+    AvroFileFormat,
+    Entry,
+    EntryFormat,
+    KeptFile,
+    entry_bytes,
+    entry_head,
+    file_body,
+)
 from appliance.tables.fastpath.files import write_new
 
 FORMAT_VERSION = 2
-
-
-def _deflate(data: bytes) -> bytes:
-    compressor = zlib.compressobj(6, zlib.DEFLATED, -15)  # Avro's deflate: raw, no zlib wrapper
-    return compressor.compress(data) + compressor.flush()
-
-
-class AvroFileFormat:
-    """One Avro object-container layout: the Avro schema of an Iceberg schema, converted once."""
-
-    def __init__(self, schema: Schema, name: str) -> None:
-        avro = AvroSchemaConversion().iceberg_to_avro(schema, schema_name=name)
-        self.schema_json = json.dumps(avro)
-        self.parsed = fastavro.parse_schema(json.loads(self.schema_json))
-        self.fields = [f["name"] for f in avro["fields"]]
-
-    def record(self, record: dict[str, Any]) -> bytes:
-        """One record's Avro encoding: a data block is these, one after the other."""
-        body = io_module.BytesIO()
-        fastavro.schemaless_writer(body, self.parsed, record)
-        return body.getvalue()
-
-    def encode(self, records: list[dict[str, Any]], metadata: dict[str, str]) -> bytes:
-        body = io_module.BytesIO()
-        write = fastavro.schemaless_writer
-        for record in records:
-            write(body, self.parsed, record)
-        return self.file([body.getvalue()], len(records), metadata)
-
-    def file(self, encoded: list[bytes], count: int, metadata: dict[str, str]) -> bytes:
-        """An object container file of `count` records already encoded, in one block."""
-        meta = {**metadata, "avro.schema": self.schema_json, "avro.codec": "deflate"}
-        sync = os.urandom(16)
-        block = _deflate(b"".join(encoded))
-        return b"".join([container_header(meta, sync), avro_long(count), avro_long(len(block)), block, sync])
-
-
-def _pairs(mapping: dict | None) -> list[dict[str, Any]] | None:
-    return None if mapping is None else [{"key": k, "value": v} for k, v in mapping.items()]
-
-
-def _data_file(f: DataFile, partition_names: list[str]) -> dict[str, Any]:
-    partition = f.partition
-    return {
-        "content": int(f.content), "file_path": f.file_path, "file_format": f.file_format.value,
-        "partition": {name: partition[i] for i, name in enumerate(partition_names)},
-        "record_count": f.record_count, "file_size_in_bytes": f.file_size_in_bytes,
-        "column_sizes": _pairs(f.column_sizes), "value_counts": _pairs(f.value_counts),
-        "null_value_counts": _pairs(f.null_value_counts), "nan_value_counts": _pairs(f.nan_value_counts),
-        "lower_bounds": _pairs(f.lower_bounds), "upper_bounds": _pairs(f.upper_bounds),
-        "key_metadata": f.key_metadata, "split_offsets": f.split_offsets, "equality_ids": f.equality_ids,
-        "sort_order_id": f.sort_order_id,
-    }
 
 
 def _manifest_file(m: ManifestFile) -> dict[str, Any]:
@@ -120,46 +69,6 @@ def _manifest_file(m: ManifestFile) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class _EntryFormat:
-    avro: AvroFileFormat
-    partition_names: list[str]
-    spec_json: str
-    schema_json: str
-    partition_types: list[IcebergType]  # of the spec's fields: PyIceberg works them out again for each manifest
-    data_file_schema: Any  # the entry's data file record, parsed by fastavro
-    entry_head: Any  # (status, snapshot id, sequence numbers) -> the bytes before the data file, if the layout is v2's
-    data_file_json: str  # the data file record's Avro schema: two formats with the same one encode a file alike
-
-
-class KeptFile:
-    """A file a kept manifest lists, as a later commit of its table needs it: its data-file record as this
-    process encoded it, and what a manifest and its list entry count. Not its column statistics: a DataFile is
-    about 4.5 KB of Python objects, and 200 trickling tables' kept manifests list 50,000 files or more."""
-
-    __slots__ = ("file_path", "content", "record_count", "partition", "spec_id", "body", "fmt")
-
-    def __init__(self, data_file: Any, spec_id: int, body: bytes, fmt: _EntryFormat) -> None:
-        self.file_path, self.content = data_file.file_path, data_file.content
-        self.record_count, self.partition = data_file.record_count, data_file.partition
-        self.spec_id, self.body, self.fmt = spec_id, body, fmt
-
-    def record(self) -> dict[str, Any]:
-        """The data file's record, decoded from what was written."""
-        return fastavro.schemaless_reader(io_module.BytesIO(self.body), self.fmt.data_file_schema, None)
-
-
-class Entry(NamedTuple):
-    """A manifest entry to write, or one a kept manifest holds (its data file a DataFile or a KeptFile): the
-    fields of PyIceberg's ManifestEntry that a commit reads."""
-
-    status: ManifestEntryStatus
-    snapshot_id: int | None
-    sequence_number: int | None
-    file_sequence_number: int | None
-    data_file: Any
-
-
 class Manifests:
     """Writes manifests and manifest lists, and remembers the newest ones it wrote or read.
 
@@ -174,7 +83,7 @@ class Manifests:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._formats: dict[tuple, _EntryFormat] = {}
+        self._formats: dict[tuple, EntryFormat] = {}
         self._list_format = AvroFileFormat(MANIFEST_LIST_FILE_SCHEMAS[FORMAT_VERSION], "manifest_file")
         self._lists: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
         self._entries: OrderedDict[str, tuple[Entry, ...]] = OrderedDict()
@@ -237,8 +146,8 @@ class Manifests:
             file_seq = sequence_number if inherit else entry.file_sequence_number
             if status != ManifestEntryStatus.DELETED:
                 seqs.append(seq)
-            body = _body(fmt, data_file)
-            encoded.append(_entry_bytes(fmt, body, int(status), entry.snapshot_id, None if inherit else seq,
+            body = file_body(fmt, data_file)
+            encoded.append(entry_bytes(fmt, body, int(status), entry.snapshot_id, None if inherit else seq,
                                         None if inherit else file_seq))
             kept.append(Entry(status, entry.snapshot_id, seq, file_seq, KeptFile(data_file, spec.spec_id, body, fmt)))
         data = fmt.avro.file(encoded, len(entries), {
@@ -281,7 +190,7 @@ class Manifests:
                 self._listed[m.manifest_path] = found
         return found[1]
 
-    def _entry_format(self, metadata: TableMetadata, spec: PartitionSpec) -> _EntryFormat:
+    def _entry_format(self, metadata: TableMetadata, spec: PartitionSpec) -> EntryFormat:
         key = (str(metadata.table_uuid), metadata.current_schema_id, spec.spec_id)
         with self._lock:
             found = self._formats.get(key)
@@ -294,10 +203,10 @@ class Manifests:
             fields = json.loads(avro.schema_json)["fields"]
             data_file = next(f for f in fields if f["name"] == "data_file")["type"]
             partition = next(f for f in data_file["fields"] if f["name"] == "partition")["type"]
-            found = _EntryFormat(avro, [f["name"] for f in partition["fields"]],
+            found = EntryFormat(avro, [f["name"] for f in partition["fields"]],
                                  _spec_json(spec), schema.model_dump_json(),
                                  [f.field_type for f in partition_type.fields],
-                                 fastavro.parse_schema(data_file), _entry_head(fields),
+                                 fastavro.parse_schema(data_file), entry_head(fields),
                                  json.dumps(data_file, sort_keys=True))
             with self._lock:
                 self._formats[key] = found
@@ -347,48 +256,6 @@ class Manifests:
                 _, gone = kept.popitem(last=False)
                 total -= max(1, weigh(gone))
             self._weights[id(kept)] = total
-
-
-def _body(fmt: _EntryFormat, data_file: DataFile | KeptFile) -> bytes:
-    """A data file's record in `fmt`'s layout. A file never changes, and a merge writes every live file's entry
-    again (EXISTING), a rewrite every removed one (DELETED): a kept file's record as written is reused, so those
-    are a copy of bytes (py-spy put 40% of a compaction's driver time in encoding them)."""
-    if isinstance(data_file, KeptFile):
-        if data_file.fmt is fmt or data_file.fmt.data_file_json == fmt.data_file_json:
-            return data_file.body
-        record = data_file.record()  # another layout (a partition source's type promoted): encoded again
-    else:
-        record = _data_file(data_file, fmt.partition_names)
-    out = io_module.BytesIO()
-    fastavro.schemaless_writer(out, fmt.data_file_schema, record)
-    return out.getvalue()
-
-
-def _entry_bytes(fmt: _EntryFormat, body: bytes, status: int, snapshot_id: int | None, seq: int | None,
-                 file_seq: int | None) -> bytes:
-    """An entry's Avro record: its status, snapshot and sequence numbers, then its data file's record."""
-    if fmt.entry_head is None:  # a layout the composition does not know: fastavro encodes it whole
-        return fmt.avro.record({"status": status, "snapshot_id": snapshot_id, "sequence_number": seq,
-                                "file_sequence_number": file_seq,
-                                "data_file": fastavro.schemaless_reader(io_module.BytesIO(body),
-                                                                        fmt.data_file_schema, None)})
-    return fmt.entry_head(status, snapshot_id, seq, file_seq) + body
-
-
-HEAD_FIELDS = [("status", "int"), ("snapshot_id", ["null", "long"]), ("sequence_number", ["null", "long"]),
-               ("file_sequence_number", ["null", "long"])]
-
-
-def _entry_head(fields: list[dict]) -> Any:
-    """The encoder of a v2 manifest entry's fields before its data file (an int, then three optional longs, as
-    Avro encodes them: a union's branch, then its value), or None for another layout."""
-    if [(f["name"], f["type"]) for f in fields[:4]] != HEAD_FIELDS or fields[4]["name"] != "data_file" or len(fields) != 5:
-        return None
-
-    def head(status: int, snapshot_id: int | None, seq: int | None, file_seq: int | None) -> bytes:
-        return b"".join([avro_long(status), *(b"\x00" if v is None else b"\x02" + avro_long(v)
-                                              for v in (snapshot_id, seq, file_seq))])
-    return head
 
 
 def _records(io: FileIO, path: str) -> Iterator[dict]:
