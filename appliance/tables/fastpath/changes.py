@@ -65,8 +65,8 @@ def commit_changes(table: Table, changes: FileChanges, operation: Operation, pro
     snapshot_id = metadata.new_snapshot_id()
     parent = metadata.snapshot_by_name(MAIN_BRANCH)
     sequence_number = metadata.next_sequence_number()
-    kept = [m for m in (manifests.manifests(io, parent.manifest_list) if parent else ())
-            if m.has_added_files() or m.has_existing_files()]
+    listed = manifests.manifests(io, parent.manifest_list) if parent else ()
+    kept = [m for m in listed if m.has_added_files() or m.has_existing_files()]
     writer = _Writer(table, manifests, snapshot_id, sequence_number)
     if changes.removed:
         kept = writer.without(kept, {f.file_path for f in changes.removed})
@@ -86,10 +86,9 @@ def commit_changes(table: Table, changes: FileChanges, operation: Operation, pro
     manifest_list = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{writer.commit}.avro")
     parent_id = parent.snapshot_id if parent else None
     manifests.write_list(io, manifest_list, written + kept, snapshot_id, parent_id, sequence_number)
-    if parent is not None:  # merged or rewritten away: what is kept of them would only wait for the LRU
-        listed = {m.manifest_path for m in kept}
-        manifests.drop([m.manifest_path for m in manifests.manifests(io, parent.manifest_list)
-                        if m.manifest_path not in listed])
+    # Merged or rewritten away: what is kept of them would only wait for the LRU.
+    still = {m.manifest_path for m in kept}
+    manifests.drop([m.manifest_path for m in listed if m.manifest_path not in still])
     snapshot = Snapshot(snapshot_id=snapshot_id, parent_snapshot_id=parent_id, sequence_number=sequence_number,
                         manifest_list=manifest_list, summary=_summary(metadata, changes, operation, properties, parent),
                         schema_id=metadata.current_schema_id)

@@ -100,7 +100,7 @@ class KeptFile:
 
     def record(self) -> dict[str, Any]:
         """The data file's record, decoded from what was written."""
-        return fastavro.schemaless_reader(io_module.BytesIO(self.body), self.fmt.data_file_schema, None)
+        return _decoded(self.fmt, self.body)
 
 
 class Entry(NamedTuple):
@@ -134,10 +134,13 @@ def entry_bytes(fmt: EntryFormat, body: bytes, status: int, snapshot_id: int | N
     """An entry's Avro record: its status, snapshot and sequence numbers, then its data file's record."""
     if fmt.entry_head is None:  # a layout the composition does not know: fastavro encodes it whole
         return fmt.avro.record({"status": status, "snapshot_id": snapshot_id, "sequence_number": seq,
-                                "file_sequence_number": file_seq,
-                                "data_file": fastavro.schemaless_reader(io_module.BytesIO(body),
-                                                                        fmt.data_file_schema, None)})
+                                "file_sequence_number": file_seq, "data_file": _decoded(fmt, body)})
     return fmt.entry_head(status, snapshot_id, seq, file_seq) + body
+
+
+def _decoded(fmt: EntryFormat, body: bytes) -> dict[str, Any]:
+    """A data file's record encoded in `fmt`'s layout, decoded."""
+    return fastavro.schemaless_reader(io_module.BytesIO(body), fmt.data_file_schema, None)
 
 
 HEAD_FIELDS = [("status", "int"), ("snapshot_id", ["null", "long"]), ("sequence_number", ["null", "long"]),

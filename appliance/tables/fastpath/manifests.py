@@ -204,10 +204,10 @@ class Manifests:
             data_file = next(f for f in fields if f["name"] == "data_file")["type"]
             partition = next(f for f in data_file["fields"] if f["name"] == "partition")["type"]
             found = EntryFormat(avro, [f["name"] for f in partition["fields"]],
-                                 _spec_json(spec), schema.model_dump_json(),
-                                 [f.field_type for f in partition_type.fields],
-                                 fastavro.parse_schema(data_file), entry_head(fields),
-                                 json.dumps(data_file, sort_keys=True))
+                                _spec_json(spec), schema.model_dump_json(),
+                                [f.field_type for f in partition_type.fields],
+                                fastavro.parse_schema(data_file), entry_head(fields),
+                                json.dumps(data_file, sort_keys=True))
             with self._lock:
                 self._formats[key] = found
         return found
@@ -220,13 +220,9 @@ class Manifests:
         if not paths:
             return
         with self._lock:
-            total = self._weights.get(id(self._entries), 0)
             for path in paths:
-                gone = self._entries.pop(path, None)
-                if gone is not None:
-                    total -= max(1, len(gone))
+                self._pop(self._entries, path, len)
                 self._listed.pop(path, None)
-            self._weights[id(self._entries)] = total
 
     def forget(self) -> None:
         """Drop every kept list and entry: what an engine committing to hundreds of tables finds for one table's
@@ -246,16 +242,19 @@ class Manifests:
     def _put(self, kept: OrderedDict, key: str, value: Any, limit: int, weigh=lambda value: 1) -> None:
         """Keep `value`; the least recently used go while the kept values weigh more than `limit`."""
         with self._lock:
-            total = self._weights.get(id(kept), 0)
-            if key in kept:
-                total -= max(1, weigh(kept[key]))
+            self._pop(kept, key, weigh)
             kept[key] = value
-            kept.move_to_end(key)
-            total += max(1, weigh(value))
+            total = self._weights.get(id(kept), 0) + max(1, weigh(value))
             while total > limit and len(kept) > 1:
                 _, gone = kept.popitem(last=False)
                 total -= max(1, weigh(gone))
             self._weights[id(kept)] = total
+
+    def _pop(self, kept: OrderedDict, key: str, weigh) -> None:
+        """Forget `key`'s value and its weight. The caller holds the lock."""
+        gone = kept.pop(key, None)
+        if gone is not None:
+            self._weights[id(kept)] = self._weights.get(id(kept), 0) - max(1, weigh(gone))
 
 
 def _records(io: FileIO, path: str) -> Iterator[dict]:
