@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.core.errors import BrokerUnreachable, KafkaAccessDenied, OffsetsBeyondTopic, ReadTimeout
-from appliance.ingest.jobs import next_tick, next_wake
+from appliance.ingest.jobs import next_tick, next_wake, trickle_due
 from appliance.ingest.planning import (
     Committed,
     Expired,
@@ -173,3 +173,24 @@ def test_busy_streams_wake_on_the_shared_grid_of_commit_intervals_whatever_their
     # Idle streams poll on the poll grid, which holds the commit grid's points.
     assert next_wake(10.0, 10.05, False, 1.0, 0.25) == 10.25
     assert next_wake(10.0, 10.6, False, 1.0, 0.25) == 10.75
+
+
+def test_trickles_spread_over_their_cycles_ticks():
+    # A cycle of 2.5 s on a 1 s grid is 3 ticks: a stream keeps its own one of them, 3 s apart.
+    assert [trickle_due(t, 2.5, 1.0, 0) for t in (9.0, 12.0, 15.0)] == [12.0, 15.0, 18.0]
+    assert [trickle_due(t, 2.5, 1.0, 1) for t in (10.0, 13.0)] == [13.0, 16.0]
+    # Woken a little after its tick: counted from the tick (from the wake, 4 s on a 1 s grid would be 8).
+    assert [trickle_due(t, 4.0, 1.0, 0) for t in (12.03, 16.2)] == [16.0, 20.0]
+    assert trickle_due(12.0, 4.0, 1.0, 0) == 16.0
+    # Off its slot (its first wait, or a step that overran): the next tick of its own, never before the interval.
+    assert trickle_due(10.0, 2.5, 1.0, 0) == 15.0
+    assert trickle_due(12.02, 2.5, 1.0, 0) == 15.0
+    assert trickle_due(12.7, 2.5, 1.0, 0) == 18.0
+    # Slots spread evenly: 300 streams' slots over 3 ticks, 100 each.
+    ticks = [trickle_due(0.0, 2.5, 1.0, slot) for slot in range(300)]
+    assert {t: ticks.count(t) for t in set(ticks)} == {3.0: 100, 4.0: 100, 5.0: 100}
+    # Ticks counted exactly where the interval is a whole number of them (2.5 s on a 0.5 s grid: 5, not 6).
+    assert trickle_due(10.0, 2.5, 0.5, 0) == 12.5
+    # An interval within one tick, or no grid: as before.
+    assert trickle_due(10.0, 1.0, 1.0, 2) == 11.0
+    assert trickle_due(10.3, 2.5, 0, 1) == pytest.approx(12.799)

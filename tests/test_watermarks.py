@@ -4,12 +4,14 @@ their topic moves, a topic's failure its own (issue 32). No Spark."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from appliance.core.errors import BrokerUnreachable, TopicNotFound
+from appliance.ingest.jobs import next_tick
 from appliance.ingest.watermarks import ClusterPoller, WatermarkPollers
 from appliance.kafka import client as client_module
 from appliance.kafka.client import KafkaClient, Watermarks
@@ -45,8 +47,11 @@ def test_many_watermarks_match_the_per_partition_requests(broker, monkeypatch, a
     assert isinstance(found["wm_missing", 0], TopicNotFound)
     with KafkaClient(kafka) as client:  # the same requests sent again (built once): what is new each time
         before = client.many_watermarks(asked)
+        requests = client._asking[tuple(asked)]
+        assert client.many_watermarks(asked[:3]) == {k: before[k] for k in asked[:3]}  # another set between
         broker.produce(names[0], [b"{}"], partition=1)
         after = client.many_watermarks(list(asked))
+        assert client._asking[tuple(asked)] is requests  # kept through the other set
     assert (before[names[0], 1], after[names[0], 1]) == (Watermarks(0, 0), Watermarks(0, 1))
     assert {k: v for k, v in after.items() if k != (names[0], 1) and k[0] != "wm_missing"} == \
            {k: v for k, v in before.items() if k != (names[0], 1) and k[0] != "wm_missing"}
@@ -194,6 +199,42 @@ def test_a_topic_whose_streams_all_linger_is_asked_only_before_each_tick_of_the_
         poller.release(lingering)
         since = poller.asked[held]
         wait_for(lambda: poller.asked[held] - since >= 5, 5, 0.02, "the released topic at every poll")
+    finally:
+        stopping.set()
+        poller.close()
+
+
+def test_a_lingering_topic_is_asked_only_before_the_tick_its_stream_wakes_at(broker):
+    """Trickles spread over their cycle's ticks: each topic is asked at the last poll before its own stream's tick,
+    not before every tick; what arrives meanwhile, even past the stream's limit, waits for that tick."""
+    soon, later, busy = topics(3)
+    for name in (soon, later, busy):
+        broker.produce(name, [b"{}"], partition=0)
+    stopping = threading.Event()
+    woken = {name: threading.Event() for name in (soon, later, busy)}
+    poller = ClusterPoller(KafkaSettings.create(broker.bootstrap), 0.05, stopping, grid=1.0)
+    for name, moved in woken.items():
+        poller.subscribe(name, moved)
+    poller.start()
+    try:
+        poller.watermarks(soon, fresh=True)
+        due = next_tick(time.monotonic() + 1.5, 1.0)
+        poller.hold(soon, woken[soon], {0: 1}, limit=1000, due=due)
+        poller.hold(later, woken[later], {0: 1}, limit=3, due=due + 600)
+        start = dict(poller.asked)
+        broker.produce(later, [b"{}"] * 5, partition=0)  # past its limit: still not asked, not woken
+
+        def past_due():  # the busy topic moving keeps every poll at the short interval
+            broker.produce(busy, [b"{}"], partition=0)
+            return time.monotonic() > due + 0.3
+
+        wait_for(past_due, 10, 0.02, "the soon topic's tick")
+        assert poller.asked[busy] - start[busy] >= 20
+        assert poller.asked[soon] - start[soon] >= 1  # before its tick (and each one after, still held)
+        assert poller.asked[later] == start[later]
+        assert not woken[later].is_set()
+        assert poller.watermarks(later, fresh=True)[0].high == 6  # a fresh question asks every topic
+        assert woken[later].is_set()
     finally:
         stopping.set()
         poller.close()

@@ -44,7 +44,7 @@ class EngineSettings:
     fetch_timeout: float = 10.0
     max_message_bytes: int = 1024 * 1024
     retry_backoff: float = 5.0
-    trickle_interval: float = 2.5
+    trickle_interval: float = 4.0
     trickle_messages: int = 1000
 
 

@@ -3,7 +3,8 @@
 A Spark job has a fixed cost (scheduling in the JVM, a round trip to a Python worker)
 that is most of a small batch's cost. Stream workers wake on shared grids
 (`next_wake`: busy streams on the grid of commit intervals, idle ones on that of poll
-intervals), so the streams that are due plan their batches at about the same time;
+intervals; `trickle_due`: trickles on their own tick of it, a share of them each tick), so the streams that
+are due plan their batches at about the same time;
 `BatchJobs` holds each submitted batch until every worker still planning has submitted
 (or `WINDOW` has passed) and runs them all as one job. Each worker then commits its own
 stream, as before: only the Spark job is shared. A step holds its worker's turn at the driver's Python work
@@ -31,6 +32,7 @@ from appliance.spark.session import parallelism
 WINDOW = 0.1  # seconds a submitted batch waits at most for the other streams' batches
 BUSY_MESSAGES = 1000  # a batch planned this big goes in the busy lane
 BUSY, TRICKLE = 0, 1
+JITTER = 0.25  # a step that began within this share of a tick after it began at that tick (`trickle_due`)
 
 
 def lane(batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> int:
@@ -44,6 +46,28 @@ def next_tick(after: float, grid: float) -> float:
     if grid <= 0:
         return after
     return -(-after // grid) * grid
+
+
+def trickle_due(tick: float, interval: float, grid: float, slot: int) -> float:
+    """When a trickle whose step started at `tick` steps again: after `interval`, on a tick of the shared grid, and
+    on its own one of the cycle's ticks (`slot`, any integer: a stream's is fixed).
+
+    A trickle's cycle is `interval` rounded up to whole ticks. Every trickle on the first tick after its interval
+    fell into one phase: 200 streams planned, ran and committed together every third second, a stream's commit
+    waiting behind 199 others (0.7 s a batch, most of it that queue) and two seconds in three idle. Spread over the
+    cycle's ticks by a fixed slot, each tick takes its share: the same commits, each waiting for fewer.
+    """
+    if grid <= 0:
+        return tick + interval - 1e-3
+    start = tick // grid * grid
+    if tick - start > JITTER * grid:
+        start = tick  # a step begun off the grid (woken early, or one that overran): its interval from then
+    # else the tick it woke at, a little late: counted from the tick, or a cycle of 4 s on a 1 s grid made 8 s
+    due = next_tick(start + interval - 1e-3, grid)
+    if interval <= grid:
+        return due
+    ticks = -(-round(interval * 1000) // round(grid * 1000))  # whole ticks in a cycle (ms: 2.5 / 0.5 is 5, not 6)
+    return due + ((slot - round(due / grid)) % ticks) * grid
 
 
 def next_wake(tick: float, now: float, read: bool, commit_interval: float, poll_interval: float) -> float:

@@ -6,8 +6,8 @@ A poller asks a cluster's watermarks of every partition its streams read in two 
 interval per 100 partitions (`KafkaClient.many_watermarks`), and its partitions in one metadata request every
 `PARTITIONS_TTL`; it sets a stream's `moved` event when one of its topic's watermarks changes or
 an error appears, so an idle stream sleeps until it has something to read (and a lingering trickle
-until it has enough, `hold`). A topic whose every stream lingers is asked only at the last poll before each
-tick of the commit grid, when the trickles wake and plan, not at every poll. A failure stays the
+until it has enough, `hold`). A topic whose every stream lingers is asked only at the last poll before the
+tick of the commit grid its trickles wake at, when they plan, not at every poll. A failure stays the
 topic's (a topic deleted) or the cluster's (a broker down), raised in the steps of the streams
 it concerns, as the stream's own request raised it before.
 """
@@ -15,6 +15,7 @@ it concerns, as the stream's own request raised it before.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -60,7 +61,8 @@ class ClusterPoller(threading.Thread):
         self._done = 0  # polls done
         self._asked = False  # a caller waits for a poll begun after its call
         self._client: KafkaClient | None = None
-        self._held: dict[threading.Event, tuple[dict[int, int], int]] = {}  # lingering trickles: (positions, limit)
+        # Lingering trickles: (positions, limit, the tick they wake at unless woken: None, any tick)
+        self._held: dict[threading.Event, tuple[dict[int, int], int, float | None]] = {}
         self.timeout = 10.0  # seconds a request waits for the cluster
         self.requests = 0  # rounds of requests sent, for whoever wants to see the sharing
         self.asked: Counter[str] = Counter()  # polls that asked each topic
@@ -78,12 +80,19 @@ class ClusterPoller(threading.Thread):
                 if not found.listeners:
                     del self._topics[topic]
 
-    def hold(self, topic: str, moved: threading.Event, positions: dict[int, int], limit: int) -> None:
+    def hold(self, topic: str, moved: threading.Event, positions: dict[int, int], limit: int,
+             due: float | None = None) -> None:
         """Until `release`, `moved` (cleared now) is set only once `limit` messages of `topic` wait past
         `positions`, or the topic fails: a lingering trickle sleeps through the polls that see a message or
-        two arrive (hundreds of them woke at every poll, each to find it had not enough to read)."""
+        two arrive (hundreds of them woke at every poll, each to find it had not enough to read).
+
+        With `due` (the grid's tick the trickle wakes at), its topic is asked only at the last poll before that
+        tick, not before every tick: trickles spread over a cycle's ticks (`jobs.trickle_due`), every topic
+        before every tick asked three or four times what their streams read once. What arrives meanwhile, however
+        much, waits for that tick (at most the trickle's cycle), then reads as a batch that does not linger.
+        """
         with self._cond:
-            self._held[moved] = (positions, limit)
+            self._held[moved] = (positions, limit, due)
             moved.clear()
             known = self._topics.get(topic)
             if known is not None and (known.error is not None or lag(positions, known.marks) >= limit):
@@ -127,7 +136,7 @@ class ClusterPoller(threading.Thread):
                     self._cond.wait(interval)
                 asked, self._asked = self._asked, False
                 self._begun += 1
-                names = list(self._topics) if asked or self._before_tick(interval) else self._not_lingering()
+                names = list(self._topics) if asked else self._to_ask(self._tick_ahead(interval))
                 self.asked.update(names)
             found = self._poll(names) if names else {}
             with self._cond:
@@ -137,16 +146,27 @@ class ClusterPoller(threading.Thread):
             interval = self.interval if quiet < QUIET_POLLS else min(max(self.interval, QUIET_INTERVAL), interval * 2)
             self.current_interval = interval
 
-    def _before_tick(self, interval: float) -> bool:
-        """Whether this is the last poll before the commit grid's next tick, when lingering trickles wake."""
+    def _tick_ahead(self, interval: float) -> float | None:
+        """The commit grid's next tick when this is the last poll before it, when lingering trickles wake (with no
+        grid, every poll is: inf); None at the other polls."""
+        if self.grid <= 0:
+            return math.inf
         now = time.monotonic()
-        return self.grid <= 0 or next_tick(now, self.grid) - now <= interval
+        tick = next_tick(now, self.grid)
+        return tick if tick - now <= interval else None
 
-    def _not_lingering(self) -> list[str]:
-        """The topics a stream waits on at every poll (an idle or a busy one), or never polled yet. The
-        caller holds `_cond`."""
+    def _to_ask(self, tick: float | None) -> list[str]:
+        """The topics a stream waits on at every poll (an idle or a busy one), never polled yet, or, at the last
+        poll before a tick, with a stream lingering until that tick. The caller holds `_cond`."""
         return [name for name, topic in self._topics.items()
-                if topic.partitions is None or not topic.listeners <= self._held.keys()]
+                if topic.partitions is None or any(self._asks(moved, tick) for moved in topic.listeners)]
+
+    def _asks(self, moved: threading.Event, tick: float | None) -> bool:
+        held = self._held.get(moved)
+        if held is None:
+            return True
+        due = held[2]
+        return tick is not None and (due is None or due <= tick + self.grid / 2)
 
     def _poll(self, names: list[str]) -> dict[str, dict[int, Watermarks] | FloeError]:
         self.requests += 1

@@ -13,6 +13,7 @@ import logging
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from appliance.core.errors import FloeError, KafkaUnavailable, RegistryUnavailab
 from appliance.core.polling import backoff
 from appliance.core.secrets import scrub
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
-from appliance.ingest.jobs import BatchJobs, next_tick, next_wake
+from appliance.ingest.jobs import BatchJobs, next_wake, trickle_due
 from appliance.ingest.outages import Outages, dependency_of
 from appliance.ingest.patterns import Discover, PatternRunner
 from appliance.ingest.planning import lag
@@ -88,6 +89,7 @@ class StreamWorker(threading.Thread):
         self.shown: dict | None = None  # the status fields this worker wrote last
         self.behind_since: str | None = None  # since when messages wait (lag_seconds is measured from it)
         self.caught_up_at: str | None = None  # when an earlier worker last saw nothing waiting
+        self.slot = zlib.crc32(stream.name.encode())  # its tick in a trickle's cycle (`trickle_due`): fixed, spread
 
     def run(self) -> None:
         settings = self.engine.settings
@@ -144,8 +146,8 @@ class StreamWorker(threading.Thread):
             if self._trickle(outcome, runner):
                 # A trickle's next batch waits to hold more (on the grid of commit intervals, so that the
                 # trickles due together still share one Spark job), or until enough messages wait.
-                if self._linger(runner, next_tick(tick + max(engine.trickle_interval, engine.commit_interval)
-                                                  - 1e-3, engine.commit_interval)):
+                if self._linger(runner, trickle_due(tick, max(engine.trickle_interval, engine.commit_interval),
+                                                    engine.commit_interval, self.slot)):
                     return
                 tick = time.monotonic()
                 continue
@@ -252,7 +254,7 @@ class StreamWorker(threading.Thread):
         except FloeError:
             return self._stopping()  # the step reports it
         poller = runner.poller
-        poller.hold(self.stream.topic, self.moved, positions, self.engine.settings.engine.trickle_messages)
+        poller.hold(self.stream.topic, self.moved, positions, self.engine.settings.engine.trickle_messages, due)
         try:
             # `stop()` sets `moved` too, and a stopping engine stops each of its workers.
             while time.monotonic() < due and not self._stopping():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
@@ -18,6 +19,7 @@ from appliance.kafka.settings import KafkaSettings
 # time growing with the square of the partitions it is given (2.9 ms of CPU for 800, 0.1 ms for 100), so
 # hundreds of streams' partitions go as several requests of this many.
 WATERMARKS_AT_ONCE = 100
+ASKING_KEPT = 8  # sets of partitions whose requests `many_watermarks` keeps built
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,11 @@ class KafkaClient:
         self.timeout = timeout
         self._resolved = settings.resolved_options()
         self._consumer = self._connect(self._resolved)
-        # The requests of the last `many_watermarks`: a poller asks the same partitions four times a second,
-        # and building hundreds of TopicPartitions each time was a fifth of its cost.
-        # (partitions, their requests WATERMARKS_AT_ONCE at a time, all of them in one)
-        self._asking: tuple[list, list[dict], list[dict]] | None = None
+        # The requests of the last few sets `many_watermarks` was asked: a poller asks the same partitions four
+        # times a second, and building hundreds of TopicPartitions each time was a fifth of its cost. A few, not
+        # the last: between two polls of every topic a poller asks for those of the streams not lingering.
+        # (partitions -> their requests WATERMARKS_AT_ONCE at a time, all of them in one)
+        self._asking: OrderedDict[tuple, tuple[list[dict], list[dict]]] = OrderedDict()
 
     def _connect(self, resolved: dict[str, str]) -> Consumer:
         try:
@@ -131,21 +134,28 @@ class KafkaClient:
         (the earliest and the latest offsets, asked as offsets for the special times -2 and -1), not two per
         partition; a partition's own error in its place, a failure of the whole request raised."""
         self._fresh()
-        if self._asking is None or self._asking[0] != partitions:
+        key = tuple(partitions)
+        asking = self._asking.get(key)
+        if asking is None:
             every = [partitions]
             chunks = [partitions[i:i + WATERMARKS_AT_ONCE] for i in range(0, len(partitions), WATERMARKS_AT_ONCE)]
-            self._asking = (list(partitions), *[[{end: [TopicPartition(t, p, end) for t, p in chunk]
-                                                  for end in (OFFSET_BEGINNING, OFFSET_END)} for chunk in lists]
-                                                for lists in (chunks, every)])
+            chunked, whole = [[{end: [TopicPartition(t, p, end) for t, p in chunk]
+                                for end in (OFFSET_BEGINNING, OFFSET_END)} for chunk in lists]
+                              for lists in (chunks, every)]
+            asking = self._asking[key] = (chunked, whole)
+            while len(self._asking) > ASKING_KEPT:
+                self._asking.popitem(last=False)
+        else:
+            self._asking.move_to_end(key)
         try:
-            return self._watermarks_of(self._asking[1])
+            return self._watermarks_of(asking[0])
         except KafkaException as exc:
-            if len(self._asking[1]) < 2:
+            if len(asking[0]) < 2:
                 raise kafka_error(exc, self.settings, "watermarks") from None
         # A request fails whole when none of its partitions is known (a deleted topic's, alone in a request):
         # asked all in one, as a partition's own error.
         try:
-            return self._watermarks_of(self._asking[2])
+            return self._watermarks_of(asking[1])
         except KafkaException as exc:
             raise kafka_error(exc, self.settings, "watermarks") from None
 
