@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.core.errors import BrokerUnreachable, KafkaAccessDenied, OffsetsBeyondTopic, ReadTimeout
-from appliance.ingest.jobs import next_tick, next_wake, trickle_due
+from appliance.ingest.jobs import asked_before, next_tick, next_wake, trickle_due
 from appliance.ingest.planning import (
     Committed,
     Expired,
@@ -194,3 +194,11 @@ def test_trickles_spread_over_their_cycles_ticks():
     # An interval within one tick, or no grid: as before.
     assert trickle_due(10.0, 1.0, 1.0, 2) == 11.0
     assert trickle_due(10.3, 2.5, 0, 1) == pytest.approx(12.799)
+
+
+def test_a_lingering_trickles_topic_is_asked_before_its_own_tick_only_while_its_rate_cannot_fill_a_batch():
+    assert asked_before(16.0, 12.0, 1.0, 1000) == 16.0  # 4 messages by its tick: asked before that tick only
+    assert asked_before(16.0, 12.0, 249.0, 1000) == 16.0
+    assert asked_before(16.0, 12.0, 250.0, 1000) is None  # a batch's worth by then: asked before every tick
+    assert asked_before(16.0, 12.0, 4500.0, 1000) is None
+    assert asked_before(16.0, 17.0, 4500.0, 1000) == 16.0  # already due: nothing to wait for

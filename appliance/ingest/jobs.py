@@ -70,6 +70,14 @@ def trickle_due(tick: float, interval: float, grid: float, slot: int) -> float:
     return due + ((slot - round(due / grid)) % ticks) * grid
 
 
+def asked_before(due: float, now: float, rate: float, limit: int) -> float | None:
+    """The tick before which a trickle lingering until `due` has its topic asked (`ClusterPoller.hold`): `due`
+    itself when at its rate (messages a second) fewer than `limit` arrive by then; None, before every tick (and woken
+    once `limit` wait), for a stream fast enough to fill a batch sooner: one at 4,500 msg/s on a 100 ms commit
+    interval read 450 messages a step, a trickle's batch, and then waited out the whole trickle interval."""
+    return due if rate * max(0.0, due - now) < limit else None
+
+
 def next_wake(tick: float, now: float, read: bool, commit_interval: float, poll_interval: float) -> float:
     """When a worker whose step started at `tick` steps again.
 

@@ -89,7 +89,8 @@ class ClusterPoller(threading.Thread):
         With `due` (the grid's tick the trickle wakes at), its topic is asked only at the last poll before that
         tick, not before every tick: trickles spread over a cycle's ticks (`jobs.trickle_due`), every topic
         before every tick asked three or four times what their streams read once. What arrives meanwhile, however
-        much, waits for that tick (at most the trickle's cycle), then reads as a batch that does not linger.
+        much, waits for that tick (at most the trickle's cycle): a worker gives `due` only while its stream's rate
+        brings fewer than `limit` messages by then (`jobs.asked_before`).
         """
         with self._cond:
             self._held[moved] = (positions, limit, due)

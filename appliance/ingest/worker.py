@@ -23,7 +23,7 @@ from appliance.core.errors import FloeError, KafkaUnavailable, RegistryUnavailab
 from appliance.core.polling import backoff
 from appliance.core.secrets import scrub
 from appliance.core.vocabulary import EventKind, EventLevel, StreamPhase
-from appliance.ingest.jobs import BatchJobs, next_wake, trickle_due
+from appliance.ingest.jobs import BatchJobs, asked_before, next_wake, trickle_due
 from appliance.ingest.outages import Outages, dependency_of
 from appliance.ingest.patterns import Discover, PatternRunner
 from appliance.ingest.planning import lag
@@ -253,8 +253,9 @@ class StreamWorker(threading.Thread):
             positions = runner.positions()
         except FloeError:
             return self._stopping()  # the step reports it
-        poller = runner.poller
-        poller.hold(self.stream.topic, self.moved, positions, self.engine.settings.engine.trickle_messages, due)
+        poller, limit = runner.poller, self.engine.settings.engine.trickle_messages
+        poller.hold(self.stream.topic, self.moved, positions, limit,
+                    asked_before(due, time.monotonic(), self.rate, limit))
         try:
             # `stop()` sets `moved` too, and a stopping engine stops each of its workers.
             while time.monotonic() < due and not self._stopping():
