@@ -146,10 +146,13 @@ class StreamWorker(threading.Thread):
             if self._trickle(outcome, runner):
                 # A trickle's next batch waits to hold more (on the grid of commit intervals, so that the
                 # trickles due together still share one Spark job), or until enough messages wait.
-                if self._linger(runner, trickle_due(tick, max(engine.trickle_interval, engine.commit_interval),
-                                                    engine.commit_interval, self.slot)):
+                due = trickle_due(tick, max(engine.trickle_interval, engine.commit_interval), engine.commit_interval,
+                                  self.slot)
+                if self._linger(runner, due):
                     return
-                tick = time.monotonic()
+                # Woken at its tick, however late (the GIL held by a rewrite, say), its next is a cycle after that
+                # tick: counted from the wake, a late one pushed the stream a cycle further, 8 s between commits.
+                tick = min(time.monotonic(), due)  # before it: woken early, enough messages wait
                 continue
             tick = next_wake(tick, time.monotonic(), bool(outcome.messages), engine.commit_interval,
                              engine.poll_interval)
