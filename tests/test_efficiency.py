@@ -24,6 +24,7 @@ from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
+from appliance.tables.fastpath import transactions
 from appliance.tables.fastpath.transactions import LeanTransaction, staged_metadata
 
 from conftest import ROOT, committed_again, pizza_values, wait_for
@@ -82,6 +83,33 @@ def test_a_lean_transaction_stages_what_pyiceberg_would(tmp_path):
     reread = _catalog(tmp_path).load_table("n.t")  # from the file, not a cache
     assert reread.metadata == committed.metadata
     assert reread.scan().to_arrow().num_rows == 12  # 3 appends of 2 rows, then their 3 files again
+
+
+def test_a_commit_applies_its_updates_once_and_commits_what_pyiceberg_would_stage(tmp_path, monkeypatch):
+    catalog = _catalog(tmp_path)
+    catalog.create_namespace("n")
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table = catalog.create_table("n.t", data.schema)
+    for _ in range(2):
+        table.append(data)
+    applied = []
+    real = transactions.apply_table_update
+
+    def counted(update, metadata, context):
+        applied.append(update)
+        return real(update, metadata, context)
+
+    monkeypatch.setattr(transactions, "apply_table_update", counted)
+    tx = LeanTransaction(table)
+    with tx.update_snapshot().fast_append() as append:
+        for f in table.scan().plan_files():
+            append.append_data_file(f.file)
+    base, location, updates = table.metadata, table.metadata_location, tx._updates
+    expected = update_table_metadata(base, updates, metadata_location=location)
+    committed = tx.commit_transaction()
+    assert len(applied) == len(updates)  # by the transaction's metadata, not again by the catalog's commit
+    assert committed.metadata.model_dump(exclude={"last_updated_ms"}) == expected.model_dump(exclude={"last_updated_ms"})
+    assert [e.metadata_file for e in committed.metadata.metadata_log][-1] == location
 
 
 def test_the_metadata_cache_never_hides_another_writers_commit(tmp_path):

@@ -4,6 +4,7 @@ merge-append would have written them: by PyIceberg, by DuckDB, entry by entry an
 from __future__ import annotations
 
 import glob
+import os
 import sqlite3
 
 import pyarrow as pa
@@ -148,6 +149,21 @@ def test_data_files_carry_the_statistics_pyiceberg_would_write(twins):
     for field in ("record_count", "column_sizes", "value_counts", "null_value_counts", "nan_value_counts",
                   "lower_bounds", "upper_bounds", "split_offsets", "file_format", "content"):
         assert getattr(ours, field) == getattr(theirs, field), field
+
+
+def test_data_files_are_as_long_as_they_say_one_or_split_at_the_target_size(twins):
+    settings, catalog, (table, _) = twins
+    small = rows(0, 3)
+    [one] = write_data_files(TableTarget.of(table), small)
+    assert one.file_size_in_bytes == os.path.getsize(one.file_path.removeprefix("file://"))
+    big = rows(0, 6000)
+    with transaction(table) as tx:
+        tx.set_properties({"write.target-file-size-bytes": str(big.nbytes // 3)})
+    table = catalog.iceberg.load_table("n.ours")
+    files = write_data_files(TableTarget.of(table), big)
+    assert len(files) == 3
+    assert [f.file_size_in_bytes for f in files] == [os.path.getsize(f.file_path.removeprefix("file://")) for f in files]
+    assert sum(f.record_count for f in files) == 6000
 
 
 def test_a_partitioned_table_is_appended_by_pyiceberg_itself(twins):

@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 import uuid
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -51,6 +51,10 @@ from appliance.state.upkeep import UpkeepRecords
 
 if TYPE_CHECKING:  # a definition's mapping is Arrow's and PyIceberg's types: `floe status` and lists need neither
     from appliance.model.stream import StreamDef
+
+_BATCH_COLUMNS = [f.name for f in fields(BatchRecord) if f.name != "id"]
+_INSERT_BATCH = (f"insert into batches ({', '.join(_BATCH_COLUMNS)}) "
+                 f"values ({', '.join('?' * len(_BATCH_COLUMNS))})")
 
 
 class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, AlertRecords, HistoryRecords, UpkeepRecords,
@@ -207,10 +211,8 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
                              f"on conflict(name) do update set {updates}", list(row.values()))
 
     def record_batch(self, batch: BatchRecord) -> None:
-        row = asdict(batch)
-        row.pop("id")
-        self.db.conn.execute(f"insert into batches ({', '.join(row)}) values ({', '.join('?' * len(row))})",
-                             list(row.values()))
+        # Its fields read one by one: `asdict` copies each value deeply, a twentieth of a trickle's driver CPU.
+        self.db.conn.execute(_INSERT_BATCH, [getattr(batch, c) for c in _BATCH_COLUMNS])
 
     def recent_batches(self, stream: str, limit: int = 20) -> list[BatchRecord]:
         """The stream's newest batches, newest first."""

@@ -25,12 +25,13 @@ from pyiceberg.manifest import (
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
-from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary, update_snapshot_summaries
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetPropertiesUpdate, SetSnapshotRefUpdate
 
 from appliance.core.errors import RewriteConflict
 from appliance.tables.fastpath import avro_readers, fieldsets, snapshot_index
 from appliance.tables.fastpath.manifests import Entry, Manifests
+from appliance.tables.fastpath.summaries import snapshot_summary
 from appliance.tables.fastpath.transactions import transaction
 
 snapshot_index.install()  # a commit looks snapshots up by id about eleven times
@@ -174,19 +175,10 @@ def _mergeable(metadata: TableMetadata, kept: list[ManifestFile], content: Manif
 
 def _summary(metadata: TableMetadata, changes: FileChanges, operation: Operation, properties: dict[str, str],
              parent: Snapshot | None) -> Summary:
-    collector = SnapshotSummaryCollector()
-    schema, specs = metadata.schema(), metadata.specs()
-    for f in (*changes.data, *changes.deletes):
-        collector.add_file(data_file=f, partition_spec=specs[f.spec_id], schema=schema)
-    for f in changes.removed:
-        collector.remove_file(data_file=f, partition_spec=specs[spec_of(f, metadata.default_spec_id)], schema=schema)
-    # PyIceberg totals append, overwrite and delete only: a `replace` is totalled as an overwrite.
-    totalled = Operation.OVERWRITE if operation == Operation.REPLACE else operation
-    summary = update_snapshot_summaries(
-        summary=Summary(operation=totalled, **collector.build(), **properties),
-        previous_summary=parent.summary if parent is not None else None,
-    )
-    return Summary(operation=operation, **summary.additional_properties)
+    default = metadata.default_spec_id
+    return snapshot_summary(operation, metadata.schema(), metadata.specs(),
+                            [(f, f.spec_id) for f in (*changes.data, *changes.deletes)],
+                            [(f, spec_of(f, default)) for f in changes.removed], properties, parent)
 
 
 def spec_of(f: DataFile, default: int) -> int:

@@ -1,4 +1,5 @@
-"""A commit's new files (manifests, manifest lists, metadata), each written whole under a name never used.
+"""A commit's new files (manifests, manifest lists, metadata), each written whole under a name never used;
+and the old metadata files a commit pushes out of the log, deleted.
 
 PyIceberg's `create(overwrite=False)` on a local warehouse asks whether the file exists, then has PyArrow
 make its folder again and open it for writing: eight system calls a file, three files a commit. A local
@@ -36,6 +37,16 @@ def write_new(io: FileIO, location: str, data: bytes) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def delete_file(io: FileIO, location: str) -> None:
+    """Delete a file; OSError if it cannot be. A local one unlinked directly: PyArrow's delete asks what the
+    path is first (a tenth of a millisecond, at every commit that pushes an old metadata file out)."""
+    path = _local_path(io, location)
+    if path is None:
+        io.delete(location)
+    else:
+        os.unlink(path)
 
 
 def _local_path(io: FileIO, location: str) -> str | None:

@@ -194,7 +194,9 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
     write_uuid = uuid.uuid4()
     folder = _folder(w, partition)
     files = []
-    for n, batches in enumerate(bin_pack_arrow_table(table, w.target_size)):
+    # What fits in one file is one bin, as PyIceberg's packing would make it (a trickle's every write)
+    bins = [table.to_batches()] if table.nbytes <= w.target_size else bin_pack_arrow_table(table, w.target_size)
+    for n, batches in enumerate(bins):
         # PyIceberg projects every batch through a schema visitor; for one Arrow schema that is
         # always the same cast, worked out once (`_Writer.file_arrow`).
         data = pa.Table.from_batches([_to_file(w, batch) for batch in batches], schema=w.file_arrow)
@@ -205,9 +207,10 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
             writer = pq.ParquetWriter(stream, schema=data.schema, store_decimal_as_integer=True, **options)
             writer.write(data, row_group_size=w.row_group_size)
             writer.close()
+            size = stream.tell()  # what was written: PyIceberg's len(output) asks the file system again
         data_file = DataFile.from_args(
             content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
-            file_size_in_bytes=len(output), sort_order_id=None, equality_ids=None, key_metadata=None,
+            file_size_in_bytes=size, sort_order_id=None, equality_ids=None, key_metadata=None,
             **w.statistics.serialized(writer.writer.metadata),
         )
         data_file.spec_id = w.metadata.default_spec_id  # not a field of the struct: from_args drops it

@@ -3,6 +3,7 @@ a commit staged without deep copies and swapped in with one compare-and-set SQL 
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -16,14 +17,16 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.serializers import FromInputFile
-from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table import CommitTableResponse, Table, TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy import text
 
 from appliance.core.failpoints import failpoint
 from appliance.core.wal import use_wal
 from appliance.tables.fastpath import fieldsets
+from appliance.tables.fastpath.files import delete_file
 from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.transactions import staged_metadata
 
@@ -35,6 +38,8 @@ _SWAP = ("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_
          " AND metadata_location = :old")
 _REPOINT = ("UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = :new"
             " WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name")
+
+log = logging.getLogger(__name__)
 
 
 class FloeSqlCatalog(SqlCatalog):
@@ -192,8 +197,22 @@ class FloeSqlCatalog(SqlCatalog):
         commit pushed out of the window. `commit_table` deletes those, from the metadata it committed on."""
 
     def _drop_old_versions(self, base: TableMetadata, response: CommitTableResponse) -> None:
-        SqlCatalog._delete_old_metadata(self._load_file_io(response.metadata.properties, response.metadata_location),
-                                        base, response.metadata)
+        """PyIceberg's `_delete_old_metadata`: the metadata files this commit pushed out of the log, deleted if
+        the table says so; each failure a warning, as PyIceberg's."""
+        metadata = response.metadata
+        if not property_as_bool(metadata.properties, TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED,
+                                TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED_DEFAULT):
+            return
+        kept = {entry.metadata_file for entry in metadata.metadata_log}
+        gone = [entry.metadata_file for entry in base.metadata_log if entry.metadata_file not in kept]
+        if not gone:
+            return
+        io = self._load_file_io(metadata.properties, response.metadata_location)
+        for location in gone:
+            try:
+                delete_file(io, location)
+            except OSError:
+                log.warning("Failed to delete metadata file %s", location)
 
     def repoint(self, identifier: tuple[str, ...], location: str) -> None:
         """Point the table at the metadata file `location`, wherever it points now: a recovery's, never a

@@ -11,6 +11,7 @@ function without it, and a `LeanTransaction` computes it once per set of updates
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 
 from pyiceberg.table import Table, Transaction
@@ -30,20 +31,34 @@ def staged_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...],
                     metadata_location: str | None = None) -> TableMetadata:
     """`base` with `updates` applied: PyIceberg 0.12's `update_table_metadata` (pinned), minus
     its final deep copy."""
-    context = TableMetadataUpdateContext()
-    new = base
-    for update in updates:
-        new = apply_table_update(update, new, context)
-    if context.has_changes():
-        if metadata_location:
-            new = update_table_metadata_log(new, metadata_location, base.last_updated_ms)
-        if base.last_updated_ms == new.last_updated_ms:
-            new = new.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    new, changed = _applied(base, updates)
+    if changed and metadata_location:
+        new = update_table_metadata_log(new, metadata_location, base.last_updated_ms)
     if new.snapshot_log and (not base.snapshot_log or new.snapshot_log[-1] is not base.snapshot_log[-1]):
         fieldsets.share(new.snapshot_log[-1])  # the entry a commit adds: kept as long as its snapshot
     new.spec().check_compatible(new.schema())
     new.sort_order().check_compatible(new.schema())
     return new
+
+
+_last = threading.local()
+
+
+def _applied(base: TableMetadata, updates: tuple[TableUpdate, ...]) -> tuple[TableMetadata, bool]:
+    """`updates` applied to `base`, and whether they changed it. A commit applies the same updates to the same
+    base twice (its transaction's metadata, then the catalog's staged one): each thread's last is kept."""
+    last = getattr(_last, "applied", None)
+    if last is not None and last[0] is base and last[1] is updates:
+        return last[2], last[3]
+    context = TableMetadataUpdateContext()
+    new = base
+    for update in updates:
+        new = apply_table_update(update, new, context)
+    changed = context.has_changes()
+    if changed and base.last_updated_ms == new.last_updated_ms:
+        new = new.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    _last.applied = (base, updates, new, changed)  # both held: their ids are not reused while kept
+    return new, changed
 
 
 class LeanTransaction(Transaction):

@@ -1,0 +1,39 @@
+"""Avro container framing (`core/avrofile.py`) against fastavro, the library it stands in for."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import fastavro
+
+from appliance.core.avrofile import avro_long, container_header
+
+
+def _fastavro_long(n: int) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, "long", n)
+    return out.getvalue()
+
+
+def test_avro_long_encodes_as_fastavro_at_every_length():
+    values = [*range(-300, 300), 2**31, -2**31 - 1, 2**40, -2**40, 2**63 - 1, -2**63]
+    assert [avro_long(n) for n in values] == [_fastavro_long(n) for n in values]
+
+
+def test_a_header_kept_for_its_long_values_reads_back_with_every_file_own_short_ones():
+    schema = {"type": "record", "name": "r", "fields": [{"name": "x", "type": "long"}]}
+    long_value = "x" * 5000  # kept once encoded: the same bytes in every file
+    files = []
+    for snapshot in (1, 2, 3):
+        sync = os.urandom(16)
+        meta = {"avro.schema": json.dumps(schema), "avro.codec": "null", "big": long_value,
+                "snapshot-id": str(snapshot)}
+        body = avro_long(snapshot)
+        files.append(b"".join([container_header(meta, sync), avro_long(1), avro_long(len(body)), body, sync]))
+    for snapshot, data in enumerate(files, start=1):
+        reader = fastavro.reader(io.BytesIO(data))
+        assert reader.metadata["big"] == long_value
+        assert reader.metadata["snapshot-id"] == str(snapshot)
+        assert [r["x"] for r in reader] == [snapshot]
