@@ -5,10 +5,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
+import zlib
 
 import fastavro
 
 from appliance.core.avrofile import avro_long, container_header
+from appliance.tables.fastpath.entries import _deflate
 
 
 def _fastavro_long(n: int) -> bytes:
@@ -37,3 +40,12 @@ def test_a_header_kept_for_its_long_values_reads_back_with_every_file_own_short_
         assert reader.metadata["big"] == long_value
         assert reader.metadata["snapshot-id"] == str(snapshot)
         assert [r["x"] for r in reader] == [snapshot]
+
+
+def test_a_deflated_block_of_any_size_inflates_as_avro_readers_inflate_it():
+    rng = random.Random(7)
+    for n in (0, 1, 511, 512, 513, 4096, 40_000, 100_000):
+        data = bytes(rng.choice(b"abcdefgh/._0123") for _ in range(n))
+        packed = _deflate(data)
+        assert zlib.decompress(packed, -15) == data  # as fastavro and Java's Inflater(nowrap) read it
+        assert len(packed) <= len(zlib.compress(data, 6, wbits=-15)) + 8

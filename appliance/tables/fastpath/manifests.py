@@ -173,22 +173,27 @@ class Manifests:
                    parent_id: int | None, sequence_number: int) -> None:
         meta = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": str(parent_id) if parent_id else "null",
                 "sequence-number": str(sequence_number), "format-version": "2"}
-        records = [self._listed_record(m) for m in manifests]
+        records = self._listed_records(manifests)
         write_new(io, path, self._list_format.file(records, len(records), meta))
         self._put(self._lists, path, tuple(manifests), self.KEPT_LISTS)
 
-    def _listed_record(self, m: ManifestFile) -> bytes:
-        """A manifest's record in a manifest list. A commit lists its parent's manifests again, the very
+    def _listed_records(self, manifests: list[ManifestFile]) -> list[bytes]:
+        """The manifests' records in a manifest list. A commit lists its parent's manifests again, the very
         objects the parent listed: their records are kept, not encoded again at each commit."""
-        with self._lock:
-            found = self._listed.get(m.manifest_path)
-        if found is None or found[0] is not m:
-            found = (m, self._list_format.record(_manifest_file(m)))
+        with self._lock:  # once for the list, not once a manifest: every stream's worker commits through here
+            found = [self._listed.get(m.manifest_path) for m in manifests]
+        new = []
+        for i, m in enumerate(manifests):
+            if found[i] is None or found[i][0] is not m:
+                found[i] = (m, self._list_format.record(_manifest_file(m)))
+                new.append(found[i])
+        if new:
             with self._lock:
-                if len(self._listed) >= self.KEPT_RECORDS:
+                if len(self._listed) + len(new) > self.KEPT_RECORDS:
                     self._listed.clear()
-                self._listed[m.manifest_path] = found
-        return found[1]
+                for kept in new:
+                    self._listed[kept[0].manifest_path] = kept
+        return [record for _, record in found]
 
     def _entry_format(self, metadata: TableMetadata, spec: PartitionSpec) -> EntryFormat:
         key = (str(metadata.table_uuid), metadata.current_schema_id, spec.spec_id)
