@@ -182,7 +182,10 @@ async def test_detail_shows_the_format_registry_subject_and_schema_versions(brok
         app.push_screen(StreamDetailScreen("ticks"))
         screen = await until(pilot, lambda: showing(app, StreamDetailScreen) and app.screen, 10, "detail")
         source = await until(pilot, lambda: screen.query("#detail-source").first(), 10, "the source line")
-        await until(pilot, lambda: "versions seen v1, v2" in shown(source), 20, "schema versions")
+        try:
+            await until(pilot, lambda: "versions seen v1, v2" in shown(source), 20, "schema versions")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the source line shows: {shown(source)!r}") from None
         text = shown(source)
         assert "format avro" in text and f"subject {topic}-value" in text and registry.url in text
         assert "schema evolution auto" in text and "hidden" not in text

@@ -87,26 +87,36 @@ class StreamSchema:
                 told = _describe(self.stream, change, self._mapping, self.replays, self.member)
                 self.state.add_event(EventKind.SCHEMA_CHANGED, told, self.stream.name, EventLevel.WARNING)
         if schemas:
-            self.state.saw_schemas(self.stream.name, schemas, self._versions_of(set(schemas) - self._versions))
-            self._versions |= set(schemas)
+            versions, settled = self._versions_of(set(schemas) - self._versions)
+            self.state.saw_schemas(self.stream.name, schemas, versions)
+            self._versions |= settled
 
-    def _versions_of(self, new: set[str]) -> dict[str, tuple[str, int]]:
-        """Subject and version of writer schemas not seen before; a registry that does not say, nothing."""
+    def _versions_of(self, new: set[str]) -> tuple[dict[str, tuple[str, int]], set[str]]:
+        """Subject and version of writer schemas not seen before, and the schemas settled: those looked up, and
+        those the registry cannot say (none, or no such id). A registry that could not be asked (down, slow under
+        load) is asked again at the next batch that meets the schema: once unasked, its version was never shown."""
         if not new or self.stream.registry is None:
-            return {}
+            return {}, new
         from appliance.kafka.registry import registry
 
-        out = {}
+        out, settled = {}, set()
         for key in new:
             try:
                 found = registry(self.stream.registry).versions_of(int(key.split(":")[0]))
-            except (FloeError, ValueError) as exc:
+            except FloeError as exc:
                 log.info("stream %s: no subject for schema %s: %s", self.stream.name, key, exc)
+                if not exc.retryable:
+                    settled.add(key)
                 continue
+            except ValueError as exc:
+                log.info("stream %s: no subject for schema %s: %s", self.stream.name, key, exc)
+                settled.add(key)
+                continue
+            settled.add(key)
             if found:
                 preferred = [v for v in found if v[0] == self.stream.subject] or found
                 out[key] = preferred[-1]
-        return out
+        return out, settled
 
 
 def _describe(stream: StreamDef, change: SchemaChange, mapping: Mapping | None, replays: bool, member: bool) -> str:

@@ -139,7 +139,8 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
     # ---- what a stream met: writer schemas, schema changes ----
 
     def saw_schemas(self, stream: str, counts: dict[str, int], versions: dict[str, tuple[str, int]]) -> None:
-        """Count messages per writer schema; `versions`: subject and version of the schemas new here."""
+        """Count messages per writer schema; `versions`: subject and version of the schemas new here, or of those
+        met before whose version was not known then."""
         at = now()
         with self.db.conn:
             for schema, n in counts.items():
@@ -147,7 +148,11 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
                 self.db.conn.execute(
                     "insert into stream_schemas (stream, schema, subject, version, messages, first_seen_at, "
                     "last_seen_at) values (?, ?, ?, ?, ?, ?, ?) on conflict(stream, schema) do update set "
-                    "messages = messages + excluded.messages, last_seen_at = excluded.last_seen_at",
+                    "messages = messages + excluded.messages, last_seen_at = excluded.last_seen_at, "
+                    # a version looked up later (the registry could not be asked when the schema was first met)
+                    "subject = case when subject = '' and excluded.subject != '' then excluded.subject else subject "
+                    "end, version = case when subject = '' and excluded.subject != '' then excluded.version else "
+                    "version end",
                     [stream, schema, subject, version, n, at, at])
 
     def seen_schemas(self, stream: str) -> list[dict[str, Any]]:
