@@ -79,3 +79,28 @@ def test_an_id_the_registry_does_not_know_is_not_asked_at_every_batch(floe_home)
             assert _seen(state) == [("7", "", None, 3)]
     finally:
         registry.close()
+
+
+def test_schemas_first_met_in_one_batch_are_listed_in_version_order(floe_home):
+    settings = load_settings()
+    ensure_home(settings)
+    registry = EmbeddedRegistry()
+    try:
+        client = registry.client()
+        from confluent_kafka.schema_registry import Schema
+
+        v2 = {**TICK, "fields": [*TICK["fields"], {"name": "m", "type": ["null", "long"], "default": None}]}
+        for n in range(8):  # ids 9 and 10 for the two versions: "10" sorts before "9" as text
+            other = {"type": "record", "name": f"Other{n}", "fields": [{"name": "x", "type": "long"}]}
+            client.register_schema(f"other{n}-value", Schema(json.dumps(other), "AVRO"))
+        first = client.register_schema("ticks-value", Schema(json.dumps(TICK), "AVRO"))
+        second = client.register_schema("ticks-value", Schema(json.dumps(v2), "AVRO"))
+        stream = _stream(registry.url)
+        with StateStore(settings.state_db) as state:
+            state.add_stream(stream)
+            assert (first, second) == (9, 10)
+            StreamSchema(settings, state, stream).report(set(), {str(first): 1, str(second): 1})
+            assert [(r["subject"], r["version"]) for r in state.seen_schemas("ticks")] == [
+                ("ticks-value", 1), ("ticks-value", 2)]
+    finally:
+        registry.close()

@@ -189,3 +189,37 @@ async def test_detail_shows_the_format_registry_subject_and_schema_versions(brok
         text = shown(source)
         assert "format avro" in text and f"subject {topic}-value" in text and registry.url in text
         assert "schema evolution auto" in text and "hidden" not in text
+
+
+async def test_a_detail_whose_every_read_outlasts_its_refresh_still_shows(floe_home, monkeypatch):
+    """Under load a read of the detail can take more than the second between two: each read cancelled by the next
+    showed nothing at all ("loading…" for good). A read still going is let finish; the next starts after it."""
+    import time
+
+    import tui.screens.stream_detail as detail_module
+    from appliance.config.settings import ensure_home
+    from appliance.core.clock import utcnow
+    from appliance.kafka.settings import KafkaSettings
+    from appliance.model.mapping import Column, Mapping
+    from appliance.model.stream import StreamDef
+
+    settings = load_settings()
+    ensure_home(settings)
+    with StateStore(settings.state_db) as state:
+        state.add_stream(StreamDef(name="slow", id="slow", topic="slow-topic", kafka=KafkaSettings.create("h:9092"),
+                                   format="json", table="ns.slow", dead_letter_table="ns.slow_dlq",
+                                   mapping=Mapping((Column("id", "long", ("id",)),)), starting_offsets="earliest",
+                                   start_positions={}, paused=False, created_at=utcnow().isoformat()))
+    read = detail_module.stream_detail
+
+    def slow_read(*args, **kwargs):
+        time.sleep(1.6)  # every read outlasts the one-second refresh
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(detail_module, "stream_detail", slow_read)
+    app = FloeApp(settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(StreamDetailScreen("slow"))
+        screen = await until(pilot, lambda: showing(app, StreamDetailScreen) and app.screen, 10, "detail")
+        title = screen.query_one("#detail-title")
+        await until(pilot, lambda: "slow-topic" in shown(title), 10, "the detail, read slower than it refreshes")

@@ -156,7 +156,10 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
                     [stream, schema, subject, version, n, at, at])
 
     def seen_schemas(self, stream: str) -> list[dict[str, Any]]:
-        return list(self._rows("stream_schemas", "stream = ?", [stream], order_by="first_seen_at"))
+        """In the order they were first met; those first met in one batch in version order (a batch's count of
+        them comes in whatever order its tasks ended)."""
+        return list(self._rows("stream_schemas", "stream = ?", [stream],
+                               order_by="first_seen_at, version is null, version, schema"))
 
     def note_change(self, stream: str, change: str) -> bool:
         """Remember a schema change; True the first time it is noted for the stream."""

@@ -159,8 +159,14 @@ class StreamDetailScreen(ReplaysDeadLetters, ReportsFailures):
 
     def on_mount(self) -> None:
         self.sub_title = f"stream {self.stream_name}"
-        self.load()
-        self.set_interval(1.0, self.load)
+        self.reading = self.load()
+        self.set_interval(1.0, self.reload)
+
+    def reload(self) -> None:
+        """Read again each second, but never over a read still going: under load a read can take more than a
+        second, and each one cancelled by the next, the screen showed nothing at all."""
+        if self.reading.is_finished:
+            self.reading = self.load()
 
     # ---- reading, in workers ----
 
