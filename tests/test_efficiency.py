@@ -214,7 +214,8 @@ def test_a_commit_through_an_older_table_deletes_what_it_pushed_out_and_warns_of
     assert {Path(e.metadata_file.removeprefix("file://")) for e in fresh.metadata.metadata_log} <= set(kept)
 
 
-def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str) -> tuple[dict, BatchJobs, Catalog]:
+def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str, in_engine: int = 0,
+                       close: bool = True) -> tuple[dict, BatchJobs, Catalog]:
     """A stream per topic of `sizes` (that many messages each), each worker's step planning before any submits (due
     together), on one `BatchJobs`: each stream's outcome, the jobs and the catalog.
 
@@ -226,7 +227,7 @@ def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str) -> 
         broker.produce(t, pizza_values(n))
     streams = [create_stream(settings, t, bootstrap=broker.bootstrap, topic=t, table=f"{namespace}.{t}").stream
                for t in sizes]
-    jobs = BatchJobs(spark)
+    jobs = BatchJobs(spark, in_engine)
     jobs.turns.patience = 600.0
     catalog = Catalog(settings)
     outcomes, first = {}, []
@@ -249,7 +250,8 @@ def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str) -> 
         t.start()
     for t in threads:
         t.join(120)
-    jobs.close()
+    if close:
+        jobs.close()
     assert jobs.turns.waited_out == 0
     return outcomes, jobs, catalog
 
@@ -278,6 +280,29 @@ def test_a_busy_streams_batch_takes_a_job_of_its_own_beside_the_trickles_shared_
     assert jobs.jobs_run == 2, "one job for the busy stream, one shared by the trickles"
     for t, n in sizes.items():
         assert catalog.table(f"lanes.{t}").scan().to_arrow().num_rows == n
+
+
+def test_a_shared_job_of_a_few_messages_runs_in_the_engine_and_a_bigger_one_in_spark(broker, spark, floe_home,
+                                                                                      monkeypatch):
+    """The trickles' shared job (50 messages, at most `in_engine`) is read, decoded and written in its lane's
+    thread, with the lane's own consumer, closed with the jobs; the busy stream's (3,000) is a Spark job."""
+    import appliance.ingest.batch as batch_module
+
+    spark_jobs = []
+    in_tasks = batch_module.run_in_tasks
+    monkeypatch.setattr(batch_module, "run_in_tasks", lambda *a: spark_jobs.append(a[2]) or in_tasks(*a))
+    monkeypatch.setattr(jobs_module, "WINDOW", 30.0)  # every planner submits before a job starts
+    sizes = {f"here_a_{os.getpid()}": 20, f"here_b_{os.getpid()}": 30, f"spark_{os.getpid()}": 3000}
+    outcomes, jobs, catalog = steps_due_together(broker, spark, sizes, "here", in_engine=100, close=False)
+    assert {name: o.rows for name, o in outcomes.items()} == sizes
+    assert (jobs.jobs_run, jobs.jobs_in_engine, len(spark_jobs)) == (2, 1, 1), "the trickles' job ran here"
+    for t, n in sizes.items():
+        rows = catalog.table(f"here.{t}").scan().to_arrow()
+        assert rows.num_rows == n and sorted(rows.column("order_id").to_pylist()) == list(range(n))
+    kept = jobs._consumers[jobs_module.TRICKLE]
+    assert len(kept) == 1 and not jobs._consumers[jobs_module.BUSY]
+    jobs.close()
+    assert not kept, "the lane's consumer closed with the jobs"
 
 
 def test_a_batchs_lane_is_told_by_the_messages_it_plans():

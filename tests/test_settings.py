@@ -40,6 +40,9 @@ def test_home_file_overrides_defaults(floe_home):
         ('[spark]\nmaster = "yarn"\n', "spark.master"),
         ('[engine]\nmax_message_bytes = "lots"\n', "max_message_bytes"),
         ('[maintenance]\nrewrite_in_engine = "a bit"\n', "maintenance.rewrite_in_engine"),
+        ('[engine]\nbatch_in_engine = "lots"\n', "engine.batch_in_engine must be a whole number, not 'lots'"),
+        ('[engine]\nbatch_in_engine = -1\n', "engine.batch_in_engine must be 0"),
+        ('[engine]\ntrickle_messages = 2.5\n', "engine.trickle_messages must be a whole number"),
     ],
 )
 def test_bad_config_names_file_and_key(floe_home, text, message):

@@ -103,7 +103,8 @@ def test_tui_in_a_real_terminal(broker, floe_home):
 
         # Rows arrive on the Streams pane.
         row = lambda: next((l for l in term.screen().splitlines() if stream in l), "")  # noqa: E731
-        wait_for(lambda: " 400 " in row(), 120, 0.5, what=f"400 rows for {stream}: {row()}")
+        # Rows 400, DLQ 0, Lag 0: all of it committed (the Lag column alone shows 400 before the first commit).
+        wait_for(lambda: re.search(r"\b400\s+0\s+0\b", row()), 120, 0.5, what=f"400 rows for {stream}: {row()}")
 
         def pause() -> bool:
             term.keys("1")  # the Streams section, its table focused

@@ -46,6 +46,7 @@ class EngineSettings:
     retry_backoff: float = 5.0
     trickle_interval: float = 4.0
     trickle_messages: int = 1000
+    batch_in_engine: int = 2000  # messages: a shared job this small runs in the engine's process, not in Spark
 
 
 @dataclass(frozen=True)
@@ -252,17 +253,25 @@ def load_settings(home: Path | None = None) -> Settings:
     )
 
 
+def _whole(value: Any, name: str) -> int:
+    """A count: an integer in the file, or one clear line naming the key (not `int()`'s message about a literal)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be a whole number, not {value!r}")
+    return value
+
+
 def _engine(raw: dict[str, Any], source: Path, check) -> EngineSettings:
     try:
         engine = EngineSettings(
             commit_interval=parse_duration(raw["commit_interval"], "engine.commit_interval"),
             poll_interval=parse_duration(raw["poll_interval"], "engine.poll_interval"),
-            max_batch_messages=int(raw["max_batch_messages"]),
+            max_batch_messages=_whole(raw["max_batch_messages"], "engine.max_batch_messages"),
             fetch_timeout=parse_duration(raw["fetch_timeout"], "engine.fetch_timeout"),
             max_message_bytes=parse_size(raw["max_message_bytes"], "engine.max_message_bytes"),
             retry_backoff=parse_duration(raw["retry_backoff"], "engine.retry_backoff"),
             trickle_interval=parse_duration(raw["trickle_interval"], "engine.trickle_interval"),
-            trickle_messages=int(raw["trickle_messages"]),
+            trickle_messages=_whole(raw["trickle_messages"], "engine.trickle_messages"),
+            batch_in_engine=_whole(raw["batch_in_engine"], "engine.batch_in_engine"),
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{source}: [engine] {exc}") from None
@@ -271,6 +280,7 @@ def _engine(raw: dict[str, Any], source: Path, check) -> EngineSettings:
     check(engine.max_batch_messages > 0, "engine.max_batch_messages", "must be positive")
     check(engine.max_message_bytes > 0, "engine.max_message_bytes", "must be positive")
     check(engine.trickle_messages >= 0, "engine.trickle_messages", "must be 0 (no trickles) or more")
+    check(engine.batch_in_engine >= 0, "engine.batch_in_engine", "must be 0 (every job in Spark) or more")
     return engine
 
 

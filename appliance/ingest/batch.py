@@ -1,4 +1,5 @@
-"""One micro-batch as a Spark job: tasks read Kafka, decode, route and write Parquet data files.
+"""One micro-batch as a Spark job: tasks read Kafka, decode, route and write Parquet data files (a job of a
+few messages: the same work in the engine's process, `run_batches`).
 
 Each task reads its pieces of the topic with confluent-kafka, decodes them with
 `decode_batch`, and writes target and dead-letter rows as Iceberg data files in the
@@ -21,7 +22,7 @@ from appliance.decode.keys import Keyed
 from appliance.decode.parsed import MessageFormat
 from appliance.decode.rows import decode_batch
 from appliance.ingest.planning import pack_tasks
-from appliance.kafka.reader import Piece, PieceResult, read_topics
+from appliance.kafka.reader import Consumers, Piece, PieceResult, read_topics
 from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
 from appliance.mergeonread.keyforms import KeyForm
@@ -185,10 +186,12 @@ class BatchResult:
         return BatchResult([r for r in self.tasks if not r.evolution] + redone.tasks)
 
 
-def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.datetime) -> list[TaskResult | FloeError]:
+def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.datetime,
+              consumers: Consumers | None = None) -> list[TaskResult | FloeError]:
     """One task's work: every item's pieces read together (one consumer and one assignment per
     cluster), then each stream's messages decoded and written. An error is its item's alone:
-    whatever a stream's work raises becomes that stream's result, and the other items go on."""
+    whatever a stream's work raises becomes that stream's result, and the other items go on.
+    `consumers`: the caller's, when it runs the work itself (not a Spark task)."""
     reads: list[tuple[RawBatch, list[PieceResult]] | FloeError | None] = [None] * len(items)
     clusters: dict[KafkaSettings, list[int]] = {}
     for i, (spec, _) in enumerate(items):
@@ -197,7 +200,8 @@ def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.dateti
     for kafka, indexes in clusters.items():
         timeout = min(items[i][0].fetch_timeout for i in indexes)
         try:
-            done = read_topics(kafka, [(items[i][0].topic, items[i][1]) for i in indexes], timeout)
+            done = read_topics(kafka, [(items[i][0].topic, items[i][1]) for i in indexes], timeout,
+                               consumers=consumers)
         except FloeError as exc:
             done = [exc] * len(indexes)
         except Exception as exc:  # the reader's bug: the streams of this cluster retry
@@ -281,28 +285,34 @@ def run_batch(spark, spec: BatchSpec, tasks: list[list[Piece]]) -> BatchResult:
     return result
 
 
-def run_batches(spark, batches: list[tuple[BatchSpec, list[list[Piece]]]], parallelism: int
-                ) -> list[BatchResult | FloeError]:
+def run_batches(spark, batches: list[tuple[BatchSpec, list[list[Piece]]]], parallelism: int,
+                consumers: Consumers | None = None) -> list[BatchResult | FloeError]:
     """Several streams' batches as one Spark job: what each batch did, or the error that stopped it.
 
     A Spark job costs tens of milliseconds of CPU whatever it holds, so streams that are
     due together share one, and their small batches share tasks (`pack_tasks`). One
-    stream's failure (a read timeout, say) is that stream's alone.
+    stream's failure (a read timeout, say) is that stream's alone. Given `consumers` (the engine's own), the
+    job is one task's work run here, in this thread, not in Spark (`engine.batch_in_engine`): for a few hundred
+    messages the job's start, the round trip to a Python worker and the results back cost more than the work.
     """
     items = [(b, pieces) for b, (_, tasks) in enumerate(batches) for pieces in tasks]
     if not items:
         return [BatchResult([]) for _ in batches]
     specs = [spec for spec, _ in batches]
-    groups = [[items[i] for i in group]
-              for group in pack_tasks([sum(p.size for p in pieces) for _, pieces in items], parallelism)]
     ingested_at = dt.datetime.now(dt.UTC)
+    if consumers is not None:
+        groups = [items]
+    else:
+        groups = [[items[i] for i in group]
+                  for group in pack_tasks([sum(p.size for p in pieces) for _, pieces in items], parallelism)]
 
     def work(task: int) -> list[tuple[int, TaskResult | FloeError]]:
         group = groups[task]
-        return list(zip([b for b, _ in group], run_items([(specs[b], pieces) for b, pieces in group], ingested_at)))
+        return list(zip([b for b, _ in group],
+                        run_items([(specs[b], pieces) for b, pieces in group], ingested_at, consumers)))
 
     per_batch: list[list] = [[] for _ in batches]
-    for task_results in run_in_tasks(spark, work, len(groups)):
+    for task_results in ([work(0)] if consumers is not None else run_in_tasks(spark, work, len(groups))):
         for b, result in task_results:
             per_batch[b].append(result)
     return [next((r for r in results if isinstance(r, FloeError)), None) or BatchResult(results)

@@ -259,7 +259,7 @@ class Engine:
 
     def _start_worker(self, stream: StreamDef, until_caught_up: bool = False) -> None:
         if self.jobs is None:
-            self.jobs = BatchJobs(self.spark)
+            self.jobs = BatchJobs(self.spark, self.settings.engine.batch_in_engine)
         shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake, self.jobs, self.committed,
                         self.pollers, self.outages, self.discover)
         worker = StreamWorker(shared, stream, until_caught_up)

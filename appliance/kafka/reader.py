@@ -1,7 +1,8 @@
-"""Reading offset ranges of Kafka partitions, inside Spark tasks.
+"""Reading offset ranges of Kafka partitions, inside Spark tasks (or the engine's process, for a small job).
 
 Consumers are kept per Python worker and reused across tasks, because creating
-one costs a broker round trip while Spark reuses its workers between batches.
+one costs a broker round trip while Spark reuses its workers between batches (the engine keeps its own,
+closed when it stops).
 A piece that cannot be read to its end says why with a typed, picklable error,
 so the engine can tell a timeout from an unreachable broker or a refused login.
 """
@@ -21,7 +22,8 @@ from appliance.kafka.records import RawBatch
 from appliance.kafka.settings import KafkaSettings
 
 # Each cluster's consumer, with the options (secret references resolved) it was made with.
-_CONSUMERS: dict[KafkaSettings, tuple[dict[str, str], Consumer]] = {}
+Consumers = dict[KafkaSettings, tuple[dict[str, str], Consumer]]
+_CONSUMERS: Consumers = {}  # a Python worker's
 _THROTTLED: dict[KafkaSettings, int] = {}  # the longest throttle a cluster's brokers reported, ms
 
 # In a Spark worker nobody configures logging: without a handler, librdkafka's
@@ -53,15 +55,15 @@ class PieceResult:
 READER_GROUP = "floe.reader"  # a label for the broker's logs: offsets are assigned, never committed
 
 
-def _consumer(settings: KafkaSettings) -> Consumer:
+def _consumer(settings: KafkaSettings, consumers: Consumers) -> Consumer:
     # Secret references are resolved here, in the task, at each read: the worker's environment and
     # files, never values shipped with the task; a rotated secret gets a consumer of its own.
     resolved = settings.resolved_options()
-    kept = _CONSUMERS.get(settings)
+    kept = consumers.get(settings)
     if kept is not None and kept[0] == resolved:
         return kept[1]
     if kept is not None:
-        del _CONSUMERS[settings]
+        del consumers[settings]
         kept[1].close()
 
     def throttled(event) -> None:  # a broker's quota slowed the fetches: an alert rule looks at it
@@ -71,8 +73,16 @@ def _consumer(settings: KafkaSettings) -> Consumer:
         READER_GROUP, logger=KAFKA_LOG, resolved=resolved, throttle_cb=throttled,
         **{"fetch.wait.max.ms": 50, "queued.max.messages.kbytes": 32768, "max.partition.fetch.bytes": 4194304},
     ))
-    _CONSUMERS[settings] = (resolved, consumer)
+    consumers[settings] = (resolved, consumer)
     return consumer
+
+
+def close_consumers(consumers: Consumers) -> None:
+    """Close the consumers a caller kept (`read_topics`' `consumers`): a process that outlives its reads (the
+    engine's) leaves no connection behind to reconnect to a broker gone since."""
+    while consumers:
+        _, (_, consumer) = consumers.popitem()
+        consumer.close()
 
 
 @dataclass
@@ -86,12 +96,15 @@ class _Range:
 
 
 def read_topics(settings: KafkaSettings, reads: list[tuple[str, list[Piece]]], fetch_timeout: float,
-                consumer: Consumer | None = None) -> list[tuple[RawBatch, list[PieceResult]]]:
+                consumer: Consumer | None = None, consumers: Consumers | None = None
+                ) -> list[tuple[RawBatch, list[PieceResult]]]:
     """The messages of each (topic, pieces) of one cluster, read with one consumer and one assignment.
 
     Several streams' small batches in one task cost one fetch round trip, not one per
     partition and stream. Two reads of the same topic (two streams of one topic) are read
-    one after the other. `consumer`: one of the caller's (a sample's), instead of the worker's own.
+    one after the other. `consumer`: one of the caller's (a sample's), instead of the worker's own;
+    `consumers`: where the caller keeps one per cluster (the engine's, for the jobs it runs itself), instead of
+    the worker's.
     """
     out: list[tuple[RawBatch, list[PieceResult]] | None] = [None] * len(reads)
     pending = list(range(len(reads)))
@@ -99,8 +112,8 @@ def read_topics(settings: KafkaSettings, reads: list[tuple[str, list[Piece]]], f
         topics: set[str] = set()
         now = [i for i in pending if not (reads[i][0] in topics or topics.add(reads[i][0]))]
         pending = [i for i in pending if i not in now]
-        for i, done in zip(now, _read_round(consumer or _consumer(settings), settings, [reads[i] for i in now],
-                                            fetch_timeout)):
+        reader = consumer or _consumer(settings, _CONSUMERS if consumers is None else consumers)
+        for i, done in zip(now, _read_round(reader, settings, [reads[i] for i in now], fetch_timeout)):
             out[i] = done
     return out
 
