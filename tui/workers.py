@@ -2,10 +2,13 @@
 
 Every widget and screen that runs workers mixes in `ReportsFailures`: a worker that ends
 in error (`exit_on_error=False` keeps the app running) becomes a toast. A refresh that
-fails every second is reported once, and again only after it has worked in between.
+fails every second is reported once, and again only after it has worked in between. A view that reads
+itself every second does it through `Refresh`: never a read over one still going.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 from textual.worker import Worker, WorkerState
 
@@ -40,3 +43,25 @@ class FailureLog:
             return None
         self.failing[key] = text
         return f"{worker.group or worker.name}: {text}"
+
+
+class Refresh:
+    """A view's reading of itself: due every second, started only once the last read has finished; asked for
+    now (another stream or table to show, an action done), started at once.
+
+    Under load a read can outlast the second between two. Started anyway, an exclusive worker cancels the one
+    still going: a view that drops a cancelled read's result then shows nothing at all ("loading…" for good, as
+    the stream detail did), and one that posts it anyway piles up a thread a second. `read` starts the view's
+    worker (or returns None: nothing to read yet). On the UI thread; a worker thread asks with
+    `app.call_from_thread(reading.now)`."""
+
+    def __init__(self, read: Callable[[], Worker | None]) -> None:
+        self.read = read
+        self.worker: Worker | None = None
+
+    def due(self) -> None:
+        if self.worker is None or self.worker.is_finished:
+            self.worker = self.read()
+
+    def now(self) -> None:
+        self.worker = self.read()

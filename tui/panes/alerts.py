@@ -25,7 +25,7 @@ from tui.screens.confirm import ConfirmScreen
 from tui.screens.sections import REFRESH
 from tui.widgets.rows import put_rows, selected_key
 from tui.widgets.texts import Texts
-from tui.workers import ReportsFailures
+from tui.workers import Refresh, ReportsFailures
 
 if TYPE_CHECKING:  # the UI reads incidents from the views, it never opens the state database itself
     from appliance.state.alerting import Incident
@@ -110,8 +110,9 @@ class AlertsPane(ReportsFailures, Vertical):
         yield incidents
 
     def on_mount(self) -> None:
-        self.load()
-        self.set_interval(1.0, self.load, name=REFRESH)
+        self.reading = Refresh(self.load)
+        self.reading.now()
+        self.set_interval(1.0, self.reading.due, name=REFRESH)
 
     @work(thread=True, exclusive=True, group="alerts-load", exit_on_error=False)
     def load(self) -> None:
@@ -141,7 +142,7 @@ class AlertsPane(ReportsFailures, Vertical):
     def _added(self, said: str | None) -> None:
         if said:
             self.notify(said)
-            self.load()
+            self.reading.now()
 
     def action_remove(self) -> None:
         name = self.selected()
@@ -167,7 +168,7 @@ class AlertsPane(ReportsFailures, Vertical):
             self.post_message(ActionDone(f"Removed alert {name}"))
         except Exception as exc:
             self.post_message(ActionDone(str(exc), error=True))
-        self.load()
+        self.app.call_from_thread(self.reading.now)
 
     def action_test(self) -> None:
         if name := self.selected():

@@ -15,7 +15,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Label, Select, Static
-from textual.worker import get_current_worker
+from textual.worker import Worker, get_current_worker
 
 from appliance.core.vocabulary import EventLevel
 from appliance.views.events import EventsFeed, EventsFollower, EventView
@@ -24,7 +24,7 @@ from tui.screens.sections import REFRESH
 from tui.styles import LEVEL_STYLE, level_text, styled
 from tui.widgets.rows import put_row, trim_rows
 from tui.widgets.texts import Texts
-from tui.workers import ReportsFailures
+from tui.workers import Refresh, ReportsFailures
 
 ALL = "*"  # the filter's "All streams": no stream is named so (a-z, 0-9, _ and - only)
 LIMIT = 200
@@ -64,15 +64,16 @@ class EventsPane(ReportsFailures, Vertical):
         yield Static("", id="events-message")
 
     def on_mount(self) -> None:
-        self.reload()
-        self.set_interval(1.0, self.reload, name=REFRESH)
+        self.reading = Refresh(self.read)
+        self.reading.now()
+        self.set_interval(1.0, self.reading.due, name=REFRESH)
 
-    def reload(self) -> None:
+    def read(self) -> Worker:
         if self.follower is None:
             self.follower = EventsFollower(self.app.settings, None if self.stream_filter == ALL else self.stream_filter,
                                            LIMIT)
             self.shown_version = 0
-        self.load(self.stream_filter, self.follower)
+        return self.load(self.stream_filter, self.follower)
 
     @work(thread=True, exclusive=True, group="events-load", exit_on_error=False)
     def load(self, stream: str, follower: EventsFollower) -> None:
@@ -90,7 +91,7 @@ class EventsPane(ReportsFailures, Vertical):
         if value != self.stream_filter:
             self.stream_filter = value
             self.follower = None
-            self.reload()
+            self.reading.now()
 
     def action_filter(self) -> None:
         select = self.query_one("#events-filter", Select)

@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, DataTable, Label, Static
-from textual.worker import get_current_worker
+from textual.worker import Worker, get_current_worker
 
 from appliance.config.policy import PolicySetting
 from appliance.control.maintenance import MaintainLaunch, request_run
@@ -38,7 +38,7 @@ from tui.screens.confirm import ConfirmScreen
 from tui.screens.sections import REFRESH
 from tui.styles import outcome_text
 from tui.widgets.rows import put_row, trim_rows
-from tui.workers import ReportsFailures
+from tui.workers import Refresh, ReportsFailures
 
 # task, button label, key (bound by the Tables pane), in the order the buttons stand
 BUTTONS = (
@@ -169,7 +169,8 @@ class MaintenancePanel(ReportsFailures, Vertical):
     def on_mount(self) -> None:
         # The same once-a-second read as the other live views: a run that ends, by whatever
         # trigger, shows up without a key press.
-        self.set_interval(1.0, self.load, name=REFRESH)
+        self.reading = Refresh(self.load)
+        self.set_interval(1.0, self.reading.due, name=REFRESH)
 
     def show_table(self, name: str | None) -> None:
         if name != self.table:
@@ -178,13 +179,14 @@ class MaintenancePanel(ReportsFailures, Vertical):
             self.shown_policy = None
             self.query_one("#maintenance-policy", Static).update("Loading…" if name else "")
             self.query_one("#maintenance-runs", DataTable).clear()
-        self.load()
+        self.reading.now()
 
     # ---- reading, in a worker ----
 
-    def load(self) -> None:
-        if self.table is not None:  # no thread a second while the Tables section was never opened
-            self.read(self.table)
+    def load(self) -> Worker | None:
+        if self.table is None:  # no thread a second while the Tables section was never opened
+            return None
+        return self.read(self.table)
 
     @work(thread=True, exclusive=True, group="maintenance-load", exit_on_error=False)
     def read(self, table: str) -> None:
@@ -236,7 +238,7 @@ class MaintenancePanel(ReportsFailures, Vertical):
                 self.post_message(MaintainLaunched(launch))
                 self.post_message(ActionDone(f"No engine running: started `floe maintain {table} --{task}`"
                                              f" in the background (log: {launch.log})"))
-        self.load()
+        self.app.call_from_thread(self.reading.now)
 
     @on(MaintainLaunched)
     def launched(self, message: MaintainLaunched) -> None:

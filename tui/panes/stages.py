@@ -21,7 +21,7 @@ from tui.screens.sections import REFRESH
 from tui.styles import phase_text
 from tui.widgets.rows import put_row, put_rows, selected_key
 from tui.widgets.texts import Texts
-from tui.workers import ReportsFailures
+from tui.workers import Refresh, ReportsFailures
 
 COLUMNS = [
     ("stage", "Stage"), ("kind", "Kind"), ("state", "State"), ("lag", "Lag rows"), ("snapshots", "Lag snaps"),
@@ -73,8 +73,9 @@ class StagesPane(ReportsFailures, Vertical):
 
     def on_mount(self) -> None:
         self.texts = Texts(self)  # a Static's update lays the whole screen out again: only on a change
-        self.load()
-        self.set_interval(1.0, self.load, name=REFRESH)
+        self.reading = Refresh(self.load)
+        self.reading.now()
+        self.set_interval(1.0, self.reading.due, name=REFRESH)
 
     @work(thread=True, exclusive=True, group="stages-load", exit_on_error=False)
     def load(self) -> None:
@@ -125,7 +126,7 @@ class StagesPane(ReportsFailures, Vertical):
     def _saved(self, said: str | None) -> None:
         if said:
             self.notify(said)
-            self.load()
+            self.reading.now()
 
     def action_pause(self) -> None:
         if name := self.selected():
@@ -142,7 +143,7 @@ class StagesPane(ReportsFailures, Vertical):
             self.post_message(ActionDone(f"{'Paused' if paused else 'Resumed'} stage {name}"))
         except Exception as exc:
             self.post_message(ActionDone(str(exc), error=True))
-        self.load()
+        self.app.call_from_thread(self.reading.now)
 
     def action_delete(self) -> None:
         name = self.selected()
@@ -162,4 +163,4 @@ class StagesPane(ReportsFailures, Vertical):
             self.post_message(ActionDone(f"Deleted stage {name} and its table"))
         except Exception as exc:
             self.post_message(ActionDone(str(exc), error=True))
-        self.load()
+        self.app.call_from_thread(self.reading.now)

@@ -28,7 +28,7 @@ from tui.styles import PHASE_STYLE, phase_text, styled
 from tui.widgets.name_filter import NameFilter
 from tui.widgets.rows import put_ordered_rows, selected_key
 from tui.widgets.texts import Texts
-from tui.workers import ReportsFailures
+from tui.workers import Refresh, ReportsFailures
 
 COLUMNS = [
     ("stream", "Stream"), ("state", "State"), ("rate", "Msg/s"), ("rows_1m", "Rows 1m"),
@@ -100,13 +100,14 @@ class StreamsPane(ReportsFailures, Vertical):
         yield table
 
     def on_mount(self) -> None:
-        self.load()
+        self.reading = Refresh(self.load)
+        self.reading.now()
         self.set_interval(1.0, self.refresh_due, name=REFRESH)
 
     def refresh_due(self) -> None:
         """Read again while the section can be seen: not behind a stream's detail nor another section."""
         if self.screen.is_current and self.parent is not None and self.parent.display:
-            self.load()
+            self.reading.due()
 
     @work(thread=True, exclusive=True, group="streams-load", exit_on_error=False)
     def load(self) -> None:
@@ -185,7 +186,7 @@ class StreamsPane(ReportsFailures, Vertical):
             self.post_message(ActionDone(f"{'Paused' if paused else 'Resumed'} {name}"))
         except Exception as exc:
             self.post_message(ActionDone(str(exc), error=True))
-        self.load()
+        self.app.call_from_thread(self.reading.now)
 
     def action_delete(self) -> None:
         name = self.selected()
@@ -208,4 +209,4 @@ class StreamsPane(ReportsFailures, Vertical):
             self.post_message(ActionDone(f"Deleted {name} and its tables"))
         except Exception as exc:
             self.post_message(ActionDone(str(exc), error=True))
-        self.load()
+        self.app.call_from_thread(self.reading.now)

@@ -33,7 +33,7 @@ from tui.widgets.footer import Footer
 from tui.widgets.rows import put_row, trim_rows
 from tui.widgets.texts import Texts
 from tui.widgets.topic_tables import TopicTablesList
-from tui.workers import ReportsFailures
+from tui.workers import Refresh, ReportsFailures
 
 BATCH_COLUMNS = [
     ("time", "Committed"), ("messages", "Messages"), ("rows", "Rows"), ("dead", "Dead letters"),
@@ -159,14 +159,9 @@ class StreamDetailScreen(ReplaysDeadLetters, ReportsFailures):
 
     def on_mount(self) -> None:
         self.sub_title = f"stream {self.stream_name}"
-        self.reading = self.load()
-        self.set_interval(1.0, self.reload)
-
-    def reload(self) -> None:
-        """Read again each second, but never over a read still going: under load a read can take more than a
-        second, and each one cancelled by the next, the screen showed nothing at all."""
-        if self.reading.is_finished:
-            self.reading = self.load()
+        self.reading = Refresh(self.load)
+        self.reading.now()
+        self.set_interval(1.0, self.reading.due)
 
     # ---- reading, in workers ----
 
@@ -353,4 +348,4 @@ class StreamDetailScreen(ReplaysDeadLetters, ReportsFailures):
             self.post_message(ActionDone(f"{'Paused' if paused else 'Resumed'} {self.stream_name}"))
         except Exception as exc:
             self.post_message(ActionDone(str(exc), error=True))
-        self.app.call_from_thread(self.load)
+        self.app.call_from_thread(self.reading.now)
