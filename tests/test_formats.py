@@ -187,6 +187,11 @@ def test_a_registry_that_is_down_holds_the_batch_and_dead_letters_nothing(broker
                        "ingest.down", "--format", "avro", "--schema-registry", own.url,
                        "--schema-registry-option", "timeout=1", "--schema-registry-option", "max.retries=0")
         assert created.returncode == 0, created.stderr
+        # A second writer schema (another id, the same field), first met by the engine while the registry is down:
+        # the first one this process already read, sampling the topic for `stream create`.
+        again = avro_serializer(own, {"type": "record", "name": "R", "doc": "the second writer",
+                                      "fields": [{"name": "n", "type": "long"}]}, topic)
+        broker.produce(topic, [again({"n": i}) for i in range(50, 80)], partition=0)
         os.kill(own.proc.pid, signal.SIGSTOP)
         thaw = threading.Timer(6.0, os.kill, (own.proc.pid, signal.SIGCONT))
         thaw.start()
@@ -194,7 +199,7 @@ def test_a_registry_that_is_down_holds_the_batch_and_dead_letters_nothing(broker
         thaw.join()
         [counts] = query_json("select (select count(*) from ingest.down) t, (select count(*) from ingest.down_dlq) d,"
                               " (select sum(n) from ingest.down) s")
-        assert counts == {"t": 50, "d": 0, "s": sum(range(50))}
+        assert counts == {"t": 80, "d": 0, "s": sum(range(80))}
         with StateStore(load_settings().state_db) as state:
             kinds = [e.kind for e in state.events("down")]
         assert "registry_unreachable" in kinds and "stream_recovered" in kinds

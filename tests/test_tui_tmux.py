@@ -21,28 +21,34 @@ from conftest import ROOT, floe, pizza_values, wait_for
 
 
 class Terminal:
+    """A tmux session on a tmux server of its own (`-L`): two tests' terminals at once (pytest-xdist) never meet
+    on the default server, which exits when its last session closes, under the other's `new-session` ("server
+    exited unexpectedly")."""
+
     def __init__(self, command: str, env: dict[str, str], size=(200, 50)) -> None:
         self.name = f"floe-{uuid.uuid4().hex[:8]}"
-        args = ["tmux", "new-session", "-d", "-s", self.name, "-x", str(size[0]), "-y", str(size[1])]
+        self.tmux = ["tmux", "-L", self.name]
+        args = [*self.tmux, "new-session", "-d", "-s", self.name, "-x", str(size[0]), "-y", str(size[1])]
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
         subprocess.run(args + [command], check=True, cwd=ROOT)
 
     def keys(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
 
     def type(self, text: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, "-l", text], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, "-l", text], check=True)
 
     def screen(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
+        return subprocess.run([*self.tmux, "capture-pane", "-p", "-t", self.name], capture_output=True,
+                              text=True).stdout
 
     def wait(self, pattern: str, timeout: float = 60) -> str:
         return wait_for(lambda: re.search(pattern, self.screen()) and self.screen(), timeout, 0.2,
                         what=f"{pattern!r} on screen; last screen:\n{self.screen()}")
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
 
 
 def engines_of(home: Path) -> set[int]:
