@@ -77,3 +77,34 @@ def test_manifests_and_lists_of_each_writer_read_as_pyiceberg_reads_them(floe_ho
     assert len(lists) == 39 and len(entries) > 200  # merged manifests list their files again
     partitions = [entry[4][3] for entry in entries]  # the data file's partition: (day, store)
     assert {p[1] for p in partitions} == {"a", "b", None} and all(isinstance(p[0], int) for p in partitions)
+
+
+def test_a_files_header_reads_as_pyiceberg_reads_it(floe_home, monkeypatch):
+    """The container header (its metadata: the schemas, the codec; the sync marker every block is checked
+    against) through the one header reader kept for every file."""
+    from pyiceberg.manifest import MANIFEST_ENTRY_SCHEMAS, MANIFEST_LIST_FILE_SCHEMAS
+
+    floe_home.mkdir(parents=True)
+    catalog = Catalog(load_settings())
+    table, _ = catalog.ensure_table("n.h", SCHEMA)
+    rows = pa.table({"id": [1], "store": ["a"], "at": [dt.datetime(2026, 11, 27, tzinfo=dt.timezone.utc)]},
+                    schema=pa.schema([pa.field("id", pa.int64()), pa.field("store", pa.string()),
+                                      pa.field("at", pa.timestamp("us", tz="UTC"))]))
+    for i in range(1, 3):
+        table, _ = commit_files(table, write_data_files(TableTarget.of(table), rows), "s", "t",
+                                None if i == 1 else {0: i - 1}, {0: i})
+    listed = table.current_snapshot().manifest_list
+    manifest = next(iter(read_manifest_list(table.io.new_input(listed))))
+    files = [(listed, MANIFEST_LIST_FILE_SCHEMAS[2]), (manifest.manifest_path, MANIFEST_ENTRY_SCHEMAS[2])]
+
+    def headers(enter) -> list:
+        monkeypatch.setattr(AvroFile, "__enter__", enter)
+        out = []
+        for path, schema in files:
+            with AvroFile(table.io.new_input(path), schema) as f:
+                out.append(plain(f.header))
+        return out
+
+    expected = headers(avro_readers.PYICEBERG_ENTER)
+    assert headers(avro_readers._enter) == expected == headers(avro_readers._enter)
+    assert all(h[0] == b"Obj\x01" and len(h[2]) == 16 and "avro.schema" in h[1] for h in expected)

@@ -234,6 +234,26 @@ def test_deletes_committed_during_a_rewrite_are_carried_to_its_new_files(table):
     assert set(live_deletes(table).files) == {moved.file_path}, "the late delete file, naming no live file, is gone"
 
 
+def test_live_deletes_of_a_table_whose_summary_says_none_read_no_manifest(table, monkeypatch):
+    """An append-only table's summary says it holds no delete file: nothing is read to find none. Once one is
+    committed, or when a summary does not say (another writer's), the manifests are read."""
+    import appliance.mergeonread.deletes as deletes_module
+
+    reads = []
+    entries = deletes_module.live_entries
+    monkeypatch.setattr(deletes_module, "live_entries", lambda t: reads.append(1) or entries(t))
+    first = data(table, [1, 2, 3], "a")
+    table = commit_changes(table, FileChanges(data=first), Operation.APPEND, {})
+    assert table.current_snapshot().summary["total-delete-files"] == "0"
+    assert not live_deletes(table).files and reads == []
+    late = write_position_deletes(table.metadata, table.io, {first[0].file_path: [1]},
+                                  table.metadata.default_spec_id, first[0].partition)
+    table = commit_changes(table, FileChanges(deletes=[late]), Operation.DELETE, {})
+    assert set(live_deletes(table).files) == {late.file_path} and reads == [1]
+    del table.current_snapshot().summary.additional_properties["total-delete-files"]  # a writer that keeps none
+    assert set(live_deletes(table).files) == {late.file_path} and reads == [1, 1]
+
+
 def test_a_rewrite_carries_deletes_before_the_commit_lock_and_only_newer_ones_under_it(table):
     """At 10^8 keys carrying a rewrite's worth of a stream's deletes under the table's commit lock held the
     stream's batches 12 s: those committed before the commit are carried while the stream still commits,
