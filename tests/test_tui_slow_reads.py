@@ -6,6 +6,7 @@ showed nothing at all."""
 import threading
 import time
 
+import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 from rich.text import Text
@@ -45,10 +46,20 @@ class Reads:
                     self.done += 1
         return slow
 
+    async def one_at_a_time(self, pilot) -> None:
+        """Reads go on, every second or so, and never two at once."""
+        await until(pilot, lambda: self.done >= 3, 15, "reads going on")
+        assert self.most == 1, "one read at a time"
 
-async def test_events_read_slower_than_their_refresh_still_show(floe_home, monkeypatch):
+
+@pytest.fixture
+def settings(floe_home):
     settings = load_settings()
     ensure_home(settings)
+    return settings
+
+
+async def test_events_read_slower_than_their_refresh_still_show(settings, monkeypatch):
     with StateStore(settings.state_db) as state:
         state.add_event(EventKind.STREAM_CREATED, "stream created: slow-topic -> ns.slow", "slow")
     reads = Reads()
@@ -59,13 +70,10 @@ async def test_events_read_slower_than_their_refresh_still_show(floe_home, monke
         table = app.query_one("#events-table")
         messages = lambda: [Text.from_markup(str(table.get_cell(k, "message"))).plain for k in table.rows]  # noqa: E731
         await until(pilot, lambda: "stream created: slow-topic -> ns.slow" in messages(), 15, "the event")
-        await until(pilot, lambda: reads.done >= 3, 15, "reads going on")
-        assert reads.most == 1, "one read at a time"
+        await reads.one_at_a_time(pilot)
 
 
-async def test_maintenance_read_slower_than_its_refresh_still_shows(floe_home, monkeypatch):
-    settings = load_settings()
-    ensure_home(settings)
+async def test_maintenance_read_slower_than_its_refresh_still_shows(settings, monkeypatch):
     Catalog(settings).ensure_table("ns.slow", Schema(NestedField(1, "id", LongType(), required=False)))
     reads = Reads()
     monkeypatch.setattr(maintenance_module, "table_maintenance", reads.slowed(maintenance_module.table_maintenance))
@@ -76,5 +84,4 @@ async def test_maintenance_read_slower_than_its_refresh_still_shows(floe_home, m
         await until(pilot, lambda: "ns.slow\n" in str(summary.render()), 15, "the table's detail")
         await pilot.press("m")
         await until(pilot, lambda: "target_file_size" in policy_text(app), 15, "the policy, read slowly")
-        await until(pilot, lambda: reads.done >= 3, 15, "reads going on")
-        assert reads.most == 1, "one read at a time"
+        await reads.one_at_a_time(pilot)
