@@ -32,6 +32,13 @@ class Reads:
         self.lock = threading.Lock()
         self.now = self.most = self.done = 0
 
+    @classmethod
+    def slowing(cls, monkeypatch, owner, name: str) -> "Reads":
+        """`owner.name` (a view's read) made slow for the test, and counted."""
+        reads = cls()
+        monkeypatch.setattr(owner, name, reads.slowed(getattr(owner, name)))
+        return reads
+
     def slowed(self, read):
         def slow(*args, **kwargs):
             with self.lock:
@@ -62,8 +69,7 @@ def settings(floe_home):
 async def test_events_read_slower_than_their_refresh_still_show(settings, monkeypatch):
     with StateStore(settings.state_db) as state:
         state.add_event(EventKind.STREAM_CREATED, "stream created: slow-topic -> ns.slow", "slow")
-    reads = Reads()
-    monkeypatch.setattr(EventsFollower, "read", reads.slowed(EventsFollower.read))
+    reads = Reads.slowing(monkeypatch, EventsFollower, "read")
     app = FloeApp(settings)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("4")
@@ -75,8 +81,7 @@ async def test_events_read_slower_than_their_refresh_still_show(settings, monkey
 
 async def test_maintenance_read_slower_than_its_refresh_still_shows(settings, monkeypatch):
     Catalog(settings).ensure_table("ns.slow", Schema(NestedField(1, "id", LongType(), required=False)))
-    reads = Reads()
-    monkeypatch.setattr(maintenance_module, "table_maintenance", reads.slowed(maintenance_module.table_maintenance))
+    reads = Reads.slowing(monkeypatch, maintenance_module, "table_maintenance")
     app = FloeApp(settings)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("2")

@@ -40,14 +40,14 @@ BUSY, TRICKLE = 0, 1
 JITTER = 0.25  # a step that began within this share of a tick after it began at that tick (`trickle_due`)
 
 
-def planned(tasks: list[list[Piece]]) -> int:
-    """The messages a batch's tasks plan to read."""
-    return sum(piece.size for task in tasks for piece in task)
+def planned(batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> int:
+    """The messages batches' tasks plan to read."""
+    return sum(piece.size for _, tasks in batches for task in tasks for piece in task)
 
 
 def lane(batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> int:
     """The lane of one worker's batches: BUSY when they plan `BUSY_MESSAGES` or more messages."""
-    return BUSY if sum(planned(tasks) for _, tasks in batches) >= BUSY_MESSAGES else TRICKLE
+    return BUSY if planned(batches) >= BUSY_MESSAGES else TRICKLE
 
 
 def next_tick(after: float, grid: float) -> float:
@@ -203,7 +203,7 @@ class BatchJobs:
     def _run(self, batch: list[_Request], at: int) -> None:
         batches = [b for r in batch for b in r.batches]
         try:
-            if sum(planned(tasks) for _, tasks in batches) <= self.in_engine:
+            if planned(batches) <= self.in_engine:
                 self.jobs_in_engine += 1
                 results = run_batches(self.spark, batches, 1, consumers=self._consumers[at])
             else:

@@ -103,14 +103,10 @@ class StreamSchema:
         for key in new:
             try:
                 found = registry(self.stream.registry).versions_of(int(key.split(":")[0]))
-            except FloeError as exc:
+            except (FloeError, ValueError) as exc:
                 log.info("stream %s: no subject for schema %s: %s", self.stream.name, key, exc)
-                if not exc.retryable:
+                if not getattr(exc, "retryable", False):
                     settled.add(key)
-                continue
-            except ValueError as exc:
-                log.info("stream %s: no subject for schema %s: %s", self.stream.name, key, exc)
-                settled.add(key)
                 continue
             settled.add(key)
             if found:
