@@ -3,6 +3,7 @@ busiest tables first, says so in `floe table runs`, and its rewrites always leav
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 
 import pyarrow as pa
@@ -11,7 +12,7 @@ import pytest
 from appliance.config.settings import ensure_home, load_settings
 from appliance.core.vocabulary import MaintenanceTask
 from appliance.maintenance.maintainer import Maintainer
-from appliance.maintenance.queue import Due, commits_since, ordered
+from appliance.maintenance.queue import Due, commits_since, ordered, spread, stretch
 from appliance.maintenance.rewrite import JOB_GROUP, at_once
 from appliance.maintenance.scheduler import MaintenanceScheduler
 from appliance.state.store import StateStore
@@ -31,6 +32,36 @@ def test_compactions_first_the_most_files_to_merge_weighted_by_commits_then_by_n
     assert Due("a.busy", (C,), 20, 600).score > Due("a.big", (C,), 100, 0).score  # busy enough outranks bigger
     assert Due("a.quiet", (E, ORPH), 0, 3).reason == "3 commits in the last hour"
     assert commits_since([1, 5, 9, 10], 9) == 2
+
+
+def test_tables_maintained_together_first_drift_apart_and_none_more_often_than_its_interval():
+    """A database's CDC: 200 tables created, first compacted at the same check; each then compacted every
+    stretch of its own. Without it all 200 stay due at one check of every interval, a wave of work."""
+    names = [f"cdc.inventory_table_{i}" for i in range(200)]
+    assert spread(names[0]) == spread(names[0]) and all(0 <= spread(n) < 1 for n in names)
+    own = [stretch(n, 600.0) for n in names]
+    assert all(600.0 <= s < 750.0 for s in own) and len(set(own)) == 200
+    checks = [int(5 * s // 60) for s in own]  # the check (one a minute) at which each is due the fifth time
+    busiest = max(checks.count(c) for c in set(checks))
+    assert busiest <= 30, f"{busiest} of 200 tables due at one check of the fifth interval"
+    assert len(set(checks)) >= 12  # spread over the 12.5 minutes the stretches span by then
+
+
+def test_a_tables_task_is_due_its_own_stretch_after_it_last_ran(floe_home):
+    settings, catalog = _lab(floe_home)
+    name = next(n for n in (f"lab.t{i}" for i in range(100)) if spread(n) > 0.4)
+    _fragmented(catalog, name, 6)
+    maintainer = Maintainer(settings, catalog=catalog)
+    assert C in maintainer.due(name), "never compacted: due at once"
+    assert maintainer.run(name, C).outcome == "ok"
+    table = catalog.table(name)
+    for i in range(6):  # as fragmented again
+        table.append(pa.table({"id": [i], "day": ["2026-11-03"]}, schema=table.schema().as_arrow()))
+    finished = dt.datetime.fromisoformat(maintainer.state.last_run(name, C).finished_at).timestamp()
+    interval = maintainer.policy(name).compact_interval
+    assert C not in maintainer.due(name, clock=lambda: finished + interval)  # its own interval is a tenth longer
+    assert C not in maintainer.due(name, clock=lambda: finished + stretch(name, interval) - 1)
+    assert C in maintainer.due(name, clock=lambda: finished + stretch(name, interval))
 
 
 @pytest.mark.parametrize("slots, groups, sharing, step", [

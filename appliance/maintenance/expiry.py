@@ -22,6 +22,7 @@ from appliance.core.errors import CommitConflict
 from appliance.core.retry import retrying
 from appliance.core.vocabulary import RunOutcome
 from appliance.maintenance.job import Job, plural
+from appliance.maintenance.queue import spread
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_lock
@@ -55,11 +56,12 @@ def stage_positions(settings: Settings, catalog: Catalog, name: str) -> frozense
     return frozenset(found)
 
 
-def over_cap(snapshots: int, policy: Policy) -> bool:
+def over_cap(snapshots: int, policy: Policy, table: str = "") -> bool:
     """Whether a table's snapshots are enough over `max_snapshots` for an expiry to be due now, whatever the
-    expiry interval: a fifth over (at least 10), so that a stream's table is expired in batches, each a commit
-    and a walk of its manifests, not at every check once past the cap."""
-    return snapshots > policy.max_snapshots + max(10, policy.max_snapshots // 5)
+    expiry interval: a fifth over (at least 10), and up to a tenth more for each table its own (`queue.spread`),
+    so that a stream's table is expired in batches, each a commit and a walk of its manifests, not at every check
+    once past the cap, and tables that reached the cap together do not stay in step."""
+    return snapshots > policy.max_snapshots + max(10, policy.max_snapshots // 5) * (1 + spread(table) / 2)
 
 
 def plan_expiry(table: Table, policy: Policy, now_ms: int | None = None,

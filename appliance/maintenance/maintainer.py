@@ -31,7 +31,7 @@ from appliance.core.vocabulary import (
 from appliance.maintenance import compaction, expiry, orphans, retention
 from appliance.maintenance.job import Job
 from appliance.maintenance.policies import effective_policy
-from appliance.maintenance.queue import Due, commits_since
+from appliance.maintenance.queue import Due, commits_since, stretch
 from appliance.maintenance.rewrite import SHARING
 from appliance.state.records import RunRecord
 from appliance.state.store import StateStore
@@ -157,7 +157,7 @@ class Maintainer:
             else:
                 merge = 0
         snapshots = len(t.metadata.snapshots)
-        if snapshots > policy.min_snapshots and (expiry.over_cap(snapshots, policy) or self._older_than(
+        if snapshots > policy.min_snapshots and (expiry.over_cap(snapshots, policy, table) or self._older_than(
                 table, MaintenanceTask.EXPIRE, cfg.expire_interval, clock)):
             stages = expiry.stage_positions(self.settings, self.catalog, table)
             if expiry.plan_expiry(t, policy, int(clock() * 1000), stages).expire:
@@ -168,9 +168,11 @@ class Maintainer:
         return Due(table, tuple(out), merge, busy)
 
     def _older_than(self, table: str, task: MaintenanceTask, seconds: float, clock: Callable[[], float]) -> bool:
+        """Whether the task last ran (or was found with nothing to do) at least the table's own stretch of
+        `seconds` ago (`queue.stretch`)."""
         last = self.state.last_run(table, task, outcomes=(RunOutcome.OK, RunOutcome.NOTHING_TO_DO, RunOutcome.FAILED))
         if last is None:
             return True
         finished = dt.datetime.fromisoformat(last.finished_at).timestamp()
-        return clock() - finished >= seconds
+        return clock() - finished >= stretch(table, seconds)
 

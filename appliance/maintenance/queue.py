@@ -10,6 +10,7 @@ table fragments again fastest, and its readers are the most); ties by name, so t
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 from appliance.core.vocabulary import MaintenanceTask
@@ -47,3 +48,14 @@ def ordered(dues: list[Due]) -> list[Due]:
 def commits_since(snapshot_times_ms: list[int], since_ms: int) -> int:
     """How many of a table's snapshots were committed at or after `since_ms`."""
     return sum(1 for t in snapshot_times_ms if t >= since_ms)
+
+
+def spread(table: str) -> float:
+    """A stable share in [0, 1) of the table's own (its name's CRC-32), the same in every process and run."""
+    return zlib.crc32(table.encode()) / 2**32
+
+
+def stretch(table: str, interval: float) -> float:
+    """The table's own interval of a task that runs at most every `interval`: up to a quarter longer, so that
+    tables maintained together first are due at different checks after a few intervals, never all at once."""
+    return interval * (1 + spread(table) / 4)
