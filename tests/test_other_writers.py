@@ -108,11 +108,13 @@ def test_retention_compaction_a_stage_and_the_audit_read_every_writers_files(bro
     assert run.outcome == "ok" and run.rows_deleted == len(old), run.detail
     assert {r["id"] for r in rows("select id from ingest.orders")} == every - old
 
-    load(range(200, 204), large=True)  # more of the team's rows, to be compacted with Floe's own
+    # More of the team's rows than the retention's file holds, to be compacted with Floe's own (fewer would be
+    # merged without it: `compaction.newer_worth_merging`).
+    load(range(200, 240), large=True)
     assert writers(settings, "ingest.orders")[0], "a file with large types to compact"
     run = maintainer.run("ingest.orders", "compact")
     assert run.outcome == "ok", run.detail
-    assert sorted(r["id"] for r in rows("select id from ingest.orders")) == sorted(every - old | set(range(200, 204)))
+    assert sorted(r["id"] for r in rows("select id from ingest.orders")) == sorted(every - old | set(range(200, 240)))
     assert rows("select v from ingest.orders where id = 200") == [{"v": "loaded 200"}]
     assert len(Catalog(settings).table("ingest.orders").inspect.files()) == 1
 

@@ -5,11 +5,19 @@ a contiguous stretch of the stream (good for pruning by time and for retention).
 an older partition spec are rewritten into the current one (split by its partitions).
 Readers see every row exactly once before, during and after: the new files become
 visible in the same snapshot that removes the old ones.
+
+A trickle's partition (a day of a few rows a second) never reaches the small-file size: rewriting it whole at
+every compaction would rewrite its whole day so far every ten minutes, each row a hundred times by the evening
+(and over `rewrite_in_engine`, as a Spark job). So, as an LSM tree's size tiers do, a file is left out while it
+holds more rows than all the newer ones after it (`newer_worth_merging`): each row is rewritten a few times
+(about the log of the compactions in its partition's day), a partition keeps a few files while written to, and
+once nothing new comes to it (every small file a rewrite's) it is merged whole, once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import Table
@@ -21,7 +29,7 @@ from appliance.core.errors import RewriteConflict
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import RunOutcome
 from appliance.maintenance.job import Job
-from appliance.maintenance.rewrite import RewriteGroup, repartitions, rewrite_groups
+from appliance.maintenance.rewrite import REWRITTEN, RewriteGroup, repartitions, rewrite_groups
 from appliance.mergeonread.deletes import LiveDeletes, live_deletes
 from appliance.mergeonread.folding import REWRITE_KEY, FoldMap
 from appliance.mergeonread.store import index_directory
@@ -118,6 +126,7 @@ def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:
         by_partition.setdefault(key, []).append(e)
     for (spec_id, _), group_entries in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
         group_entries.sort(key=lambda e: (e.sequence_number or 0, e.data_file.file_path))
+        group_entries = newer_worth_merging(group_entries, deletes.positions)
         current: list = []
         size = 0
         for e in group_entries:
@@ -134,6 +143,21 @@ def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:
     plan.groups = [g for g in plan.groups if len(g.files) >= MIN_GROUP_FILES or g.spec_id != current
                    or any(d is not None for d in g.deleted)]
     return plan
+
+
+def newer_worth_merging(entries: list[ManifestEntry], deleted: Any) -> list[ManifestEntry]:
+    """A partition's small files (oldest first) less its oldest while each holds more rows than all the files
+    after it: what one compaction merges (see the module's rule). All of them when none is new (every one a
+    rewrite's: the partition is no longer written to); a file some rows of which are deleted by position
+    (`deleted`: by path) is never left out (its deletes are folded in)."""
+    if all(e.data_file.file_path.rsplit("/", 1)[-1].startswith(REWRITTEN) for e in entries):
+        return entries
+    after = sum(e.data_file.record_count for e in entries)
+    for i, e in enumerate(entries):
+        after -= e.data_file.record_count
+        if e.data_file.file_path in deleted or e.data_file.record_count <= after:
+            return entries[i:]
+    return []
 
 
 def _group(files: list[DataFile], spec_id: int, deletes: LiveDeletes) -> RewriteGroup:

@@ -29,6 +29,7 @@ from appliance.tables.datafiles import TableTarget, table_metadata
 from appliance.tables.reading import file_tasks, read_batches
 from appliance.tables.storage import storage_errors
 
+REWRITTEN = "floe-rewrite-"  # the start of the name of every file a rewrite writes
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # a Parquet row group holds at most about this much, on disk
 POSITION = "__floe_position"  # a row's position in the file it is read from, while it is rewritten
 
@@ -114,7 +115,7 @@ class RollingWriter:
         self.group = group
         self.target = target_bytes
         self.bytes_per_row = max(1.0, bytes_per_row)
-        self.prefix = f"floe-rewrite-{uuid.uuid4()}"
+        self.prefix = f"{REWRITTEN}{uuid.uuid4()}"
         self.files: list[DataFile] = []
         self.rows = 0
         self._buffer: list[pa.RecordBatch] = []
