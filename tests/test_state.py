@@ -99,3 +99,17 @@ def test_totals_added_by_the_status_write_equal_those_read_and_added_before(tmp_
             assert (ours.rows_total, ours.dead_letter_total) == (theirs.rows_total, theirs.dead_letter_total)
             assert {**vars(ours), "updated_at": None} == {**vars(theirs), "updated_at": None}
         assert (ours.rows_total, ours.dead_letter_total) == (12, 3)
+
+
+def test_a_batchs_state_writes_and_maintenance_reads_ask_sqlite_nothing_about_views(tmp_path):
+    """Every `db[name]` of sqlite-utils asked `sqlite_master` for the views first: a query more for each status
+    write of every batch and each table's look by maintenance. The state database holds no views."""
+    with StateStore(tmp_path / "state.db") as state:
+        statements: list[str] = []
+        state.db.conn.set_trace_callback(statements.append)
+        state.update_status("s", {"rows_total": 5, "dead_letter_total": 0}, phase="running", lag=0)
+        assert state.last_run("ns.t", "compact") is None
+        assert state.policy("table", "ns.t") == {}
+        state.db.conn.set_trace_callback(None)
+        assert statements and not [s for s in statements if "sqlite_master" in s], statements
+        assert state.status("s").rows_total == 5

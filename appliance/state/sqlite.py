@@ -24,6 +24,14 @@ finally:
         else:
             sys.modules[_name] = _module
 
-Database = sqlite_utils.Database
+
+
+class Database(sqlite_utils.Database):
+    """sqlite-utils' database whose `db[name]` is the table of that name without asking SQLite first whether it is a
+    view (a query of `sqlite_master` each time, twice through `db.table`): the state database holds no views, and
+    every batch's status and record, and each table's look by maintenance, went through it."""
+
+    def __getitem__(self, table_name: str) -> sqlite_utils.db.Table:
+        return sqlite_utils.db.Table(self, table_name, strict=self.strict)
 
 __all__ = ["Database"]

@@ -67,7 +67,7 @@ class StageRecords:
         return StageStatus.of(rows[0]) if rows else StageStatus(name)
 
     def stage_statuses(self) -> dict[str, StageStatus]:
-        return {r["name"]: StageStatus.of(r) for r in self.db["stage_status"].rows}
+        return {r["name"]: StageStatus.of(r) for r in self._rows("stage_status")}
 
     def update_stage_status(self, name: str, **fields: Any) -> None:
         row = {"name": name, **fields, "updated_at": now()}

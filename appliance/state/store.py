@@ -98,8 +98,13 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _rows(self, table: str, where: str | None = None, args: list[Any] | None = None, **kwargs: Any):
-        return self.db[table].rows_where(where, args or [], **kwargs)
+    def _rows(self, table: str, where: str | None = None, args: list[Any] | None = None,
+              order_by: str | None = None, limit: int | None = None):
+        """Rows of `table` as dicts. One query: sqlite-utils' `rows_where` first asks `sqlite_master` whether the
+        table exists, a query more for every state read of every batch (every table exists once opened)."""
+        sql = (f"select * from [{table}]" + (f" where {where}" if where else "")
+               + (f" order by {order_by}" if order_by else "") + (f" limit {int(limit)}" if limit is not None else ""))
+        return self.db.query(sql, args or [])
 
     # ---- stream definitions ----
 
@@ -203,7 +208,7 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
         return StreamStatus.of(dict(zip([c[0] for c in cursor.description], row))) if row else StreamStatus(name)
 
     def statuses(self) -> dict[str, StreamStatus]:
-        return {r["name"]: StreamStatus.of(r) for r in self.db["stream_status"].rows}
+        return {r["name"]: StreamStatus.of(r) for r in self._rows("stream_status")}
 
     # The two writes every batch makes, as plain statements: through sqlite-utils, which looks
     # up the table's columns on each call, they cost more than the rest of the bookkeeping.
