@@ -93,3 +93,23 @@ def test_compactions_of_a_table_merge_the_newer_files_until_they_outnumber_the_o
     assert compact() == [12, 412]
     # Nothing new since: every small file a rewrite's, the partition is merged whole.
     assert compact() == [424]
+
+
+def test_an_older_specs_files_all_move_to_the_current_one_tiers_or_not(floe_home):
+    floe_home.mkdir(parents=True)
+    (floe_home / "floe.toml").write_text('[maintenance.policy]\ncompact_small_files = 5\n')
+    settings = load_settings()
+    ensure_home(settings)
+    catalog = Catalog(settings)
+    catalog.iceberg.create_namespace("lab")
+    schema = pa.schema([("id", pa.int64()), ("kind", pa.string())])
+    table = catalog.iceberg.create_table("lab.moved", schema)
+    table.append(pa.table({"id": list(range(200)), "kind": ["a"] * 200}, schema=schema))  # the older, larger
+    for i in range(6):
+        table.append(pa.table({"id": [1000 + i], "kind": ["a"]}, schema=schema))
+    with table.update_spec() as update:
+        update.add_identity("kind")
+    maintainer = Maintainer(settings, catalog=catalog)
+    assert maintainer.run("lab.moved", MaintenanceTask.COMPACT).outcome == "ok"
+    files = live_data_files(catalog.table("lab.moved"))
+    assert {f.spec_id for f in files} == {1} and sum(f.record_count for f in files) == 206

@@ -11,7 +11,8 @@ every compaction would rewrite its whole day so far every ten minutes, each row 
 (and over `rewrite_in_engine`, as a Spark job). So, as an LSM tree's size tiers do, a file is left out while it
 holds more rows than all the newer ones after it (`newer_worth_merging`): each row is rewritten a few times
 (about the log of the compactions in its partition's day), a partition keeps a few files while written to, and
-once nothing new comes to it (every small file a rewrite's) it is merged whole, once.
+once nothing new comes to it (every small file a rewrite's) it is merged whole, once. Files of an older partition
+spec are all rewritten, tiers or not: into the current spec.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def plan_compaction(table: Table, policy: Policy) -> CompactionPlan:
         by_partition.setdefault(key, []).append(e)
     for (spec_id, _), group_entries in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
         group_entries.sort(key=lambda e: (e.sequence_number or 0, e.data_file.file_path))
-        group_entries = newer_worth_merging(group_entries, deletes.positions)
+        if spec_id == table.metadata.default_spec_id:  # an older spec's files all move to the current one
+            group_entries = newer_worth_merging(group_entries, deletes.positions)
         current: list = []
         size = 0
         for e in group_entries:
