@@ -25,7 +25,6 @@ finally:
             sys.modules[_name] = _module
 
 
-
 class Database(sqlite_utils.Database):
     """sqlite-utils' database whose `db[name]` is the table of that name without asking SQLite first whether it is a
     view (a query of `sqlite_master` each time, twice through `db.table`): the state database holds no views, and
