@@ -9,13 +9,13 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestEntryStatus
 from pyiceberg.typedef import Record
 
-from appliance.config.settings import ensure_home, load_settings
 from appliance.core.vocabulary import MaintenanceTask
 from appliance.maintenance.compaction import newer_worth_merging, plan_compaction
 from appliance.maintenance.maintainer import Maintainer
 from appliance.maintenance.rewrite import REWRITTEN
-from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import live_data_files
+
+from test_maintenance_queue import _lab
 
 SCHEMA = pa.schema([("id", pa.int64())])
 
@@ -59,12 +59,7 @@ def test_a_file_whose_rows_are_deleted_by_position_is_always_merged():
 
 
 def test_compactions_of_a_table_merge_the_newer_files_until_they_outnumber_the_older(floe_home):
-    floe_home.mkdir(parents=True)
-    (floe_home / "floe.toml").write_text('[maintenance.policy]\ncompact_small_files = 5\n')
-    settings = load_settings()
-    ensure_home(settings)
-    catalog = Catalog(settings)
-    catalog.iceberg.create_namespace("lab")
+    settings, catalog = _lab(floe_home)
     table = catalog.iceberg.create_table("lab.trickle", SCHEMA)
     next_id = 0
 
@@ -96,12 +91,7 @@ def test_compactions_of_a_table_merge_the_newer_files_until_they_outnumber_the_o
 
 
 def test_an_older_specs_files_all_move_to_the_current_one_tiers_or_not(floe_home):
-    floe_home.mkdir(parents=True)
-    (floe_home / "floe.toml").write_text('[maintenance.policy]\ncompact_small_files = 5\n')
-    settings = load_settings()
-    ensure_home(settings)
-    catalog = Catalog(settings)
-    catalog.iceberg.create_namespace("lab")
+    settings, catalog = _lab(floe_home)
     schema = pa.schema([("id", pa.int64()), ("kind", pa.string())])
     table = catalog.iceberg.create_table("lab.moved", schema)
     table.append(pa.table({"id": list(range(200)), "kind": ["a"] * 200}, schema=schema))  # the older, larger
