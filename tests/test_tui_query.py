@@ -63,6 +63,8 @@ async def test_query_counts_reports_errors_and_carries_on(ingested):
         await until(pilot, lambda: "1 row in" in status(app), 60, "row-count status")
         assert [str(c.label) for c in grid(app).columns.values()] == ["n"]
         assert [str(c) for c in grid(app).get_row_at(0)] == ["300"]
+        # As wide as "300" when added, not measured later: a frame drawn before then read "3" (a real terminal).
+        assert [(c.width, c.auto_width) for c in grid(app).columns.values()] == [(3, False)]
 
         # DuckDB's own message, one line, in the status line and a toast; the UI carries on.
         await run_sql(pilot, "selec count(*) from ingest.x", key="f5")
@@ -80,6 +82,7 @@ async def test_query_counts_reports_errors_and_carries_on(ingested):
         assert "250,000 rows in" in status(app) and "showing the first 1,000" in status(app)
         assert grid(app).row_count == 1000
         assert [str(c) for c in grid(app).get_row_at(999)] == ["999", "row 999"]
+        assert [c.width for c in grid(app).columns.values()] == [3, 7]  # the rows shown, "row 999" the widest
 
         # Text is shown as text, never as markup.
         await run_sql(pilot, "select '[bold]x[/bold]' as s, null as n")

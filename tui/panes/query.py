@@ -79,6 +79,11 @@ def grid_rows(table: pa.Table, limit: int = MAX_SHOWN) -> list[list[Text]]:
     return [list(row) for row in zip(*columns)]
 
 
+def column_widths(names: list[str], rows: list[list[Text]]) -> list[int]:
+    """Each column's width in cells: its widest cell or its name."""
+    return [max([Text(name).cell_len, *(row[i].cell_len for row in rows)]) for i, name in enumerate(names)]
+
+
 class QueryPane(ReportsFailures, Vertical):
     BINDINGS = [
         Binding("ctrl+enter,ctrl+j,f5", "run_query", "Run"),
@@ -231,8 +236,11 @@ class QueryPane(ReportsFailures, Vertical):
         table = message.table
         grid = self.query_one("#query-results", DataTable)
         grid.clear(columns=True)
-        for name in table.column_names:
-            grid.add_column(Text(name, style="bold"))
+        # Each column as wide as its widest cell from the start: a column of auto width is measured only when
+        # the grid is next idle, and a frame drawn before that showed every cell cut to its header's width
+        # (a count of 400 under the header "n" read "4").
+        for name, width in zip(table.column_names, column_widths(table.column_names, message.rows)):
+            grid.add_column(Text(name, style="bold"), width=width)
         grid.add_rows(message.rows)
         n = table.num_rows
         if table.num_columns == 0:
