@@ -150,9 +150,12 @@ class TablesPane(ReportsFailures, Horizontal):
         labels = [self._label(name, message.catalogue.writers) for name in names]
         listed = [(name, label.markup) for name, label in zip(names, labels)]
         if listed == self._listed and self.selected in names:
-            # The same tree: kept (rebuilt, its cursor would sit on its first line until laid out again); the
-            # selected table's detail read again.
-            self._show_and_load(self.selected)
+            # The same tree: kept (rebuilt, its cursor would sit on its first line until laid out again), and
+            # its cursor where it is: a list read before the user moved it may arrive after (under load, seconds
+            # later), and moving the cursor back to the table selected then undid the move. The selected
+            # table's detail read again.
+            self.load_table(self.selected)
+            self.query_one(MaintenancePanel).show_table(self.selected)
             return
         self._listed = listed
         tree.clear()
