@@ -15,7 +15,6 @@ refused credential) stops it, in one line.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import sqlite3
@@ -25,6 +24,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from appliance.config.settings import Settings, ensure_home
 from appliance.core.clock import now
+from appliance.core.collector import Collector
 from appliance.core.errors import EngineBusy, FloeError
 from appliance.core.locks import FileLock
 from appliance.core.polling import backoff
@@ -48,6 +48,10 @@ from appliance.tables.catalog import Catalog
 log = logging.getLogger(__name__)
 
 TICK = 0.5  # seconds between looks at the state database
+# An engine that owns its process freezes what has lived this long out of the garbage collector's walks, and
+# collects the whole heap this often (`core/collector`).
+FREEZE_EVERY = 60.0
+FULL_COLLECTION_EVERY = 600.0
 ENGINE = "engine"  # who waits on the catalog when the engine opens it
 
 
@@ -92,6 +96,7 @@ class Engine:
         self._owns_spark = spark is None
         self.workers: dict[str, StreamWorker] = {}
         self.on_tick = on_tick
+        self.collector: Collector | None = None
         self.started_at = now()
         self.maintenance: MaintenanceScheduler | None = None
         self.stages: StageScheduler | None = None
@@ -148,9 +153,10 @@ class Engine:
                 lambda stream: self.catalog.table(stream.table))
         self.start_spark()
         if self._owns_spark:
-            # What start-up made (Spark's gateway, PyIceberg, pydantic: most of the heap)
-            # lives as long as the engine: out of every later full collection.
-            gc.freeze()
+            # What start-up made (Spark's gateway, PyIceberg, pydantic) lives as long as the engine, and what
+            # lives a minute mostly lives long: out of the collections' walks (a test's engine owns no process).
+            self.collector = Collector(FULL_COLLECTION_EVERY, FREEZE_EVERY)
+            self.collector.collect()
         metrics = f", metrics at {self.metrics.url}" if self.metrics else ""
         self.state.add_event(EventKind.ENGINE_STARTED,
                              f"engine started (pid {os.getpid()}, spark {self.settings.spark_master}{metrics})")
@@ -197,6 +203,8 @@ class Engine:
                 if unwritable != str(exc):
                     log.warning("the state database cannot be written (%s): the engine carries on", exc)
                 unwritable = str(exc)
+            if self.collector is not None and self.collector.due():
+                self.collector.collect()
             if self.on_tick:
                 self.on_tick(self)
             self.wake.wait(TICK)

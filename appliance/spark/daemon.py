@@ -28,11 +28,10 @@ Used through `spark.python.daemon.module` (see `session.py`).
 
 from __future__ import annotations
 
-import gc
 import importlib.machinery
 import sys
-import time
 
+from appliance.core.collector import Collector
 from appliance.core.private import keep_private
 
 FULL_COLLECTION_EVERY = 300.0  # seconds
@@ -62,15 +61,10 @@ class _AfterTask:
     """Stands in for the `gc` module in `pyspark.daemon`, which only calls `collect()`."""
 
     def __init__(self) -> None:
-        self.full_at = time.monotonic() + FULL_COLLECTION_EVERY
+        self.collector = Collector(full_every=FULL_COLLECTION_EVERY)
 
     def collect(self) -> int:
-        if time.monotonic() >= self.full_at:
-            self.full_at = time.monotonic() + FULL_COLLECTION_EVERY
-            gc.unfreeze()
-        found = gc.collect()  # only what is not frozen: what the last task made
-        gc.freeze()
-        return found
+        return self.collector.collect()  # only what is not frozen (what the last task made), then frozen
 
 
 def quiet_on_closed_socket(worker):
