@@ -25,8 +25,10 @@ class Node:
 @pytest.fixture
 def thawed():
     gc.unfreeze()
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()  # the test process's heap is collected as before
+    gc.set_threshold(*thresholds)
 
 
 def test_freezes_what_survives_and_frees_dead_frozen_cycles_at_the_whole_collection(thawed):
@@ -73,3 +75,9 @@ def test_due_every_freeze_interval_after_the_last_collection(thawed):
     assert not collector.due()
     clock.now += 60
     assert collector.due()
+
+
+def test_young_collections_made_rarer_when_asked(thawed):
+    older = gc.get_threshold()[1:]
+    Collector(full_every=600, young=10_000, clock=Clock())
+    assert gc.get_threshold() == (10_000, *older)

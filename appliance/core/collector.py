@@ -10,6 +10,11 @@ ten minutes, 0.02 cores (an hour of `scripts/bench_many_streams`, BENCHMARKS.md)
 collections between walk what is newer. The whole heap is collected again every `full_every` seconds, so that
 cycles that died among the frozen objects meanwhile are freed then.
 
+The youngest generation's collections are made rarer too (`young`: CPython's default is one every 700 objects
+made and not yet freed): the engine's commits and batches build objects by the thousand that live a fraction of
+a second, freed by their counts anyway, and a young collection walked them, and whatever lists they held, at
+each 700.
+
 Spark's Python worker daemon freezes after each task, the engine each minute (`Collector.due`).
 """
 
@@ -23,8 +28,10 @@ from collections.abc import Callable
 class Collector:
     """Collect what is not frozen and freeze what survives; now and then the whole heap first."""
 
-    def __init__(self, full_every: float, freeze_every: float = 0.0,
+    def __init__(self, full_every: float, freeze_every: float = 0.0, young: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if young is not None:
+            gc.set_threshold(young, *gc.get_threshold()[1:])
         self.full_every = full_every
         self.freeze_every = freeze_every
         self.clock = clock

@@ -52,6 +52,7 @@ TICK = 0.5  # seconds between looks at the state database
 # collects the whole heap this often (`core/collector`).
 FREEZE_EVERY = 60.0
 FULL_COLLECTION_EVERY = 600.0
+YOUNG_COLLECTION = 10_000  # objects made and not freed between young collections (CPython's default: 700)
 ENGINE = "engine"  # who waits on the catalog when the engine opens it
 
 
@@ -155,7 +156,7 @@ class Engine:
         if self._owns_spark:
             # What start-up made (Spark's gateway, PyIceberg, pydantic) lives as long as the engine, and what
             # lives a minute mostly lives long: out of the collections' walks (a test's engine owns no process).
-            self.collector = Collector(FULL_COLLECTION_EVERY, FREEZE_EVERY)
+            self.collector = Collector(FULL_COLLECTION_EVERY, FREEZE_EVERY, young=YOUNG_COLLECTION)
             self.collector.collect()
         metrics = f", metrics at {self.metrics.url}" if self.metrics else ""
         self.state.add_event(EventKind.ENGINE_STARTED,
