@@ -5,10 +5,10 @@ one reach a quarter of those it then found alive, after ten collections of the m
 engine, with 200 streams committing 50 times a second, every few seconds' promotions (a commit's metadata, a
 batch's rows, alive across two young collections and soon dead) made that quarter: two or three full
 collections a minute, each a pause of every thread growing with the heap, 0.1 s at the start and 1 s at the
-44th minute, 0.034 cores over an hour (`scripts/bench_many_streams`, BENCHMARKS.md; 0.012 so). What has lived a
-minute is mostly what lives long (tables' metadata, kept manifests, the streams' state): frozen, no collection
-walks it again, and the collections between walk what is newer. The whole heap is collected again every `full_every` seconds, so that
-cycles that died among the frozen objects meanwhile are freed then.
+44th minute, 0.034 cores over an hour (`scripts/bench_many_streams`, BENCHMARKS.md; 0.012 with this). What has
+lived a minute is mostly what lives long (tables' metadata, kept manifests, the streams' state): frozen, no
+collection walks it again, and the collections between walk what is newer. The whole heap is collected again
+every `full_every` seconds, so that cycles that died among the frozen objects meanwhile are freed then.
 
 The youngest generation's collections are made rarer too (`young`: CPython's default is one every 700 objects
 made and not yet freed): the engine's commits and batches build objects by the thousand that live a fraction of

@@ -154,8 +154,7 @@ class TablesPane(ReportsFailures, Horizontal):
             # its cursor where it is: a list read before the user moved it may arrive after (under load, seconds
             # later), and moving the cursor back to the table selected then undid the move. The selected
             # table's detail read again.
-            self.load_table(self.selected)
-            self.query_one(MaintenancePanel).show_table(self.selected)
+            self._read(self.selected)
             return
         self._listed = listed
         tree.clear()
@@ -181,9 +180,13 @@ class TablesPane(ReportsFailures, Horizontal):
                 if node.data == name:
                     self.selected = name
                     tree.move_cursor(node)
-                    self.load_table(name)
-                    self.query_one(MaintenancePanel).show_table(name)
+                    self._read(name)
                     return
+
+    def _read(self, name: str) -> None:
+        """The table's detail and its maintenance read (again)."""
+        self.load_table(name)
+        self.query_one(MaintenancePanel).show_table(name)
 
     @staticmethod
     def _label(name: str, writers: dict[str, Writer]) -> Text:
@@ -204,8 +207,7 @@ class TablesPane(ReportsFailures, Horizontal):
             return
         if name != self.selected or isinstance(event, Tree.NodeSelected):
             self.selected = name
-            self.load_table(name)
-            self.query_one(MaintenancePanel).show_table(name)
+            self._read(name)
 
     @on(MaintenanceRan)
     def maintained(self, message: MaintenanceRan) -> None:
