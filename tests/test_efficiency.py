@@ -5,12 +5,14 @@ does what it must, with a real broker, SparkSession, catalog and warehouse.
 """
 
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.update import update_table_metadata
@@ -129,6 +131,35 @@ def test_the_metadata_cache_never_hides_another_writers_commit(tmp_path):
     assert len(final.snapshots()) == 3
     assert final.current_snapshot().parent_snapshot_id == b_snapshot
     assert final.scan().to_arrow().num_rows == 3
+
+
+def test_a_table_is_loaded_as_pyiceberg_loads_it_in_one_statement_without_the_orm(tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+    from sqlalchemy import event
+
+    catalog = _catalog(tmp_path)
+    catalog.create_namespace("n")
+    data = pa.table({"a": pa.array([1], pa.int64())})
+    catalog.create_table("n.t", data.schema).append(data)
+    stock = SqlCatalog("floe", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=tmp_path.as_uri())
+    statements = []
+    event.listen(catalog.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    for name in ("n.t", ("n", "t")):
+        ours, theirs = catalog.load_table(name), stock.load_table(name)
+        assert ours.name() == theirs.name() == ("n", "t")
+        assert ours.metadata_location == theirs.metadata_location
+        assert ours.metadata == theirs.metadata and ours.scan().to_arrow().num_rows == 1
+    assert statements == [], "through the commits' own SQLite connection, not the ORM's"
+    with pytest.raises(NoSuchTableError, match="n.missing"):
+        catalog.load_table("n.missing")
+    # Another engine's view is not a table, here as in PyIceberg's own.
+    with sqlite3.connect(tmp_path / "catalog.db") as db:
+        db.execute("insert into iceberg_tables (catalog_name, table_namespace, table_name, metadata_location, "
+                   "iceberg_type) values ('floe', 'n', 'v', ?, 'VIEW')", [ours.metadata_location])
+    for loader in (catalog, stock):
+        with pytest.raises(NoSuchTableError):
+            loader.load_table("n.v")
 
 
 def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised_once(tmp_path):

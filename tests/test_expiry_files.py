@@ -1,7 +1,9 @@
 """Which files an expiry deletes: `unreachable_files` reads only what can tell, and must name exactly the files
 the expired snapshots reference and the kept ones do not (`reachable_files`, which reads everything)."""
 
+import dataclasses
 import random
+import time
 
 import pyarrow as pa
 from pyiceberg.expressions import EqualTo
@@ -9,7 +11,7 @@ from pyiceberg.expressions import EqualTo
 from appliance.config.policy import build_policy
 from appliance.config.settings import load_settings
 from appliance.core.vocabulary import MaintenanceTask
-from appliance.maintenance.expiry import expire
+from appliance.maintenance.expiry import expire, may_expire, plan_expiry
 from appliance.maintenance.maintainer import Maintainer
 from appliance.maintenance.policies import set_policy
 from appliance.maintenance.queue import spread
@@ -101,3 +103,21 @@ def test_an_expiry_past_the_cap_deletes_exactly_what_only_the_expired_snapshots_
     assert table.metadata.snapshots[0].parent_snapshot_id is None  # what the line is found through instead
     assert all(uri_exists(p) for p in reachable_files(table, table.metadata.snapshots).all())
     assert table.scan().to_arrow().num_rows == 79 * 2 - 20
+
+
+def test_a_table_within_its_cap_and_younger_than_kept_snapshots_is_not_planned_for_expiry(floe_home):
+    """`may_expire` spares the check its plan (hundreds of tables each minute); it never says no where the plan
+    would expire something."""
+    catalog, table = committed_again(floe_home, 20)  # 21 snapshots, all seconds old
+    settings = load_settings()
+    maintainer = Maintainer(settings, catalog=catalog)
+    policy = maintainer.policy("n.t")
+    cases = {  # (max_snapshots, keep_snapshots in s) -> whether anything can be expired
+        (500, 7 * 86400): False, (21, 7 * 86400): False, (20, 7 * 86400): True, (500, 0): True,
+    }
+    future = int(time.time() * 1000) + 1000
+    for (cap, keep), expected in cases.items():
+        p = dataclasses.replace(policy, max_snapshots=cap, keep_snapshots=keep, min_snapshots=2)
+        assert may_expire(table, p, future) is expected, (cap, keep)
+        assert bool(plan_expiry(table, p, future).expire) is expected, (cap, keep)
+    assert MaintenanceTask.EXPIRE not in maintainer.due("n.t")  # never expired, nothing to expire: not due

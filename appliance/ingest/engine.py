@@ -44,6 +44,7 @@ from appliance.spark.session import spark_session
 from appliance.stages.scheduler import StageScheduler
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
+from appliance.tables.fastpath.recent import keep_in_this_process
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,8 @@ class Engine:
                 if not stream.paused:
                     self._start_worker(stream, until_caught_up=True)
         else:
+            # Its compactions read back what its trickles wrote: the small files' rows are kept for them.
+            keep_in_this_process()
             # Requests from the UI are served even with scheduled maintenance turned off.
             self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping, catalog=self.catalog)
             self.maintenance.start()

@@ -45,11 +45,15 @@ class ExpiryResult:
     failures: list[str] = field(default_factory=list)
 
 
-def stage_positions(settings: Settings, catalog: Catalog, name: str) -> frozenset[int | None]:
+def stage_positions(settings: Settings, catalog: Catalog, name: str,
+                    state: StateStore | None = None) -> frozenset[int | None]:
     """The snapshots of table `name` that the stages reading it have read up to; None for a stage that
-    has read none yet (its first run reads whatever the table is then: nothing may go meanwhile)."""
-    with StateStore(settings.state_db) as state:
-        readers = [s for s in state.stages() if s.source == name]
+    has read none yet (its first run reads whatever the table is then: nothing may go meanwhile).
+    `state`: an open state store to ask (the engine's maintainer's), rather than one opened for this."""
+    if state is None:
+        with StateStore(settings.state_db) as opened:
+            return stage_positions(settings, catalog, name, opened)
+    readers = [s for s in state.stages() if s.source == name]
     found: set[int | None] = set()
     for stage in readers:
         found.add(stage_position(catalog.table(stage.table), stage.id) if catalog.exists(stage.table) else None)
@@ -62,6 +66,15 @@ def over_cap(snapshots: int, policy: Policy, table: str = "") -> bool:
     so that a stream's table is expired in batches, each a commit and a walk of its manifests, not at every check
     once past the cap, and tables that reached the cap together do not stay in step."""
     return snapshots > policy.max_snapshots + max(10, policy.max_snapshots // 5) * (1 + spread(table) / 2)
+
+
+def may_expire(table: Table, policy: Policy, now_ms: int) -> bool:
+    """Whether `plan_expiry` can find anything: a table within its cap whose snapshots are all younger than
+    `keep_snapshots` has none to expire, whatever it keeps. Hundreds of tables are assessed every check, each
+    plan a walk of the table's ancestry and a look at the stages reading it."""
+    meta = table.metadata
+    cutoff = now_ms - int(policy.keep_snapshots * 1000)
+    return len(meta.snapshots) > policy.max_snapshots or any(s.timestamp_ms < cutoff for s in meta.snapshots)
 
 
 def plan_expiry(table: Table, policy: Policy, now_ms: int | None = None,

@@ -157,10 +157,12 @@ class Maintainer:
             else:
                 merge = 0
         snapshots = len(t.metadata.snapshots)
-        if snapshots > policy.min_snapshots and (expiry.over_cap(snapshots, policy, table) or self._older_than(
-                table, MaintenanceTask.EXPIRE, cfg.expire_interval, clock)):
-            stages = expiry.stage_positions(self.settings, self.catalog, table)
-            if expiry.plan_expiry(t, policy, int(clock() * 1000), stages).expire:
+        now_ms = int(clock() * 1000)
+        if snapshots > policy.min_snapshots and expiry.may_expire(t, policy, now_ms) and (
+                expiry.over_cap(snapshots, policy, table)
+                or self._older_than(table, MaintenanceTask.EXPIRE, cfg.expire_interval, clock)):
+            stages = expiry.stage_positions(self.settings, self.catalog, table, self.state)
+            if expiry.plan_expiry(t, policy, now_ms, stages).expire:
                 out.append(MaintenanceTask.EXPIRE)
         if self._older_than(table, MaintenanceTask.ORPHANS, cfg.orphans_interval, clock):
             out.append(MaintenanceTask.ORPHANS)

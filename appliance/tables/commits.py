@@ -24,6 +24,7 @@ from appliance.core.retry import retrying
 from appliance.tables.datafiles import delete_files, live_data_files, live_entries
 from appliance.tables.fastpath.appends import append_files
 from appliance.tables.fastpath.changes import FileChanges, commit_changes
+from appliance.tables.fastpath.recent import RECENT
 from appliance.tables.snapshots import (
     MAINTENANCE_KEY,
     RETENTION_DELETED_KEY,
@@ -155,6 +156,7 @@ def _swap(table: Table, remove: list[DataFile], add: list[DataFile], label: Oper
     carried_offsets = offsets_summary(table.metadata, table.metadata.current_snapshot_id)
     try:
         table = commit_changes(table, changes, label, {**carried_offsets, **properties}, extra)
+        RECENT.forget(gone)  # rewritten away: their kept rows are not read again
         log.info("%s of %s: %d live files read in %.2f s, deletes carried in %.2f s, committed in %.2f s",
                  label.value, ".".join(table.name()), len(entries), t1 - t0, t2 - t1, time.monotonic() - t2)
         return table

@@ -15,7 +15,9 @@ converted and projected each time): compacting a trickling stream's table, 240 f
 every ten minutes, was half a second of it. A file read whole (no deletes, no filter) whose columns are
 those asked for as written (each primitive, found by field id under the same name, in the same type)
 is read here with PyArrow alone; any other file, or one whose footer says otherwise, goes through
-PyIceberg (tests/test_reading.py compares both on files of each writer and schema change).
+PyIceberg (tests/test_reading.py compares both on files of each writer and schema change). A small file this
+process wrote and still keeps the rows of (`fastpath/recent.py`: a trickle's, until a compaction rewrites it) is
+not opened at all: its rows are taken as written, under the same check of its columns.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.schema import Schema
+
+from appliance.tables.fastpath.recent import RECENT
 
 
 def arrow_schema(schema: Schema) -> pa.Schema:
@@ -112,15 +116,26 @@ def _as_written(io: Any, data_file: Any, schema: Schema, arrow: pa.Schema) -> It
 
     if data_file.file_format != FileFormat.PARQUET or not all(f.field_type.is_primitive for f in schema.fields):
         return None
+    kept = RECENT.rows(data_file.file_path)  # a small file this process wrote: its rows as written
+    if kept is not None and _as_asked(kept.schema, schema, arrow):
+        return (pa.RecordBatch.from_arrays(b.columns, schema=arrow) for b in kept.select(arrow.names).to_batches()
+                if b.num_rows)
     parquet = pq.ParquetFile(io.new_input(data_file.file_path).open())
-    written = parquet.schema_arrow
+    if not _as_asked(parquet.schema_arrow, schema, arrow):
+        parquet.close()
+        return None  # added, renamed or promoted since, or another writer's types: projected by PyIceberg
+    return _batches(parquet, arrow, threads=data_file.file_size_in_bytes >= THREADED_BYTES)
+
+
+def _as_asked(written: pa.Schema, schema: Schema, arrow: pa.Schema) -> bool:
+    """Whether a file of Arrow schema `written` holds each field of `schema` by its id, under its name, in the
+    type `arrow` gives it."""
     by_id = {(f.metadata or {}).get(FIELD_ID): f for f in written}
     for field, wanted in zip(schema.fields, arrow):
         found = by_id.get(str(field.field_id).encode())
         if found is None or found.name != wanted.name or found.type != wanted.type:
-            parquet.close()
-            return None  # added, renamed or promoted since, or another writer's types: projected by PyIceberg
-    return _batches(parquet, arrow, threads=data_file.file_size_in_bytes >= THREADED_BYTES)
+            return False
+    return True
 
 
 def _batches(parquet: Any, arrow: pa.Schema, threads: bool) -> Iterator[pa.RecordBatch]:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile, DataFileContent
 
 from appliance.tables.fastpath.internals import parquet_writer_kwargs, to_requested_schema
+from appliance.tables.fastpath.recent import RECENT
 from appliance.tables.fastpath.statistics import StatisticsPlan
 
 T = TypeVar("T")
@@ -202,8 +203,9 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
         data = pa.Table.from_batches([_to_file(w, batch) for batch in batches], schema=w.file_arrow)
         path = w.location.new_data_location(data_file_name=f"{folder}00000-{n}-{write_uuid}.parquet")
         output = w.io.new_output(path)
+        small = data.nbytes < SMALL_FILE_BYTES
         with output.create(overwrite=True) as stream:
-            options = w.parquet_options if data.nbytes >= SMALL_FILE_BYTES else w.small_options
+            options = w.small_options if small else w.parquet_options
             writer = pq.ParquetWriter(stream, schema=data.schema, store_decimal_as_integer=True, **options)
             writer.write(data, row_group_size=w.row_group_size)
             writer.close()
@@ -215,4 +217,6 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
         )
         data_file.spec_id = w.metadata.default_spec_id  # not a field of the struct: from_args drops it
         files.append(data_file)
+        if small:  # a trickle's: compaction will read it back (`recent`)
+            RECENT.keep(path, data)
     return files

@@ -32,6 +32,7 @@ from appliance.tables.fastpath.transactions import staged_metadata
 
 _CURRENT = ("SELECT metadata_location FROM iceberg_tables"
             " WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name")
+_TABLES_ONLY = " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"  # as PyIceberg's `_iceberg_type_filter`
 # The compare-and-set of a commit: it changes the row only if nobody moved the table since it was read.
 _SWAP = ("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old"
          " WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name"
@@ -134,6 +135,18 @@ class FloeSqlCatalog(SqlCatalog):
                 self._metadata.move_to_end(location)
             return found
 
+    def load_table(self, identifier: str | tuple[str, ...]) -> Table:
+        """PyIceberg's, without its ORM session: one indexed statement and the metadata kept for the location it
+        names (the maintenance scheduler loads hundreds of tables at each check; through the ORM, a statement
+        cost more than the rest of a cached load). A table the statement does not find, and other databases,
+        go through PyIceberg's own, with its errors."""
+        if not self._sqlite:
+            return super().load_table(identifier)
+        found = self.location(self.identifier_to_tuple(identifier))
+        if not found:
+            return super().load_table(identifier)
+        return self._table_at(self.identifier_to_tuple(identifier), found)
+
     def _convert_orm_to_iceberg(self, orm_table) -> Table:
         location = orm_table.metadata_location
         metadata = self._cached(location) if location else None
@@ -222,9 +235,10 @@ class FloeSqlCatalog(SqlCatalog):
 
     def location(self, identifier: tuple[str, ...]) -> str | None:
         """Where the table's current metadata is: one indexed query, to tell whether a cached
-        table is still current."""
-        found = self._sql(_CURRENT, {"catalog": self.name, "namespace": ".".join(identifier[:-1]),
-                                     "name": identifier[-1]}, rows=True)
+        table is still current. Views (another engine's rows of the same catalog) are not tables."""
+        views_out = _TABLES_ONLY if self._schema_version == "v1" else ""
+        found = self._sql(_CURRENT + views_out, {"catalog": self.name, "namespace": ".".join(identifier[:-1]),
+                                                 "name": identifier[-1]}, rows=True)
         return found[0][0] if found else None
 
     def _sql(self, statement: str, args: dict, rows: bool = False):
@@ -279,6 +293,7 @@ class FloeSqlCatalog(SqlCatalog):
         metadata = self._cached(location)
         if metadata is None:
             metadata = FromInputFile.table_metadata(self._load_file_io(location=location).new_input(location))
+            fieldsets.share_snapshots(metadata.snapshots, metadata.snapshot_log)
             self._remember(location, metadata)
         return Table(identifier=identifier, metadata=metadata, metadata_location=location,
                      io=self._load_file_io(metadata.properties, location), catalog=self)
