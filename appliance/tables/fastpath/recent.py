@@ -73,19 +73,17 @@ class RecentFiles:
             if block is None:
                 block = self._filling[key] = _Block(key)
                 self._blocks[id(block)] = block
+            was = block.nbytes
             self._where[path] = (block, len(block.parts))
             block.paths.append(path)
             block.parts.append(rows)
             block.live += 1
-            added = rows.nbytes + OVERHEAD
             if len(block.parts) == BLOCK_FILES:
                 del self._filling[key]
-                before = block.nbytes + added
                 block.seal()
-                added -= before - block.nbytes
             else:
-                block.nbytes += added
-            self.nbytes += added
+                block.nbytes += rows.nbytes + OVERHEAD
+            self.nbytes += block.nbytes - was
             while self.nbytes > self.limit and self._blocks:
                 self._drop(next(iter(self._blocks.values())))
 

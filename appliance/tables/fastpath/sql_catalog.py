@@ -142,10 +142,9 @@ class FloeSqlCatalog(SqlCatalog):
         go through PyIceberg's own, with its errors."""
         if not self._sqlite:
             return super().load_table(identifier)
-        found = self.location(self.identifier_to_tuple(identifier))
-        if not found:
-            return super().load_table(identifier)
-        return self._table_at(self.identifier_to_tuple(identifier), found)
+        name = self.identifier_to_tuple(identifier)
+        found = self.location(name)
+        return self._table_at(name, found) if found else super().load_table(identifier)
 
     def _convert_orm_to_iceberg(self, orm_table) -> Table:
         location = orm_table.metadata_location
