@@ -5,7 +5,9 @@ import dataclasses
 import random
 import time
 
+import fastavro
 import pyarrow as pa
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.expressions import EqualTo
 
 from appliance.config.policy import build_policy
@@ -18,6 +20,8 @@ from appliance.maintenance.queue import spread
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_files
 from appliance.tables.datafiles import TableTarget, reachable_files, unreachable_files, write_data_files
+from appliance.tables.fastpath.changes import MANIFESTS
+from appliance.tables.fastpath.manifests import Manifests
 from appliance.tables.snapshots import committed_offsets
 
 from conftest import committed_again, uri_exists
@@ -121,3 +125,55 @@ def test_a_table_within_its_cap_and_younger_than_kept_snapshots_is_not_planned_f
         assert may_expire(table, p, future) is expected, (cap, keep)
         assert bool(plan_expiry(table, p, future).expire) is expected, (cap, keep)
     assert MaintenanceTask.EXPIRE not in maintainer.due("n.t")  # never expired, nothing to expire: not due
+
+
+
+def _read_by_pyiceberg(table, snapshots) -> set[str]:
+    """Every list, manifest and live file the snapshots name, as PyIceberg reads them from storage."""
+    out = set()
+    for snapshot in snapshots:
+        out.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            out.add(manifest.manifest_path)
+            out.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
+    return out
+
+
+def test_an_expiry_reading_what_it_forgot_deletes_what_pyiceberg_finds_only_the_expired_snapshots_reference(
+        floe_home):
+    """An expiry long after the commits (every kept manifest forgotten) decodes only the paths and statuses of the
+    lists and manifests it reads back: what it deletes is what PyIceberg, reading every file whole, finds only
+    the expired snapshots reference, merged manifests and another writer's files among them."""
+    floe_home.mkdir(parents=True)
+    settings = load_settings()
+    catalog = Catalog(settings)
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table, _ = catalog.ensure_table("n.t", data.schema)
+    for i in range(1, 90):  # merged every 32 commits; another writer's delete and append in between
+        table, _ = commit_files(table, write_data_files(TableTarget.of(table), data), "s", "topic",
+                                {0: i - 1} if i > 1 else None, {0: i})
+        if i in (20, 50):
+            table.delete(EqualTo("a", 1))
+            table.append(pa.table({"a": pa.array([3], pa.int64())}))
+    MANIFESTS.forget()  # as in an engine committing to hundreds of tables
+    snapshots = table.metadata.snapshots
+    expected = _read_by_pyiceberg(table, snapshots[:-30]) - _read_by_pyiceberg(table, snapshots[-30:])
+    merged = [m for s in snapshots[:-30] for m in s.manifests(table.io) if m.existing_files_count > 10]
+    assert merged and {p.rsplit(".", 1)[-1] for p in expected} == {"avro", "parquet"}
+    policy = build_policy([("default", {**settings.maintenance.policy, "max_snapshots": 30, "min_snapshots": 5})])[0]
+    result = expire(settings, table, policy)
+    assert result.plan.files_to_delete == expected and result.files_deleted == len(expected)
+    assert not any(uri_exists(p) for p in expected)
+    table = catalog.table("n.t")
+    assert all(uri_exists(p) for p in _read_by_pyiceberg(table, table.metadata.snapshots))
+    assert table.scan().to_arrow().num_rows == 89 * 2 - 20 - 30 + 2  # a=1 deleted twice; two 3s
+
+
+def test_a_list_whose_writer_named_its_records_otherwise_is_read_whole(tmp_path):
+    """The projection names the spec's records; a writer that named them otherwise is read as it wrote."""
+    schema = {"type": "record", "name": "not_the_spec_name", "fields": [
+        {"name": "manifest_path", "type": "string"}, {"name": "added_files_count", "type": "int"}]}
+    path = tmp_path / "snap-1.avro"
+    with open(path, "wb") as f:
+        fastavro.writer(f, schema, [{"manifest_path": f"m-{i}.avro", "added_files_count": i} for i in range(3)])
+    assert Manifests().listed_paths(PyArrowFileIO(), f"file://{path}") == ("m-0.avro", "m-1.avro", "m-2.avro")

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from typing import Any, Iterator
 
 import fastavro
+from fastavro.read import SchemaResolutionError
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     MANIFEST_LIST_FILE_SCHEMAS,
@@ -117,14 +118,14 @@ class Manifests:
         found = self._get(self._lists, manifest_list)
         if found is not None:
             return tuple(m.manifest_path for m in found)
-        return tuple(r["manifest_path"] for r in _records(io, manifest_list))
+        return tuple(r["manifest_path"] for r in _records(io, manifest_list, _LISTED))
 
     def live_paths(self, io: FileIO, manifest: str) -> list[str]:
         """The data or delete files a manifest holds live (added or existing, not deleted), as `listed_paths`."""
         found = self._get(self._entries, manifest)
         if found is not None:
             return [e.data_file.file_path for e in found if e.status != ManifestEntryStatus.DELETED]
-        return [r["data_file"]["file_path"] for r in _records(io, manifest) if r["status"] != ManifestEntryStatus.DELETED]
+        return [r["data_file"]["file_path"] for r in _records(io, manifest, _LIVE) if r["status"] != ManifestEntryStatus.DELETED]
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -262,11 +263,28 @@ class Manifests:
             self._weights[id(kept)] = self._weights.get(id(kept), 0) - max(1, weigh(gone))
 
 
-def _records(io: FileIO, path: str) -> Iterator[dict]:
-    """An Avro file's records, decoded by fastavro (every codec PyIceberg reads, with the same libraries)."""
+# What maintenance's walks read of a list's and a manifest's records. A merged manifest's entry carries each
+# column's size, counts and bounds: decoded whole, 70-80 us an entry, half of what an expiry cost at 200 streams
+# (it reads the merged manifests of the expired snapshots and of the oldest kept one); projected, under 30 us.
+# Avro resolves a reader's record against the writer's by name, and Iceberg's writers name them as the spec's
+# schemas do (`manifest_file`, `manifest_entry`, `r2` for the data file, field 2).
+_LISTED = fastavro.parse_schema({"type": "record", "name": "manifest_file", "fields": [
+    {"name": "manifest_path", "type": "string"}]})
+_LIVE = fastavro.parse_schema({"type": "record", "name": "manifest_entry", "fields": [
+    {"name": "status", "type": "int"},
+    {"name": "data_file", "type": {"type": "record", "name": "r2", "fields": [{"name": "file_path", "type": "string"}]}},
+]})
+
+
+def _records(io: FileIO, path: str, fields: dict) -> list[dict]:
+    """An Avro file's records, only the `fields` of a reader's schema decoded by fastavro (every codec PyIceberg
+    reads, with the same libraries); every field, where the writer named its records otherwise."""
     with io.new_input(path).open() as f:
         data = f.read()
-    return fastavro.reader(io_module.BytesIO(data))
+    try:
+        return list(fastavro.reader(io_module.BytesIO(data), reader_schema=fields))
+    except SchemaResolutionError:
+        return list(fastavro.reader(io_module.BytesIO(data)))
 
 
 def _partition_summaries(types: list[IcebergType], partitions: list) -> list[PartitionFieldSummary]:
