@@ -21,7 +21,7 @@ import io as io_module
 import json
 import threading
 from collections import OrderedDict
-from typing import Any, Iterator
+from typing import Any
 
 import fastavro
 from fastavro.read import SchemaResolutionError
@@ -264,8 +264,9 @@ class Manifests:
 
 
 # What maintenance's walks read of a list's and a manifest's records. A merged manifest's entry carries each
-# column's size, counts and bounds: decoded whole, 70-80 us an entry, half of what an expiry cost at 200 streams
-# (it reads the merged manifests of the expired snapshots and of the oldest kept one); projected, under 30 us.
+# column's size, counts and bounds: decoded whole, 70-80 us an entry, up to half of an expiry's CPU in
+# `scripts/bench_trickle_maintenance` (it reads the merged manifests of the expired snapshots and of the oldest
+# kept one); projected, under 30 us.
 # Avro resolves a reader's record against the writer's by name, and Iceberg's writers name them as the spec's
 # schemas do (`manifest_file`, `manifest_entry`, `r2` for the data file, field 2).
 _LISTED = fastavro.parse_schema({"type": "record", "name": "manifest_file", "fields": [
