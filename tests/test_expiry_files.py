@@ -7,8 +7,8 @@ import time
 
 import fastavro
 import pyarrow as pa
-from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.expressions import EqualTo
+from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from appliance.config.policy import build_policy
 from appliance.config.settings import load_settings
@@ -125,7 +125,6 @@ def test_a_table_within_its_cap_and_younger_than_kept_snapshots_is_not_planned_f
         assert may_expire(table, p, future) is expected, (cap, keep)
         assert bool(plan_expiry(table, p, future).expire) is expected, (cap, keep)
     assert MaintenanceTask.EXPIRE not in maintainer.due("n.t")  # never expired, nothing to expire: not due
-
 
 
 def _read_by_pyiceberg(table, snapshots) -> set[str]:
