@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable, Iterator, Protocol
 
 from appliance.config.settings import Settings, ensure_home
+from appliance.core.activity import Activity
 from appliance.core.clock import now
 from appliance.core.collector import Collector
 from appliance.core.errors import EngineBusy, FloeError
@@ -106,6 +107,7 @@ class Engine:
         self.answers: AnswerThread | None = None  # what commands and the UI ask of the engine
         self.committed = threading.Event()  # a stream committed: the stages look at their sources
         self.jobs: BatchJobs | None = None
+        self.activity = Activity()  # the streams' steps under way: maintenance runs in the gaps between them
         self.pollers = WatermarkPollers(settings.engine.poll_interval, self.stopping, settings.engine.commit_interval)
         # None: no endpoint. `[observe] metrics_port` 0 means off; a port given here, 0 means any free one.
         self.metrics_port = metrics_port if metrics_port is not None else (settings.observe.metrics_port or None)
@@ -170,7 +172,8 @@ class Engine:
             # Its compactions read back what its trickles wrote: the small files' rows are kept for them.
             keep_in_this_process()
             # Requests from the UI are served even with scheduled maintenance turned off.
-            self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping, catalog=self.catalog)
+            self.maintenance = MaintenanceScheduler(self.settings, self.spark, self.stopping, catalog=self.catalog,
+                                                    activity=self.activity)
             self.maintenance.start()
             self.stages = StageScheduler(self.settings, self.spark, self.catalog, self.stopping, self.committed)
             self.stages.start()
@@ -271,7 +274,7 @@ class Engine:
 
     def _start_worker(self, stream: StreamDef, until_caught_up: bool = False) -> None:
         if self.jobs is None:
-            self.jobs = BatchJobs(self.spark, self.settings.engine.batch_in_engine)
+            self.jobs = BatchJobs(self.spark, self.settings.engine.batch_in_engine, self.activity)
         shared = Shared(self.settings, self.spark, self.catalog, self.stopping, self.wake, self.jobs, self.committed,
                         self.pollers, self.outages, self.discover)
         worker = StreamWorker(shared, stream, until_caught_up)

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from appliance.core.activity import Activity
 from appliance.ingest.batch import BatchResult, BatchSpec, run_batches
 from appliance.ingest.turns import Turns
 from appliance.kafka.reader import Consumers, Piece, close_consumers
@@ -112,8 +113,9 @@ class _Request:
 
 
 class BatchJobs:
-    def __init__(self, spark, in_engine: int = 0) -> None:
+    def __init__(self, spark, in_engine: int = 0, activity: Activity | None = None) -> None:
         self.spark = spark
+        self.activity = activity or Activity()  # the steps under way, which maintenance gives way to
         self.in_engine = in_engine  # messages: a job of at most this many runs in its lane's thread, not in Spark
         self._consumers: list[Consumers] = [{}, {}]  # a lane's own, for the jobs its thread runs here
         self._cond = threading.Condition()
@@ -129,12 +131,17 @@ class BatchJobs:
     @contextmanager
     def planning(self) -> Iterator[None]:
         """Around a worker's step, its turn held: while it plans, others' batches wait for its own (up to WINDOW)."""
+        with self.activity.step(), self._stepping():
+            with self.turns.turn():
+                yield
+
+    @contextmanager
+    def _stepping(self) -> Iterator[None]:
         with self._cond:
             self._planning += 1
             self._step.open = True
         try:
-            with self.turns.turn():
-                yield
+            yield
         finally:
             with self._cond:
                 if self._step.open:  # a step with nothing to read: nobody waits for it any more

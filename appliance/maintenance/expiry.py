@@ -21,12 +21,12 @@ from appliance.config.settings import Settings
 from appliance.core.errors import CommitConflict
 from appliance.core.retry import retrying
 from appliance.core.vocabulary import RunOutcome
-from appliance.maintenance.job import Job, plural
+from appliance.maintenance.job import Job, delete_giving_way, plural
 from appliance.maintenance.queue import spread
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_lock
-from appliance.tables.datafiles import delete_files, unreachable_files
+from appliance.tables.datafiles import unreachable_files
 from appliance.tables.fastpath.transactions import LeanTransaction
 from appliance.tables.snapshots import ancestors, lineage_since, offsets_snapshot_chain, stage_position
 
@@ -142,7 +142,7 @@ def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = Fal
     doomed = unreachable_files(table, expired_snapshots, table.metadata.snapshots,
                                {s.snapshot_id: s.parent_snapshot_id for s in pre.snapshots})
     plan.files_to_delete = doomed
-    result.files_deleted, result.failures = delete_files(table, doomed)
+    result.files_deleted, result.failures = delete_giving_way(table, doomed)
     return result
 
 

@@ -18,6 +18,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from appliance.config.policy import Policy
 from appliance.config.settings import Settings
+from appliance.core.activity import Gate, giving_way
 from appliance.core.clock import now
 from appliance.core.errors import FloeError, MaintenanceBusy
 from appliance.core.locks import FileLock
@@ -60,13 +61,16 @@ class Maintainer:
     rewrite first needs it: expiry and orphan removal never start Spark."""
 
     def __init__(self, settings: Settings, spark: Any = None, state: StateStore | None = None,
-                 stopping: threading.Event | None = None, catalog: Catalog | None = None) -> None:
+                 stopping: threading.Event | None = None, catalog: Catalog | None = None,
+                 gate: Gate | None = None) -> None:
         """`catalog`: the engine's, whose metadata cache its streams' commits keep current (one of its own would
-        parse every busy table's whole metadata again at each check)."""
+        parse every busy table's whole metadata again at each check); `gate`: the engine's streams', where the
+        tasks give way to their batches (`core.activity`)."""
         self.settings = settings
         self._spark = spark
         self.stopping = stopping  # the engine's: once set, a task that breaks off was cancelled, not failed
         self.sharing = stopping is not None  # in the engine: rewrites share its Spark with the streams' batches
+        self.gate = gate
         self.catalog = catalog or Catalog(settings)
         self.state = state or StateStore(settings.state_db)
 
@@ -114,7 +118,8 @@ class Maintainer:
     def _perform(self, run: RunRecord) -> None:
         shared = SHARING.set(self.sharing)
         try:
-            self._perform_task(run)
+            with giving_way(self.gate):
+                self._perform_task(run)
         finally:
             SHARING.reset(shared)
 

@@ -16,8 +16,8 @@ from pyiceberg.table import Table
 
 from appliance.config.policy import Policy
 from appliance.core.vocabulary import RunOutcome
-from appliance.maintenance.job import Job
-from appliance.tables.datafiles import delete_files, reachable_files
+from appliance.maintenance.job import Job, delete_giving_way
+from appliance.tables.datafiles import reachable_files
 
 
 @dataclass
@@ -71,7 +71,7 @@ def find_orphans(table: Table, policy: Policy, now: float | None = None) -> Orph
 def remove_orphans(table: Table, policy: Policy, dry_run: bool = False) -> OrphanResult:
     result = find_orphans(table, policy)
     if not dry_run and result.orphans:
-        result.files_deleted, result.failures = delete_files(table, result.orphans)
+        result.files_deleted, result.failures = delete_giving_way(table, result.orphans)
     return result
 
 

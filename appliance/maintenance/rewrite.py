@@ -22,6 +22,7 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
+from appliance.core.activity import give_way
 from appliance.core.failpoints import failpoint
 from appliance.mergeonread.folding import Kept
 from appliance.spark.tasks import run_in_tasks
@@ -332,7 +333,11 @@ def rewrite_groups(
     if not groups:
         return []
     if spark is None or sum(g.bytes for g in groups) <= in_process:
-        return [rewrite_group(target, g, target_bytes, keep) for g in groups]
+        results = []
+        for g in groups:
+            give_way()  # here, in the engine's interpreter: between the streams' batches, not beside them
+            results.append(rewrite_group(target, g, target_bytes, keep))
+        return results
     context = spark.sparkContext
     # The engine's streams share this SparkSession: FAIR scheduling in a pool of its own, and a slot always
     # left to them (`at_once`), keep a long rewrite from holding back their batches; the job group lets a

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from appliance.config.settings import Settings
+from appliance.core.activity import Activity, Gate
 from appliance.core.vocabulary import RunTrigger
 from appliance.maintenance.maintainer import Maintainer
 from appliance.maintenance.queue import ordered
@@ -27,16 +28,19 @@ def rest_after(seconds: float, share: float) -> float:
 
 class MaintenanceScheduler(threading.Thread):
     def __init__(self, settings: Settings, spark: Any, stop: threading.Event, poll: float = 1.0,
-                 catalog: Catalog | None = None) -> None:
+                 catalog: Catalog | None = None, activity: Activity | None = None) -> None:
+        """`activity`: the engine's streams' steps, which scheduled tasks give way to (`core.activity`)."""
         super().__init__(name="floe-maintenance", daemon=True)
         self.settings = settings
         self.spark = spark
         self.stop_event = stop
         self.poll = poll
         self.catalog = catalog  # the engine's: its metadata cache is shared (`Maintainer`)
+        self.gate = Gate(activity) if activity is not None else None
 
     def run(self) -> None:
-        maintainer = Maintainer(self.settings, spark=self.spark, stopping=self.stop_event, catalog=self.catalog)
+        maintainer = Maintainer(self.settings, spark=self.spark, stopping=self.stop_event, catalog=self.catalog,
+                                gate=self.gate)
         next_check = 0.0
         trouble: str | None = None  # the state database's error while it cannot be written (a full disk)
         try:
@@ -72,6 +76,7 @@ class MaintenanceScheduler(threading.Thread):
         for table in tables:
             if self.stop_event.is_set():
                 return
+            self._give_way()  # hundreds of tables looked at: between the streams' batches too
             try:
                 dues.append(maintainer.assess(table))
             except Exception as exc:  # a table dropped meanwhile, storage trouble: next check
@@ -84,10 +89,24 @@ class MaintenanceScheduler(threading.Thread):
             if maintainer.state.pending_requests():
                 return  # a user is waiting: their request goes first, the next check queues again
             maintainer.state.dequeue_maintenance(table, task)
-            started = time.monotonic()
+            self._give_way()  # started in a gap between the streams' batches, not beside them
+            started, waited = time.monotonic(), self._waited()
             maintainer.run(table, task, trigger=RunTrigger.SCHEDULE)
-            if not self._rest(maintainer, rest_after(time.monotonic() - started, self.settings.maintenance.share)):
+            # Its share counts its work, not the waits at its safe points (`core.activity`).
+            working = time.monotonic() - started - (self._waited() - waited)
+            if not self._rest(maintainer, rest_after(working, self.settings.maintenance.share)):
                 return
+        if queue and self.gate is not None:
+            log.info("maintenance: %d tasks run; since the engine started, it found the streams in a batch %d times, "
+                     "waited %.1f s in all for them, and went on beside them %d times", len(queue), self.gate.waits,
+                     self.gate.waited, self.gate.ran_out)
+
+    def _give_way(self) -> None:
+        if self.gate is not None:
+            self.gate.give_way()
+
+    def _waited(self) -> float:
+        return self.gate.waited if self.gate is not None else 0.0
 
     def _rest(self, maintainer: Maintainer, seconds: float) -> bool:
         """Wait `seconds` before the next scheduled task; False when the pass must end (the engine stops, or a

@@ -20,6 +20,7 @@ from pyiceberg.manifest import (
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from appliance.core.activity import give_way
 from appliance.tables.fastpath.changes import MANIFESTS
 from appliance.tables.fastpath.files import delete_file
 from appliance.tables.fastpath.parquet import partitions, remembered, write_files
@@ -113,6 +114,7 @@ def reachable_files(table: Table, snapshots: Iterable[Snapshot]) -> Reachable:
         out.manifest_lists.add(snapshot.manifest_list)
         for manifest in MANIFESTS.listed_paths(table.io, snapshot.manifest_list):
             if manifest not in out.manifests:  # manifests are shared between snapshots: read each once
+                give_way()
                 out.manifests.add(manifest)
                 out.content.update(MANIFESTS.live_paths(table.io, manifest))
     return out
@@ -143,11 +145,13 @@ def unreachable_files(table: Table, gone: Iterable[Snapshot], kept: Iterable[Sna
         for manifest in MANIFESTS.listed_paths(io, snapshot.manifest_list):
             if manifest in kept_manifests or manifest in out:
                 continue
+            give_way()
             out.add(manifest)
             candidates.update(MANIFESTS.live_paths(io, manifest))
     for manifest in kept_manifests:
         if not candidates:
             break
+        give_way()
         candidates.difference_update(MANIFESTS.live_paths(io, manifest))
     return out | candidates
 
