@@ -62,9 +62,9 @@ def test_a_safe_point_waits_until_the_steps_under_way_end():
     assert gate.ran_out == 0 and not activity.busy
 
 
-def test_a_safe_point_waits_at_most_its_patience_then_not_again_for_a_while():
+def test_a_safe_point_waits_at_most_its_patience_and_the_waits_no_longer_than_the_work_between():
     activity = Activity()
-    gate = Gate(activity, patience=0.2, free=30)
+    gate = Gate(activity, patience=0.2)
     step = Step(activity)
     step.start()
     step.begun.wait(5)
@@ -73,11 +73,15 @@ def test_a_safe_point_waits_at_most_its_patience_then_not_again_for_a_while():
         give_way()  # an engine never quiet (a busy stream always in a step)
         assert time.monotonic() - started >= 0.2
         assert (gate.waits, gate.ran_out) == (1, 1)
-        started = time.monotonic()
-        for _ in range(100):
+        started, worked = time.monotonic(), 0.0
+        for _ in range(20):
+            begun = time.monotonic()
+            sum(range(200_000))  # some work between two safe points
+            worked += time.monotonic() - begun
             give_way()
-        assert time.monotonic() - started < 0.1, "within `free` of a wait that ran out, no wait"
-        assert gate.waits == 1
+        spent = time.monotonic() - started
+        assert gate.waited - 0.2 <= worked + 0.01, "the waits after the first no longer than the work between"
+        assert spent <= 2 * worked + 0.05
     step.end.set()
     step.join(5)
 

@@ -3,13 +3,13 @@
 Trickling streams work in bursts: on each tick of the commit grid a share of them plan, read and commit,
 a few hundred milliseconds, and the rest of the second is quiet. Run beside a burst, maintenance's Python work
 (an expiry reading manifests back, a compaction merging small files) takes the interpreter from the commits:
-measured with 200 streams, a batch that overlapped a maintenance task took 1.0 s on average against 0.3 s for
-one that did not. Started in a quiet gap, and pausing at its safe points while a burst runs, the same work
+measured with 200 streams, a batch that overlapped a maintenance task took 0.50 s on average (p95 0.95 s) against
+0.31 s (0.55 s) for one that did not. Started in a quiet gap, and pausing at its safe points while a burst runs, the same work
 waits a little and the batches do not.
 
-It is a courtesy, never a condition: a wait lasts at most `patience`, and after a wait that ran out the work
-goes on without waiting for `free` seconds, so that an engine that is never quiet (a busy stream always in a
-batch) slows maintenance by a bounded share, and never stops it.
+It is a courtesy, never a condition: a wait lasts at most `patience`, and the waits together never last longer
+than the work between them (and one patience more), so that an engine never quiet (a busy stream always in a
+batch) at most doubles its maintenance's time, and never stops it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from typing import Iterator
 
 PATIENCE = 1.0  # seconds a safe point waits at most for the streams' batches to end
-FREE = 1.0  # seconds after a wait ran out during which safe points do not wait
 
 
 class Activity:
@@ -54,26 +53,30 @@ class Activity:
 
 
 class Gate:
-    """Where background work waits for a quiet moment (`give_way`): its patience, and when it last ran out."""
+    """Where background work waits for a quiet moment (`give_way`): each wait as long as the work done since the
+    last one has earned (at most `patience`), so that waits take at most half of the work's time."""
 
-    def __init__(self, activity: Activity, patience: float = PATIENCE, free: float = FREE) -> None:
+    def __init__(self, activity: Activity, patience: float = PATIENCE) -> None:
         self.activity = activity
         self.patience = patience
-        self.free = free
-        self._free_until = 0.0
+        self._credit = patience  # seconds the next safe point may wait
+        self._resumed = time.monotonic()  # when the work last went on after a safe point
         self.waits = 0  # safe points that found streams at work
-        self.ran_out = 0  # of them, those that went on without a quiet moment
+        self.ran_out = 0  # of them, those that went on beside them
         self.waited = 0.0  # seconds waited at them, in all
 
     def give_way(self) -> None:
-        if not self.activity.busy or time.monotonic() < self._free_until:
+        now = time.monotonic()
+        self._credit = min(self.patience, self._credit + now - self._resumed)
+        self._resumed = now
+        if not self.activity.busy or self._credit <= 0:
             return
         self.waits += 1
-        started = time.monotonic()
-        if not self.activity.wait_quiet(self.patience):
+        if not self.activity.wait_quiet(self._credit):
             self.ran_out += 1
-            self._free_until = time.monotonic() + self.free
-        self.waited += time.monotonic() - started
+        self._resumed = time.monotonic()
+        self._credit -= self._resumed - now
+        self.waited += self._resumed - now
 
 
 _GATE: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("floe_background_gate", default=None)

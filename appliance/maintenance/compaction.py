@@ -26,6 +26,7 @@ from pyiceberg.table.snapshots import Operation
 
 from appliance.config.policy import Policy
 from appliance.config.settings import Settings
+from appliance.core.activity import give_way
 from appliance.core.errors import RewriteConflict
 from appliance.core.failpoints import failpoint
 from appliance.core.vocabulary import RunOutcome
@@ -200,6 +201,7 @@ def compact(
     if rewrite_id:  # the table's key index follows its rows through this map (mergeonread/lineage.py)
         properties[REWRITE_KEY] = rewrite_id
     failpoint("rewrite_map_saved", "compaction")
+    give_way()  # the commit is Python work too: in a gap, and before the lock, never while holding it
     table = commit_rewrite(settings, table, removed, added, Operation.REPLACE, properties, carrier=plan.fold)
     failpoint("rewrite_committed", "compaction")
     after = totals(table)

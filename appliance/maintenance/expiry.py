@@ -18,6 +18,7 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from appliance.config.policy import Policy
 from appliance.config.settings import Settings
+from appliance.core.activity import give_way
 from appliance.core.errors import CommitConflict
 from appliance.core.retry import retrying
 from appliance.core.vocabulary import RunOutcome
@@ -119,6 +120,7 @@ def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = Fal
         return result
     name = ".".join(table.name())
     pre, ids = table.metadata, []
+    give_way()  # the commit is Python work too: in a gap, and before the lock, never while holding it
     try:
         for attempt in retrying(CommitFailedException, f"snapshot expiry of {name}", attempts=10):
             with attempt, commit_lock(settings, name):

@@ -335,7 +335,7 @@ def rewrite_groups(
     if spark is None or sum(g.bytes for g in groups) <= in_process:
         results = []
         for g in groups:
-            give_way()  # here, in the engine's interpreter: between the streams' batches, not beside them
+            give_way()  # in the engine, a rewrite here shares the interpreter with the streams' commits
             results.append(rewrite_group(target, g, target_bytes, keep))
         return results
     context = spark.sparkContext

@@ -29,7 +29,8 @@ def rest_after(seconds: float, share: float) -> float:
 class MaintenanceScheduler(threading.Thread):
     def __init__(self, settings: Settings, spark: Any, stop: threading.Event, poll: float = 1.0,
                  catalog: Catalog | None = None, activity: Activity | None = None) -> None:
-        """`activity`: the engine's streams' steps, which scheduled tasks give way to (`core.activity`)."""
+        """`activity`: the engine's streams' steps, which its tasks (scheduled and asked for) give way to
+        (`core.activity`)."""
         super().__init__(name="floe-maintenance", daemon=True)
         self.settings = settings
         self.spark = spark
@@ -89,7 +90,7 @@ class MaintenanceScheduler(threading.Thread):
             if maintainer.state.pending_requests():
                 return  # a user is waiting: their request goes first, the next check queues again
             maintainer.state.dequeue_maintenance(table, task)
-            self._give_way()  # started in a gap between the streams' batches, not beside them
+            self._give_way()  # started in a gap between the streams' batches where there is one
             started, waited = time.monotonic(), self._waited()
             maintainer.run(table, task, trigger=RunTrigger.SCHEDULE)
             # Its share counts its work, not the waits at its safe points (`core.activity`).
