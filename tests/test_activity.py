@@ -15,6 +15,7 @@ from appliance.core.vocabulary import MaintenanceTask, RunOutcome
 from appliance.ingest.jobs import BatchJobs
 from appliance.maintenance.maintainer import Maintainer
 from appliance.maintenance.policies import set_policy
+from appliance.state.records import RunRecord
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_files
 from appliance.tables.datafiles import TableTarget, write_data_files
@@ -35,6 +36,23 @@ class Step(threading.Thread):
             self.begun.set()
             self.end.wait(30)
             self.ended_at = time.monotonic()
+
+
+def run_beside_a_step(maintainer: Maintainer, gate: Gate, task: MaintenanceTask, meanwhile) -> RunRecord:
+    """`task` on table n.t in a thread of its own while a stream's step is under way: `meanwhile()` once the task
+    waits at a safe point, then the step ends; the task's run."""
+    step = Step(gate.activity)
+    step.start()
+    step.begun.wait(5)
+    runs = []
+    working = threading.Thread(target=lambda: runs.append(maintainer.run("n.t", task)), daemon=True)
+    working.start()
+    poll(lambda: gate.waits >= 1, 30, what=f"the {task} to reach a safe point")
+    meanwhile()
+    step.end.set()
+    working.join(60)
+    [run] = runs
+    return run
 
 
 def test_a_safe_point_waits_until_the_steps_under_way_end():
@@ -128,18 +146,11 @@ def test_an_expiry_in_the_engine_deletes_nothing_while_a_streams_step_is_under_w
     gate = Gate(activity, patience=30)
     maintainer = Maintainer(settings, catalog=catalog, gate=gate, stopping=threading.Event())
     set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 5, "min_snapshots": 2})
-    step = Step(activity)
-    step.start()
-    step.begun.wait(5)
-    runs = []
-    expiring = threading.Thread(target=lambda: runs.append(maintainer.run("n.t", MaintenanceTask.EXPIRE)),
-                                daemon=True)
-    expiring.start()
-    poll(lambda: gate.waits >= 1, 30, what="the expiry to reach a safe point")
-    assert uri_exists(first_files[0].file_path), "deleted while the stream's step was under way"
-    step.end.set()
-    expiring.join(60)
-    [run] = runs
+
+    def meanwhile() -> None:
+        assert uri_exists(first_files[0].file_path), "deleted while the stream's step was under way"
+
+    run = run_beside_a_step(maintainer, gate, MaintenanceTask.EXPIRE, meanwhile)
     assert run.outcome == RunOutcome.OK and run.snapshots_expired >= 25
     assert not uri_exists(first_files[0].file_path)
     assert maintainer.state.runs("n.t")[0].finished_at is not None
@@ -157,17 +168,10 @@ def test_a_compaction_in_the_engine_commits_nothing_while_a_streams_step_is_unde
     activity = Activity()
     gate = Gate(activity, patience=30)
     maintainer = Maintainer(settings, catalog=catalog, gate=gate, stopping=threading.Event())
-    step = Step(activity)
-    step.start()
-    step.begun.wait(5)
-    runs = []
-    compacting = threading.Thread(target=lambda: runs.append(maintainer.run("n.t", MaintenanceTask.COMPACT)),
-                                  daemon=True)
-    compacting.start()
-    poll(lambda: gate.waits >= 1, 30, what="the compaction to reach a safe point")
-    assert catalog.table("n.t").metadata.current_snapshot_id == before, "committed while the step was under way"
-    step.end.set()
-    compacting.join(60)
-    [run] = runs
+
+    def meanwhile() -> None:
+        assert catalog.table("n.t").metadata.current_snapshot_id == before, "committed while the step was under way"
+
+    run = run_beside_a_step(maintainer, gate, MaintenanceTask.COMPACT, meanwhile)
     assert run.outcome == RunOutcome.OK and run.files_after == 1
     assert catalog.table("n.t").metadata.current_snapshot_id != before
