@@ -105,10 +105,10 @@ def test_query_screen(snap_compare, fixed_home):
 
 def test_tables_screen(snap_compare, fixed_home):
     async def wait_for_detail(pilot):
-        for _ in range(100):
-            if "ingest.pizza_orders" in str(pilot.app.screen.query("#tables-pane Static").first().render()):
-                break
-            await pilot.pause(0.05)
+        tree = pilot.app.screen.query_one("#tables-tree")
+        summary = pilot.app.screen.query_one("#table-summary")
+        await until(pilot, lambda: tree.cursor_node is not None and tree.cursor_node.data == "ingest.pizza_orders"
+                    and "0 snapshots" in str(summary.render()), 10, "the table under the cursor and its detail")
         await engine_checked(pilot)
 
     assert snap_compare(app(fixed_home, "tables"), run_before=wait_for_detail, terminal_size=(160, 30))
