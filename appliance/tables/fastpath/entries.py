@@ -19,6 +19,7 @@ from pyiceberg.types import IcebergType
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 from appliance.core.avrofile import avro_long, container_header
+from appliance.tables.fastpath.avro_records import Encoder, Unusual, encode
 
 
 def _deflate(data: bytes) -> bytes:
@@ -89,6 +90,7 @@ class EntryFormat:
     data_file_schema: Any  # the entry's data file record, parsed by fastavro
     entry_head: Any  # (status, snapshot id, sequence numbers) -> the bytes before the data file, if the layout is v2's
     data_file_json: str  # the data file record's Avro schema: two formats with the same one encode a file alike
+    data_file_encoder: Encoder | None = None  # `avro_records`' encoder of the data file record, where it has one
 
 
 class KeptFile:
@@ -129,6 +131,11 @@ def file_body(fmt: EntryFormat, data_file: DataFile | KeptFile) -> bytes:
         record = data_file.record()  # another layout (a partition source's type promoted): encoded again
     else:
         record = data_file_record(data_file, fmt.partition_names)
+    if fmt.data_file_encoder is not None:
+        try:
+            return encode(fmt.data_file_encoder, record)
+        except Unusual:
+            pass  # a value fastavro takes in its own way
     out = io_module.BytesIO()
     fastavro.schemaless_writer(out, fmt.data_file_schema, record)
     return out.getvalue()

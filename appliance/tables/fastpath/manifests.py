@@ -42,6 +42,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.types import IcebergType, PrimitiveType
 from pyiceberg.table.metadata import TableMetadata
 
+from appliance.tables.fastpath.avro_records import compile_record
 from appliance.tables.fastpath.entries import (
     AvroFileFormat,
     Entry,
@@ -213,7 +214,7 @@ class Manifests:
                                 _spec_json(spec), schema.model_dump_json(),
                                 [f.field_type for f in partition_type.fields],
                                 fastavro.parse_schema(data_file), entry_head(fields),
-                                json.dumps(data_file, sort_keys=True))
+                                json.dumps(data_file, sort_keys=True), compile_record(data_file))
             with self._lock:
                 self._formats[key] = found
         return found
