@@ -85,12 +85,19 @@ def test_every_type_encodes_as_fastavro_does():
     record = a_record(rng)
     del record["day"], record["offsets"]
     assert encode(encoder, record) == fastavro_bytes(EVERY_TYPE, record)
+    # Keys the schema does not name are left out, as fastavro's writer leaves them.
+    assert encode(encoder, {**record, "extra": object()}) == fastavro_bytes(EVERY_TYPE, record)
+    # A required field missing: fastavro refuses it, so the encoder leaves it to fastavro.
+    del record["s"]
+    with pytest.raises(Unusual):
+        encode(encoder, record)
 
 
 @pytest.mark.parametrize("field, value", [
     ("i", 2**31), ("i", True), ("l", 1.0), ("l", dt.date(2026, 1, 1)), ("d", 1), ("s", b"bytes"),
     ("b", "text"), ("t", 1), ("day", dt.date(2026, 11, 28)), ("offsets", (x for x in [1])), ("f", 1e40),
-    ("inner", None),
+    ("inner", None), ("l", 2**63), ("at", -2**63 - 1), ("offsets", (1, 2)), ("pairs", ("array", [])),
+    ("inner", {"x": "y", "-type": "other"}),
 ])
 def test_a_value_it_does_not_take_as_it_is_is_left_to_fastavro(field, value):
     record = a_record(random.Random(1))

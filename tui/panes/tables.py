@@ -173,16 +173,15 @@ class TablesPane(ReportsFailures, Horizontal):
             # The new nodes have their lines once the tree has laid them out.
             self.call_after_refresh(self._show_and_load, want)
 
-    def _show_and_load(self, name: str, tries: int = 20) -> None:
+    def _show_and_load(self, name: str) -> None:
         tree: Tree[str] = self.query_one(Tree)
+        # A node has its line once the tree's lines are built, which a refresh does not always do first (on a
+        # loaded machine the cursor then sat on the first line, a namespace, beside the table's detail): asking
+        # for the last line builds them.
+        _ = tree.last_line
         for namespace in tree.root.children:
             for node in namespace.children:
                 if node.data == name:
-                    if node.line < 0 and tries:
-                        # Not laid out yet (a loaded machine can take more than one refresh): moved now, the
-                        # cursor would sit on the first line, a namespace, beside the table's detail.
-                        self.call_after_refresh(self._show_and_load, name, tries - 1)
-                        return
                     self.selected = name
                     tree.move_cursor(node)
                     self._read(name)

@@ -72,8 +72,8 @@ def _record(schema: dict) -> Encoder:
               for f in schema["fields"]]
 
     def record(value: Any, out: list) -> None:
-        if type(value) is not dict:
-            raise Unusual
+        if type(value) is not dict or "-type" in value:
+            raise Unusual  # fastavro reads "-type" as the name of a union's record
         for name, default, optional, field in fields:
             if name not in value and not optional:
                 raise Unusual  # fastavro raises its own error
@@ -104,8 +104,8 @@ def _union(branches: list) -> Encoder:
 
 def _array(items: Encoder) -> Encoder:
     def array(value: Any, out: list) -> None:
-        if type(value) is not list and type(value) is not tuple:
-            raise Unusual
+        if type(value) is not list:
+            raise Unusual  # fastavro reads a tuple in a union as (branch, value)
         if value:
             out.append(avro_long(len(value)))
             for item in value:
@@ -115,8 +115,8 @@ def _array(items: Encoder) -> Encoder:
 
 
 def _long(value: Any, out: list) -> None:
-    if type(value) is not int:
-        raise Unusual  # a bool, a date, a float...
+    if type(value) is not int or not -2**63 <= value < 2**63:
+        raise Unusual  # a bool, a date, a float, more than 64 bits...
     out.append(avro_long(value))
 
 
