@@ -4,6 +4,8 @@ PyIceberg and DuckDB), the key index, and deletes carried through a rewrite."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import orjson
 import pyarrow as pa
@@ -182,6 +184,12 @@ def test_position_delete_files_are_as_the_spec_lays_them_out_and_every_reader_ap
     assert written.content == DataFileContent.POSITION_DELETES and written.record_count == 2
     assert written.lower_bounds[FILE_PATH_ID] == written.upper_bounds[FILE_PATH_ID] == path.encode()
     assert np.array_equal(read_position_deletes(table.io, written)[path], [1, 3])
+    assert written.file_size_in_bytes == os.path.getsize(written.file_path.removeprefix("file://"))
+    many = write_position_deletes(table.metadata, table.io, {path: list(range(5000))}, table.metadata.default_spec_id,
+                                  files[0].partition)
+    # A batch's few deletes uncompressed, as a trickle's data file; many, zstd.
+    assert [pq.ParquetFile(f.file_path.removeprefix("file://")).metadata.row_group(0).column(1).compression
+            for f in (written, many)] == ["UNCOMPRESSED", "ZSTD"]
     table = commit_changes(table, FileChanges(deletes=[written]), Operation.DELETE, {})
     manifests = table.current_snapshot().manifests(table.io)
     assert sorted(int(m.content) for m in manifests) == [0, 1], "one data and one delete manifest"

@@ -28,6 +28,7 @@ from pyiceberg.table.snapshots import TOTAL_DELETE_FILES
 from pyiceberg.typedef import Record
 
 from appliance.tables.datafiles import live_entries
+from appliance.tables.fastpath.parquet import SMALL_FILE_BYTES
 from appliance.tables.snapshots import summary_properties
 
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
@@ -55,9 +56,12 @@ def write_position_deletes(metadata: TableMetadata, io: FileIO, doomed: dict[str
     path = locations.new_data_location(f"floe-deletes-{uuid.uuid4()}.parquet")
     output = io.new_output(path)
     with output.create(overwrite=False) as stream:
-        writer = pq.ParquetWriter(stream, SCHEMA, compression="zstd")
+        # A batch's few deletes, as a trickle's data file, uncompressed (zstd doubled the write for nothing).
+        small = rows.nbytes < SMALL_FILE_BYTES
+        writer = pq.ParquetWriter(stream, SCHEMA, compression="none" if small else "zstd")
         writer.write_table(rows)
         writer.close()
+        size = stream.tell()  # what was written: `len(output)` asks the file system again
     written = writer.writer.metadata
     sizes = {FILE_PATH_ID: 0, POS_ID: 0}
     for g in range(written.num_row_groups):
@@ -66,7 +70,7 @@ def write_position_deletes(metadata: TableMetadata, io: FileIO, doomed: dict[str
     count = rows.num_rows
     f = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
-        partition=partition, record_count=count, file_size_in_bytes=len(output),
+        partition=partition, record_count=count, file_size_in_bytes=size,
         column_sizes=sizes, value_counts={FILE_PATH_ID: count, POS_ID: count},
         null_value_counts={FILE_PATH_ID: 0, POS_ID: 0}, nan_value_counts={},
         lower_bounds={FILE_PATH_ID: paths[0].encode(), POS_ID: _long(min(int(at[0]) for at in positions))},
