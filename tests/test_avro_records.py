@@ -12,7 +12,7 @@ import random
 import fastavro
 import pyarrow as pa
 import pytest
-from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform, IdentityTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
@@ -42,6 +42,14 @@ EVERY_TYPE = {"type": "record", "name": "r", "fields": [
     {"name": "inner", "type": {"type": "record", "name": "in", "fields": [
         {"name": "x", "type": ["null", "string"], "default": None}]}},
 ]}
+
+
+def a_table(schema: Schema, spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC):
+    settings = load_settings()
+    ensure_home(settings)
+    catalog = Catalog(settings)
+    catalog.iceberg.create_namespace("n")
+    return catalog.iceberg.create_table("n.t", schema, partition_spec=spec)
 
 
 def fastavro_bytes(schema: dict, record: dict) -> bytes:
@@ -115,17 +123,13 @@ def test_a_schema_with_a_type_it_leaves_to_fastavro_has_no_encoder():
 
 
 def test_the_data_files_of_a_partitioned_table_encode_as_fastavro_does(floe_home):
-    """Floe's manifests: a day and an identity partition (a null among them), twelve columns' statistics."""
-    settings = load_settings()
-    ensure_home(settings)
+    """Floe's manifests: a day and an identity partition (a null among them), each column's statistics."""
     schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False),
                     NestedField(3, "amount", DoubleType(), required=False),
                     NestedField(4, "at", TimestamptzType(), required=False))
     spec = PartitionSpec(PartitionField(4, 1000, DayTransform(), "at_day"),
                          PartitionField(2, 1001, IdentityTransform(), "name"))
-    catalog = Catalog(settings)
-    catalog.iceberg.create_namespace("n")
-    table = catalog.iceberg.create_table("n.t", schema, partition_spec=spec)
+    table = a_table(schema, spec)
     files = write_data_files(TableTarget.of(table), pa.table({
         "id": [1, 2, 3, -4], "name": ["a", None, "a", "é"], "amount": [1.5, math.nan, None, -0.0],
         "at": pa.array([0, 86_400_000_000, None, -1], pa.timestamp("us", "UTC"))}))
@@ -141,11 +145,7 @@ def test_the_data_files_of_a_partitioned_table_encode_as_fastavro_does(floe_home
 
 def test_without_an_encoder_a_data_file_is_encoded_by_fastavro(floe_home, monkeypatch):
     monkeypatch.setattr(entries, "encode", lambda *a: pytest.fail("the encoder ran"))
-    settings = load_settings()
-    ensure_home(settings)
-    catalog = Catalog(settings)
-    catalog.iceberg.create_namespace("n")
-    table = catalog.iceberg.create_table("n.t", Schema(NestedField(1, "id", LongType(), required=False)))
+    table = a_table(Schema(NestedField(1, "id", LongType(), required=False)))
     [f] = write_data_files(TableTarget.of(table), pa.table({"id": [1, 2]}))
     fmt = Manifests()._entry_format(table.metadata, table.metadata.spec())
     fastavro_only = entries.EntryFormat(**{**fmt.__dict__, "data_file_encoder": None})
