@@ -371,18 +371,24 @@ def uri_exists(uri: str) -> bool:
 
 
 def pyiceberg_files(table, data):
-    """PyIceberg's own data files of `data` for `table`, to compare Floe's with: uncompressed where Floe writes a
-    small file so (`SMALL_FILE_BYTES`; every file of `data` is as small as `data`, or as big: the tests comparing
+    """PyIceberg's own data files of `data` for `table`, to compare Floe's with: uncompressed and without
+    dictionaries where Floe writes a small file so (`SMALL_FILE_BYTES`; every file of `data` is as small as `data`, or as big: the tests comparing
     write one partition, or small ones)."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
-    from appliance.tables.fastpath.parquet import SMALL_FILE_BYTES
+    import pyiceberg.io.pyarrow as pyiceberg_arrow
 
-    metadata = table.metadata
-    if data.nbytes < SMALL_FILE_BYTES:
-        metadata = metadata.model_copy(update={"properties": {**metadata.properties,
-                                                              "write.parquet.compression-codec": "uncompressed"}})
-    return list(_dataframe_to_data_files(table_metadata=metadata, df=data, io=table.io))
+    from appliance.tables.fastpath.parquet import SMALL_FILE_BYTES, SMALL_FILE_OPTIONS
+
+    if data.nbytes >= SMALL_FILE_BYTES:
+        return list(_dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io))
+    # PyIceberg's writer with a small file's options (no table property turns its dictionaries off)
+    options = pyiceberg_arrow._get_parquet_writer_kwargs
+    pyiceberg_arrow._get_parquet_writer_kwargs = lambda properties: {**options(properties), **SMALL_FILE_OPTIONS}
+    try:
+        return list(_dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io))
+    finally:
+        pyiceberg_arrow._get_parquet_writer_kwargs = options
 
 
 def pizza_values(n: int, start: int = 0) -> list[bytes]:

@@ -78,6 +78,13 @@ def codec(table, data_file) -> str:
         return pq.ParquetFile(f).metadata.row_group(0).column(0).compression
 
 
+def dictionary(table, data_file) -> bool:
+    """Whether any column of the file has a dictionary page."""
+    with table.io.new_input(data_file.file_path).open() as f:
+        group = pq.ParquetFile(f).metadata.row_group(0)
+        return any(group.column(i).has_dictionary_page for i in range(group.num_columns))
+
+
 def file_schema(table, data_file) -> pa.Schema:
     with table.io.new_input(data_file.file_path).open() as f:
         return pq.read_schema(f)
@@ -256,7 +263,7 @@ def test_a_small_file_is_written_uncompressed_a_bigger_one_with_the_tables_codec
     assert small.nbytes < parquet.SMALL_FILE_BYTES <= big.nbytes
     [few] = write_data_files(TableTarget.of(table), small)
     [many] = write_data_files(TableTarget.of(table), big)
-    assert codec(table, few) == "UNCOMPRESSED"
-    assert codec(table, many) == "ZSTD"  # the table's default codec
+    assert codec(table, few) == "UNCOMPRESSED" and not dictionary(table, few)
+    assert codec(table, many) == "ZSTD" and dictionary(table, many)  # the table's default codec, dictionaries
     assert_same_files(table, [few], pyiceberg_files(table, small))
     assert_same_files(table, [many], pyiceberg_files(table, big))

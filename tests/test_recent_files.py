@@ -95,3 +95,25 @@ def test_a_tables_files_are_joined_in_blocks_and_the_oldest_blocks_go_first_past
     off.keep("file:///w/t/data/x.parquet", _rows(1))
     assert off.rows("file:///w/t/data/x.parquet") is None, "off until a process turns it on"
 
+
+
+def test_a_folders_files_of_another_schema_start_a_block_of_their_own_and_keep_their_field_ids():
+    files = RecentFiles(limit=10**9)
+    files.enabled = True
+
+    def with_ids(table: pa.Table, first: int) -> pa.Table:
+        return table.cast(pa.schema([f.with_metadata({b"PARQUET:field_id": str(first + i).encode()})
+                                     for i, f in enumerate(table.schema)]))
+
+    # The same names and types, other field ids: a column dropped and added again by another client, say
+    before = [with_ids(_rows(3, start=i * 3), 1) for i in range(3)]
+    after = [with_ids(_rows(2, start=100 + i * 2), 7) for i in range(BLOCK_FILES)]
+    for i, rows in enumerate(before + after):
+        files.keep(f"file:///w/t/data/f{i}.parquet", rows)
+    for i, rows in enumerate(before + after):
+        kept = files.rows(f"file:///w/t/data/f{i}.parquet")
+        assert kept.equals(rows) and kept.schema.equals(rows.schema, check_metadata=True), i
+    # Every block's bytes counted once, whether sealed early (by the new schema), by its size or still filling
+    assert files.nbytes == sum(b.nbytes for b in files._blocks.values())
+    files.forget([f"file:///w/t/data/f{i}.parquet" for i in range(len(before) + len(after))])
+    assert files.nbytes == 0 and len(files) == 0

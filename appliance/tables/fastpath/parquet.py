@@ -94,11 +94,13 @@ def _transformed(source: Any, transform: Any, table: pa.Table) -> pa.Array:
     return transform.pyarrow_transform(source.field_type)(column)
 
 
-# A file whose rows take less than this in Arrow is written uncompressed, whatever the table's codec: a trickle's
-# few rows compress to nothing less (a 3-row file of 12 columns is 3.4 KB either way) and zstd costs more than the
-# rest of the write (375 against 150 us: Arrow makes a zstd context for each column chunk). Compaction writes the
-# merged file with the table's codec.
+# A file whose rows take less than this in Arrow is written uncompressed and without dictionaries, whatever the
+# table's codec: a trickle's few rows compress to nothing less (a 3-row file of 12 columns is 3.4 KB either way), zstd
+# costs more than the rest of the write (375 against 150 us: Arrow makes a zstd context for each column chunk), and a
+# dictionary page for each column of a few values a quarter of what is left (280 against 210 us). Compaction writes
+# the merged file with the table's options.
 SMALL_FILE_BYTES = 16 * 1024
+SMALL_FILE_OPTIONS = {"compression": "none", "compression_level": None, "use_dictionary": False}
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class _Writer:
     properties: dict[str, str]
     target_size: int
     parquet_options: dict[str, Any]
-    small_options: dict[str, Any]  # a small file's: uncompressed
+    small_options: dict[str, Any]  # a small file's: uncompressed, no dictionaries
     row_group_size: int
     statistics: StatisticsPlan
     file_arrow: pa.Schema  # what PyIceberg's projection makes of the task's Arrow schema, with field ids
@@ -141,6 +143,8 @@ def _new_writer(meta: Any, io_properties: dict[str, str], schema: pa.Schema) -> 
     options = parquet_writer_kwargs(props)
     file_schema = sanitize_column_names(meta.schema())
     task_schema = pyarrow_to_schema(schema, name_mapping=meta.schema().name_mapping, format_version=meta.format_version)
+    file_arrow = _project(file_schema, task_schema, schema.empty_table().to_batches() or
+                          [pa.RecordBatch.from_pylist([], schema=schema)]).schema
     return _Writer(
         metadata=meta, io=load_file_io(io_properties, meta.location), file_schema=file_schema,
         task_schema=task_schema,
@@ -148,12 +152,11 @@ def _new_writer(meta: Any, io_properties: dict[str, str], schema: pa.Schema) -> 
         properties=props,
         target_size=property_as_int(props, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
                                     TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT),
-        parquet_options=options, small_options={**options, "compression": "none", "compression_level": None},
+        parquet_options=options, small_options={**options, **SMALL_FILE_OPTIONS},
         row_group_size=property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
                                        TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
         statistics=StatisticsPlan(compute_statistics_plan(file_schema, props), parquet_path_to_id_mapping(file_schema)),
-        file_arrow=_project(file_schema, task_schema, schema.empty_table().to_batches() or
-                            [pa.RecordBatch.from_pylist([], schema=schema)]).schema,
+        file_arrow=file_arrow,
     )
 
 
@@ -165,8 +168,12 @@ def _project(file_schema: Any, task_schema: Any, batches: list[pa.RecordBatch]) 
 
 
 def _to_file(w: _Writer, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A batch as the file's schema has it: the same cast every time, when the batch holds every
-    column of the table (in any order); PyIceberg's projection when not (it fills in nulls)."""
+    """A batch as the file's schema has it: its columns as they are when they are the file's already (a stream's
+    batch), else the same cast every time when the batch holds every column of the table (in any order);
+    PyIceberg's projection when not (it fills in nulls)."""
+    if batch.schema.equals(w.file_arrow):  # the same columns, types and nullability, metadata aside: the cast would
+        # only attach the field ids (a cast per column, 50 us a trickle's batch)
+        return pa.RecordBatch.from_arrays(batch.columns, schema=w.file_arrow)
     names = w.file_arrow.names
     if batch.schema.names != names:
         if not set(names) <= set(batch.schema.names):
@@ -196,14 +203,17 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
     folder = _folder(w, partition)
     files = []
     # What fits in one file is one bin, as PyIceberg's packing would make it (a trickle's every write)
-    bins = [table.to_batches()] if table.nbytes <= w.target_size else bin_pack_arrow_table(table, w.target_size)
+    # Sizes by buffers, not `nbytes` (25 us for a table of a few rows: it walks each array's slices); a slice of a
+    # larger table counts its whole buffers, so a file is at worst written as a larger one.
+    size = table.get_total_buffer_size()
+    bins = [table.to_batches()] if size <= w.target_size else bin_pack_arrow_table(table, w.target_size)
     for n, batches in enumerate(bins):
         # PyIceberg projects every batch through a schema visitor; for one Arrow schema that is
         # always the same cast, worked out once (`_Writer.file_arrow`).
         data = pa.Table.from_batches([_to_file(w, batch) for batch in batches], schema=w.file_arrow)
         path = w.location.new_data_location(data_file_name=f"{folder}00000-{n}-{write_uuid}.parquet")
         output = w.io.new_output(path)
-        small = data.nbytes < SMALL_FILE_BYTES
+        small = data.get_total_buffer_size() < SMALL_FILE_BYTES
         with output.create(overwrite=True) as stream:
             options = w.small_options if small else w.parquet_options
             writer = pq.ParquetWriter(stream, schema=data.schema, store_decimal_as_integer=True, **options)

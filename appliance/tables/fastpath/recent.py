@@ -26,12 +26,14 @@ LIMIT = 48 * 1024 * 1024  # 200 trickles' files of ten minutes are about 30,000:
 
 
 class _Block:
-    """Files of one table (one folder, one Arrow schema), appended until `BLOCK_FILES`, then joined."""
+    """Files of one table (one folder, one Arrow schema), appended until `BLOCK_FILES` (or another schema), then
+    joined."""
 
-    __slots__ = ("key", "paths", "parts", "table", "offsets", "live", "nbytes")
+    __slots__ = ("key", "schema", "paths", "parts", "table", "offsets", "live", "nbytes")
 
-    def __init__(self, key: tuple[str, pa.Schema]) -> None:
-        self.key = key
+    def __init__(self, key: str, schema: pa.Schema) -> None:
+        self.key = key  # the folder of its files
+        self.schema = schema
         self.paths: list[str] = []
         self.parts: list[pa.Table] = []
         self.table: pa.Table | None = None  # once sealed: every part's rows, one chunk per column
@@ -50,7 +52,7 @@ class _Block:
             self.offsets.append(self.offsets[-1] + part.num_rows)
         self.table = pa.concat_tables(self.parts).combine_chunks()
         self.parts = []
-        self.nbytes = self.table.nbytes + OVERHEAD
+        self.nbytes = self.table.get_total_buffer_size() + OVERHEAD
 
 
 class RecentFiles:
@@ -59,7 +61,9 @@ class RecentFiles:
         self.enabled = False
         self._lock = threading.Lock()
         self._where: dict[str, tuple[_Block, int]] = {}  # path -> its block and its place there
-        self._filling: dict[tuple[str, pa.Schema], _Block] = {}  # (folder, schema) -> the block taking files
+        # folder -> the block taking its files, all of one schema (field ids too; keyed by it, the schema was hashed
+        # at every file, 6 us)
+        self._filling: dict[str, _Block] = {}
         self._blocks: OrderedDict[int, _Block] = OrderedDict()  # oldest first
         self.nbytes = 0
 
@@ -67,25 +71,32 @@ class RecentFiles:
         """The rows of the file just written at `path`, as written (its Arrow schema, with field ids)."""
         if not self.enabled:
             return
-        key = (path.rsplit("/", 1)[0], rows.schema)
+        folder = path.rsplit("/", 1)[0]
         with self._lock:
-            block = self._filling.get(key)
+            block = self._filling.get(folder)
+            if block is not None and not block.schema.equals(rows.schema, check_metadata=True):
+                self._seal(block)  # the table's schema changed: its files from now on in a block of their own
+                block = None
             if block is None:
-                block = self._filling[key] = _Block(key)
+                block = self._filling[folder] = _Block(folder, rows.schema)
                 self._blocks[id(block)] = block
             was = block.nbytes
             self._where[path] = (block, len(block.parts))
             block.paths.append(path)
             block.parts.append(rows)
             block.live += 1
-            if len(block.parts) == BLOCK_FILES:
-                del self._filling[key]
-                block.seal()
-            else:
-                block.nbytes += rows.nbytes + OVERHEAD
+            block.nbytes += rows.get_total_buffer_size() + OVERHEAD
             self.nbytes += block.nbytes - was
+            if len(block.parts) == BLOCK_FILES:
+                self._seal(block)
             while self.nbytes > self.limit and self._blocks:
                 self._drop(next(iter(self._blocks.values())))
+
+    def _seal(self, block: _Block) -> None:
+        del self._filling[block.key]
+        was = block.nbytes
+        block.seal()
+        self.nbytes += block.nbytes - was
 
     def rows(self, path: str) -> pa.Table | None:
         """The rows kept of the file at `path`, or None: read the file."""
