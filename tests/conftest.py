@@ -372,8 +372,8 @@ def uri_exists(uri: str) -> bool:
 
 def pyiceberg_files(table, data):
     """PyIceberg's own data files of `data` for `table`, to compare Floe's with: uncompressed and without
-    dictionaries where Floe writes a small file so (`SMALL_FILE_BYTES`; every file of `data` is as small as `data`, or as big: the tests comparing
-    write one partition, or small ones)."""
+    dictionaries where Floe writes a small file so (`SMALL_FILE_BYTES`; every file of `data` is as small as
+    `data`, or as big: the tests comparing write one partition, or small ones)."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
     import pyiceberg.io.pyarrow as pyiceberg_arrow

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import OrderedDict
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -267,3 +268,20 @@ def test_a_small_file_is_written_uncompressed_a_bigger_one_with_the_tables_codec
     assert codec(table, many) == "ZSTD" and dictionary(table, many)  # the table's default codec, dictionaries
     assert_same_files(table, [few], pyiceberg_files(table, small))
     assert_same_files(table, [many], pyiceberg_files(table, big))
+
+
+def test_a_null_in_a_required_column_is_refused_whether_or_not_the_batch_says_so(catalog):
+    required = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "region", StringType(),
+                                                                                   required=False))
+    table, _ = catalog.ensure_table("n.r", required, Partitioning.parse("none"))
+    target = TableTarget.of(table)
+    fine = pa.table({"id": pa.array([1, 2], pa.int64()), "region": ["a", None]},
+                    schema=pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("region", pa.string())]))
+    [written] = write_data_files(target, fine)  # its columns as the file's: taken as they are
+    assert written.record_count == 2 and written.null_value_counts == {1: 0, 2: 1}
+    # The same declared schema, a null where none may be: refused before any file is made, as the cast refuses it
+    holed = pa.Table.from_arrays([pa.array([1, None], pa.int64()), pa.array(["a", "b"])], schema=fine.schema)
+    folder = Path(written.file_path.removeprefix("file://")).parent
+    with pytest.raises(Exception, match="null"):
+        write_data_files(target, holed)
+    assert [p.name for p in folder.iterdir()] == [Path(written.file_path).name], "no file left behind"

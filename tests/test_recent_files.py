@@ -96,8 +96,7 @@ def test_a_tables_files_are_joined_in_blocks_and_the_oldest_blocks_go_first_past
     assert off.rows("file:///w/t/data/x.parquet") is None, "off until a process turns it on"
 
 
-
-def test_a_folders_files_of_another_schema_start_a_block_of_their_own_and_keep_their_field_ids():
+def test_a_folders_files_of_each_schema_fill_a_block_of_their_own_and_keep_their_field_ids():
     files = RecentFiles(limit=10**9)
     files.enabled = True
 
@@ -110,6 +109,9 @@ def test_a_folders_files_of_another_schema_start_a_block_of_their_own_and_keep_t
     after = [with_ids(_rows(2, start=100 + i * 2), 7) for i in range(BLOCK_FILES)]
     for i, rows in enumerate(before + after):
         files.keep(f"file:///w/t/data/f{i}.parquet", rows)
+        if i == len(before):  # two schemas fill a block each: the first is not sealed by the second's files
+            assert len(files._filling["file:///w/t/data"]) == 2
+    assert [len(b.parts) for b in files._filling["file:///w/t/data"]] == [len(before)], "the second one sealed, full"
     for i, rows in enumerate(before + after):
         kept = files.rows(f"file:///w/t/data/f{i}.parquet")
         assert kept.equals(rows) and kept.schema.equals(rows.schema, check_metadata=True), i

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 from textual.widgets import TextArea
+from textual.worker import WorkerState
 
 from appliance.config.settings import load_settings
 from appliance.tables.catalog import Catalog
@@ -168,6 +169,16 @@ async def test_the_footer_offers_start_engine_only_without_one_and_the_header_sa
         stop(launch.process)
 
 
+GATHERING = "--textual-command-palette-gather-commands"  # the group of the palette's search workers
+
+
+def searched(app) -> bool:
+    """The open palette's search has ended: every provider answered (no search worker left pending or running),
+    and it lists what they found."""
+    return bool(offered(app)) and not any(w.group == GATHERING and w.state in (WorkerState.PENDING, WorkerState.RUNNING)
+                                          for w in app.workers)
+
+
 def offered(app) -> list[str]:
     """Every command the open palette lists."""
     found = app.screen.query("CommandList")
@@ -208,8 +219,7 @@ async def test_the_palette_offers_start_the_engine_only_while_none_runs(floe_hom
             await until(pilot, lambda: "engine running" in str(label.render()), 10, "running")
             assert "start_engine" not in footer_keys(app)
             await pilot.press("ctrl+p", *"engine")
-            await until(pilot, lambda: offered(app), 10, "the palette's answers")
-            await pilot.pause(0.3)  # every provider has answered the search
+            await until(pilot, lambda: searched(app), 10, "every provider's answers")
             assert app.engine_alive and "Start the engine" not in offered(app)
         finally:
             stop.set()

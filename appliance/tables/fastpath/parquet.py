@@ -98,7 +98,7 @@ def _transformed(source: Any, transform: Any, table: pa.Table) -> pa.Array:
 # table's codec: a trickle's few rows compress to nothing less (a 3-row file of 12 columns is 3.4 KB either way), zstd
 # costs more than the rest of the write (375 against 150 us: Arrow makes a zstd context for each column chunk), and a
 # dictionary page for each column of a few values a quarter of what is left (280 against 210 us). Compaction writes
-# the merged file with the table's options.
+# a merged file of 16 KiB or more with the table's options.
 SMALL_FILE_BYTES = 16 * 1024
 SMALL_FILE_OPTIONS = {"compression": "none", "compression_level": None, "use_dictionary": False}
 
@@ -171,8 +171,10 @@ def _to_file(w: _Writer, batch: pa.RecordBatch) -> pa.RecordBatch:
     """A batch as the file's schema has it: its columns as they are when they are the file's already (a stream's
     batch), else the same cast every time when the batch holds every column of the table (in any order);
     PyIceberg's projection when not (it fills in nulls)."""
-    if batch.schema.equals(w.file_arrow):  # the same columns, types and nullability, metadata aside: the cast would
-        # only attach the field ids (a cast per column, 50 us a trickle's batch)
+    if batch.schema.equals(w.file_arrow) and all(f.nullable or c.null_count == 0 for f, c in zip(w.file_arrow,
+                                                                                                   batch.columns)):
+        # The same columns, types and nullability, metadata aside, and no null where none may be (which the cast
+        # refuses): the cast would only attach the field ids, a cast per column, 50 us a trickle's batch.
         return pa.RecordBatch.from_arrays(batch.columns, schema=w.file_arrow)
     names = w.file_arrow.names
     if batch.schema.names != names:
@@ -203,8 +205,9 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
     folder = _folder(w, partition)
     files = []
     # What fits in one file is one bin, as PyIceberg's packing would make it (a trickle's every write)
-    # Sizes by buffers, not `nbytes` (25 us for a table of a few rows: it walks each array's slices); a slice of a
-    # larger table counts its whole buffers, so a file is at worst written as a larger one.
+    # Sizes by buffers, not `nbytes` (25 us for a table of a few rows: it walks each array's slices): a slice of a
+    # larger table counts its whole buffers, a buffer shared by columns once. Either way only how a file is encoded
+    # (compressed or not) and packed changes, never what it holds.
     size = table.get_total_buffer_size()
     bins = [table.to_batches()] if size <= w.target_size else bin_pack_arrow_table(table, w.target_size)
     for n, batches in enumerate(bins):

@@ -26,8 +26,7 @@ LIMIT = 48 * 1024 * 1024  # 200 trickles' files of ten minutes are about 30,000:
 
 
 class _Block:
-    """Files of one table (one folder, one Arrow schema), appended until `BLOCK_FILES` (or another schema), then
-    joined."""
+    """Files of one table (one folder, one Arrow schema), appended until `BLOCK_FILES`, then joined."""
 
     __slots__ = ("key", "schema", "paths", "parts", "table", "offsets", "live", "nbytes")
 
@@ -61,9 +60,9 @@ class RecentFiles:
         self.enabled = False
         self._lock = threading.Lock()
         self._where: dict[str, tuple[_Block, int]] = {}  # path -> its block and its place there
-        # folder -> the block taking its files, all of one schema (field ids too; keyed by it, the schema was hashed
-        # at every file, 6 us)
-        self._filling: dict[str, _Block] = {}
+        # folder -> the blocks taking its files, one per schema (field ids too): almost always one. Not keyed by the
+        # schema, which was hashed at every file (6 us); two writers of other Arrow types still fill a block each.
+        self._filling: dict[str, list[_Block]] = {}
         self._blocks: OrderedDict[int, _Block] = OrderedDict()  # oldest first
         self.nbytes = 0
 
@@ -73,12 +72,11 @@ class RecentFiles:
             return
         folder = path.rsplit("/", 1)[0]
         with self._lock:
-            block = self._filling.get(folder)
-            if block is not None and not block.schema.equals(rows.schema, check_metadata=True):
-                self._seal(block)  # the table's schema changed: its files from now on in a block of their own
-                block = None
+            filling = self._filling.setdefault(folder, [])
+            block = next((b for b in filling if b.schema.equals(rows.schema, check_metadata=True)), None)
             if block is None:
-                block = self._filling[folder] = _Block(folder, rows.schema)
+                block = _Block(folder, rows.schema)
+                filling.append(block)
                 self._blocks[id(block)] = block
             was = block.nbytes
             self._where[path] = (block, len(block.parts))
@@ -93,7 +91,7 @@ class RecentFiles:
                 self._drop(next(iter(self._blocks.values())))
 
     def _seal(self, block: _Block) -> None:
-        del self._filling[block.key]
+        self._unfill(block)
         was = block.nbytes
         block.seal()
         self.nbytes += block.nbytes - was
@@ -117,13 +115,20 @@ class RecentFiles:
 
     def _drop(self, block: _Block) -> None:
         self._blocks.pop(id(block), None)
-        if self._filling.get(block.key) is block:
-            del self._filling[block.key]
+        self._unfill(block)
         for path in block.paths:
             found = self._where.get(path)
             if found is not None and found[0] is block:
                 del self._where[path]
         self.nbytes -= block.nbytes
+
+    def _unfill(self, block: _Block) -> None:
+        """`block` takes no more files (sealed, or dropped while it did)."""
+        filling = self._filling.get(block.key, [])
+        if block in filling:
+            filling.remove(block)
+            if not filling:
+                del self._filling[block.key]
 
     def __len__(self) -> int:
         return len(self._where)
