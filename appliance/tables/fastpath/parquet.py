@@ -119,6 +119,7 @@ class _Writer:
     row_group_size: int
     statistics: StatisticsPlan
     file_arrow: pa.Schema  # what PyIceberg's projection makes of the task's Arrow schema, with field ids
+    required: tuple[int, ...]  # the positions of its columns that may hold no null (most tables: none)
     folders: OrderedDict[str, str] = field(default_factory=OrderedDict)  # partition values -> their files' folder
 
 
@@ -156,7 +157,7 @@ def _new_writer(meta: Any, io_properties: dict[str, str], schema: pa.Schema) -> 
         row_group_size=property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
                                        TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
         statistics=StatisticsPlan(compute_statistics_plan(file_schema, props), parquet_path_to_id_mapping(file_schema)),
-        file_arrow=file_arrow,
+        file_arrow=file_arrow, required=tuple(i for i, f in enumerate(file_arrow) if not f.nullable),
     )
 
 
@@ -171,8 +172,7 @@ def _to_file(w: _Writer, batch: pa.RecordBatch) -> pa.RecordBatch:
     """A batch as the file's schema has it: its columns as they are when they are the file's already (a stream's
     batch), else the same cast every time when the batch holds every column of the table (in any order);
     PyIceberg's projection when not (it fills in nulls)."""
-    if batch.schema.equals(w.file_arrow) and all(f.nullable or c.null_count == 0 for f, c in zip(w.file_arrow,
-                                                                                                   batch.columns)):
+    if batch.schema.equals(w.file_arrow) and all(batch.column(i).null_count == 0 for i in w.required):
         # The same columns, types and nullability, metadata aside, and no null where none may be (which the cast
         # refuses): the cast would only attach the field ids, a cast per column, 50 us a trickle's batch.
         return pa.RecordBatch.from_arrays(batch.columns, schema=w.file_arrow)
@@ -208,8 +208,8 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
     # Sizes by buffers, not `nbytes` (25 us for a table of a few rows: it walks each array's slices): a slice of a
     # larger table counts its whole buffers, a buffer shared by columns once. Either way only how a file is encoded
     # (compressed or not) and packed changes, never what it holds.
-    size = table.get_total_buffer_size()
-    bins = [table.to_batches()] if size <= w.target_size else bin_pack_arrow_table(table, w.target_size)
+    bins = ([table.to_batches()] if table.get_total_buffer_size() <= w.target_size
+            else bin_pack_arrow_table(table, w.target_size))
     for n, batches in enumerate(bins):
         # PyIceberg projects every batch through a schema visitor; for one Arrow schema that is
         # always the same cast, worked out once (`_Writer.file_arrow`).
