@@ -92,14 +92,19 @@ def test_pause_stops_reading_and_resume_continues(broker, topic, running_engine)
     state = StateStore(settings.state_db)
     wait_for(lambda: state.status("live").phase == "paused", 30, what="paused phase")
     broker.produce(topic, pizza_values(100, start=200))
+    # The engine's ticks read the streams' definitions only when one changed (O(changes), not O(streams)).
+    parsed, definitions = [], engine.state.streams
+    engine.state.streams = lambda: parsed.append(1) or definitions()
     # Let the engine go round its loop several times with the new messages there.
     beat = state.engine().heartbeat_at
     for _ in range(4):
         beat = wait_for(lambda: (b := state.engine().heartbeat_at) != beat and b, 30, what="heartbeat")
     assert count("ingest.live") == 200
+    assert parsed == []
 
     set_paused(settings, "live", False)
     wait_for(lambda: count("ingest.live") == 300, 60, what="rows after resume")
+    assert parsed
     status = state.status("live")
     assert status.rows_total == 300 and status.lag == 0
     assert {e.kind for e in state.events("live")} >= {"stream_paused", "stream_resumed", "stream_created"}

@@ -117,6 +117,7 @@ class Engine:
         self._observers_stop = threading.Event()  # set after the engine's last event, so it is exported
         self.outages = Outages()
         self._catalog_retry: tuple[float, Iterator[float]] | None = None  # (next look, pauses) while it is down
+        self._reconciled: list[tuple[Any, ...]] | None = None  # the streams' keys the workers were last matched to
 
     def _heartbeat(self, state: EngineState) -> None:
         taking = self.answers is not None and self.answers.is_alive() and state is EngineState.RUNNING \
@@ -284,6 +285,11 @@ class Engine:
 
     def _reconcile(self) -> None:
         """Start workers for active streams; stop those paused, deleted or redefined."""
+        keys = self.state.stream_keys()
+        if keys == self._reconciled and not any(w.done for w in self.workers.values()):
+            # Nothing the decisions below depend on changed: a tick costs O(changes), not a parse of every
+            # stream's definition (1.4 ms at 200 streams, twice a second).
+            return
         streams = {s.name: s for s in self.state.streams()}
         keep_only(self.settings.home, {s.id for s in streams.values()} | {m.id for m in self.state.all_members()})
         for name, worker in list(self.workers.items()):
@@ -301,3 +307,4 @@ class Engine:
                     self.state.update_status(name, phase=StreamPhase.PAUSED)
             elif name not in self.workers:
                 self._start_worker(stream)
+        self._reconciled = keys  # only once every worker matched them: a failed start is tried again next tick
