@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update import update_table_metadata
 
 from appliance.config.settings import load_settings
@@ -24,6 +26,7 @@ from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.runner import StreamRunner
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
+from appliance.tables.fastpath.changes import FileChanges, commit_changes
 from appliance.tables.fastpath.metadatafile import MetadataWriter
 from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 from appliance.tables.fastpath import transactions
@@ -131,6 +134,36 @@ def test_the_metadata_cache_never_hides_another_writers_commit(tmp_path):
     assert len(final.snapshots()) == 3
     assert final.current_snapshot().parent_snapshot_id == b_snapshot
     assert final.scan().to_arrow().num_rows == 3
+
+
+def test_a_commit_on_the_table_it_last_swapped_in_skips_the_read_and_one_the_swap_finds_moved_is_redone(tmp_path):
+    a, b = _catalog(tmp_path), _catalog(tmp_path)
+    a.create_namespace("n")
+    data = pa.table({"a": pa.array([1], pa.int64())})
+    table = a.create_table("n.t", data.schema)
+    table.append(data)  # the commits' own connection opened
+    reads: list[str] = []
+    a._sqlite_db().set_trace_callback(lambda sql: reads.append(sql) if sql.startswith("SELECT") else None)
+    metadata_files = lambda: sorted(tmp_path.rglob("*.metadata.json"))  # noqa: E731
+
+    table.append(data)  # on the version it swapped in last: straight to the swap
+    assert reads == []
+    assert len(metadata_files()) == 3
+
+    with b.load_table("n.t").transaction() as tx:  # another process moves the table, main left where it was
+        tx.set_properties(owner="b")
+    table.append(data)  # the swap finds it moved: read, staged again on it, swapped
+    assert len(reads) == 1
+    fresh = b.load_table("n.t")
+    assert fresh.properties["owner"] == "b" and fresh.scan().to_arrow().num_rows == 3
+    assert len(metadata_files()) == 5  # the file staged on the old version deleted, not left behind
+
+    b.load_table("n.t").append(data)  # moves main: the stale table's append is refused, then replanned
+    before = len(metadata_files())
+    with pytest.raises(CommitFailedException):
+        commit_changes(table, FileChanges(data=[next(iter(table.scan().plan_files())).file]), Operation.APPEND, {})
+    assert len(metadata_files()) == before
+    assert b.load_table("n.t").scan().to_arrow().num_rows == 4
 
 
 def test_a_table_is_loaded_as_pyiceberg_loads_it_in_one_statement_without_the_orm(tmp_path):

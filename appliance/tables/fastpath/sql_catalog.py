@@ -175,28 +175,57 @@ class FloeSqlCatalog(SqlCatalog):
 
     def commit_table(self, table: Table, requirements, updates) -> CommitTableResponse:
         """PyIceberg's commit of an existing table, in two plain SQL statements rather than its ORM
-        session (a third of a stream commit's CPU); creating a table goes through PyIceberg."""
+        session (a third of a stream commit's CPU); creating a table goes through PyIceberg.
+
+        A table as this catalog last committed or read it is staged on as it is and swapped in at once: the
+        swap's compare-and-set is what says whether it is still current, and it nearly always is (each
+        stream's worker commits its own tables). Only when the swap finds the table moved is it read, as
+        PyIceberg does, and the commit staged again on it (the file staged first deleted: nothing names it)."""
         namespace, name = ".".join(table.name()[:-1]), table.name()[-1]
+        held = getattr(self._held, "swaps", None)
+        if held is None and self._is_newest(table):
+            try:
+                response = self._stage_and_swap(table, requirements, updates, namespace, name, None)
+            except CommitFailedException:
+                response = None  # a requirement the table as known fails: judged on the table as it is now
+            if response is not None:
+                return response
         found = self._sql(_CURRENT, {"catalog": self.name, "namespace": namespace, "name": name}, rows=True)
         if not found:
             response = super().commit_table(table, requirements, updates)
             self._remember(response.metadata_location, response.metadata)
             return response
         current = self._table_at(table.name(), found[0][0])
-        staged = self._update_and_stage_table(current, table.name(), requirements, updates)
+        response = self._stage_and_swap(current, requirements, updates, namespace, name, held)
+        if response is None:
+            raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
+        return response
+
+    def _is_newest(self, table: Table) -> bool:
+        """Whether `table` is the version of it this catalog committed or read last."""
+        with self._cache_lock:
+            return self._newest.get(table.metadata.table_uuid) == table.metadata_location
+
+    def _stage_and_swap(self, current: Table, requirements, updates, namespace: str, name: str,
+                        held: list | None) -> CommitTableResponse | None:
+        """The commit staged on `current`, its metadata file written and swapped in (or held for `together`);
+        None, and the file deleted, when the table is no longer at `current`."""
+        staged = self._update_and_stage_table(current, current.name(), requirements, updates)
         if staged.metadata == current.metadata:
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
         self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
         args = {"new": staged.metadata_location, "old": current.metadata_location,
                 "catalog": self.name, "namespace": namespace, "name": name}
-        held = getattr(self._held, "swaps", None)
         response = CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
         if held is not None:
             held.append((args, response, current.metadata))
             return response
-        done = self._sql(_SWAP, args)
-        if done < 1:
-            raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
+        if self._sql(_SWAP, args) < 1:
+            try:
+                delete_file(staged.io, staged.metadata_location)
+            except OSError:
+                log.warning("Failed to delete metadata file %s", staged.metadata_location)
+            return None
         self._remember(staged.metadata_location, staged.metadata)
         self._drop_old_versions(current.metadata, response)
         return response
