@@ -5,6 +5,7 @@ an expiry shortened, on a list appended to in place, and with the kept indexes b
 from pyiceberg.table.metadata import TableMetadataCommonFields
 
 from appliance.config.settings import load_settings
+from appliance.core.kept import Kept
 from appliance.tables.catalog import Catalog
 from appliance.tables.fastpath import snapshot_index
 
@@ -56,12 +57,12 @@ def test_the_index_answers_as_pyicebergs_walk_and_commits_use_it(floe_home, monk
 
 
 def test_the_kept_indexes_are_bounded(floe_home, monkeypatch):
-    monkeypatch.setattr(snapshot_index, "KEPT", 200)
+    monkeypatch.setattr(snapshot_index, "_indexes", Kept(200, weigh=lambda kept: len(kept[1])))
     _, table, lists = stream_table(floe_home, snapshot_index.WALKED + 15)
     for metadata in lists[-10:]:
         metadata.snapshot_by_id(0)
-    assert snapshot_index._kept <= 200 + len(table.metadata.snapshots)
-    assert snapshot_index._kept == sum(len(index) for _, index in snapshot_index._indexes.values())
+    assert snapshot_index._indexes.weight() <= 200
+    assert snapshot_index._indexes.weight() == sum(len(index) for _, (_, index) in snapshot_index._indexes.items())
     same_as_the_walk(lists[-12], [s.snapshot_id for s in lists[-12].snapshots])  # evicted: indexed again
 
 
@@ -73,7 +74,6 @@ def test_a_stream_keeps_two_versions_of_its_index_and_builds_none_from_scratch(f
     original = snapshot_index.one_appended
     monkeypatch.setattr(snapshot_index, "one_appended", lambda b, a: built.append(original(b, a)) or built[-1])
     snapshot_index._indexes.clear()
-    snapshot_index._kept = 0
     scratch = []
     index_of = snapshot_index._index_of
 
@@ -89,6 +89,6 @@ def test_a_stream_keeps_two_versions_of_its_index_and_builds_none_from_scratch(f
     _, table, lists = stream_table(floe_home, snapshot_index.WALKED + 40)
     mine = [k for k, (snapshots, _) in snapshot_index._indexes.items() if snapshots[0] is table.metadata.snapshots[0]]
     assert len(mine) == 2, f"versions of one table's index kept: {len(mine)}"
-    assert snapshot_index._kept == 2 * len(table.metadata.snapshots) - 1
+    assert snapshot_index._indexes.weight() == 2 * len(table.metadata.snapshots) - 1
     # The first list long enough is indexed whole (and each version found again after it, from the index).
     assert scratch.count(snapshot_index.WALKED) >= 1 and set(scratch) == {snapshot_index.WALKED}, scratch

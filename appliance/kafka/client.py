@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from appliance.core.errors import FloeError, ReadTimeout, TopicNotFound
+from appliance.core.kept import Kept
 from appliance.kafka.errors import kafka_error
 from appliance.kafka.logs import KAFKA_LOG
 from appliance.kafka.reader import Piece, PieceResult, read_topics
@@ -50,7 +50,7 @@ class KafkaClient:
         # times a second, and building hundreds of TopicPartitions each time was a fifth of its cost. A few, not
         # the last: between two polls of every topic a poller asks for those of the streams not lingering.
         # (partitions -> their requests WATERMARKS_AT_ONCE at a time, all of them in one)
-        self._asking: OrderedDict[tuple, tuple[list[dict], list[dict]]] = OrderedDict()
+        self._asking: Kept[tuple, tuple[list[dict], list[dict]]] = Kept(ASKING_KEPT)
 
     def _connect(self, resolved: dict[str, str]) -> Consumer:
         try:
@@ -142,11 +142,8 @@ class KafkaClient:
             chunked, whole = [[{end: [TopicPartition(t, p, end) for t, p in chunk]
                                 for end in (OFFSET_BEGINNING, OFFSET_END)} for chunk in lists]
                               for lists in (chunks, every)]
-            asking = self._asking[key] = (chunked, whole)
-            while len(self._asking) > ASKING_KEPT:
-                self._asking.popitem(last=False)
-        else:
-            self._asking.move_to_end(key)
+            asking = (chunked, whole)
+            self._asking.put(key, asking)
         try:
             return self._watermarks_of(asking[0])
         except KafkaException as exc:

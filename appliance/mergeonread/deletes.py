@@ -10,9 +10,8 @@ writes none, so Floe writes its own.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import TOTAL_DELETE_FILES
 from pyiceberg.typedef import Record
 
+from appliance.core.kept import Kept
 from appliance.tables.datafiles import live_entries
 from appliance.tables.fastpath.parquet import SMALL_FILE_BYTES
 from appliance.tables.snapshots import summary_properties
@@ -125,23 +125,14 @@ def referenced_paths(delete_file: DataFile) -> tuple[str, str] | None:
     return lower.decode(), upper.decode()
 
 
-_READ: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()  # delete files never change: read once
-_READ_LOCK = threading.Lock()
 KEPT_READS = 4096
+_READ: Kept[str, dict[str, np.ndarray]] = Kept(KEPT_READS)  # delete files never change: read once
 
 
 def positions_of(io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
     """A delete file's positions by data file path (kept: delete files never change)."""
     path = delete_file.file_path
-    with _READ_LOCK:
-        found = _READ.get(path)
-    if found is None:
-        found = read_position_deletes(io, delete_file)
-        with _READ_LOCK:
-            _READ[path] = found
-            while len(_READ) > KEPT_READS:
-                _READ.popitem(last=False)
-    return found
+    return _READ.make(path, lambda: read_position_deletes(io, delete_file))
 
 
 @dataclass

@@ -6,7 +6,6 @@ catalog connection: the table's metadata as JSON and its storage properties.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -21,9 +20,10 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from appliance.core.activity import give_way
+from appliance.core.kept import Kept
 from appliance.tables.fastpath.changes import MANIFESTS
 from appliance.tables.fastpath.files import delete_file
-from appliance.tables.fastpath.parquet import partitions, remembered, write_files
+from appliance.tables.fastpath.parquet import TABLES_PER_WORKER, partitions, write_files
 from appliance.tables.storage import describe, storage_errors
 
 
@@ -52,7 +52,7 @@ class TableTarget:
 
 
 # Keyed by the JSON itself: whatever changes in the table's schemas, specs or properties is another key.
-_METADATA_CACHE: OrderedDict[str, object] = OrderedDict()
+_METADATA_CACHE: Kept[str, object] = Kept(TABLES_PER_WORKER)
 
 
 def table_metadata(target: TableTarget):
@@ -60,7 +60,7 @@ def table_metadata(target: TableTarget):
     from pyiceberg.table.metadata import TableMetadataUtil
 
     json = target.metadata_json
-    return remembered(_METADATA_CACHE, json, lambda: TableMetadataUtil.parse_raw(json))
+    return _METADATA_CACHE.make(json, lambda: TableMetadataUtil.parse_raw(json))
 
 
 def write_data_files(target: TableTarget, table: pa.Table) -> list[DataFile]:

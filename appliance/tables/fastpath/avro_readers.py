@@ -11,23 +11,21 @@ puts this in PyIceberg's place, process-wide; what is read is what PyIceberg rea
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from pyiceberg.avro.decoder import new_decoder
 from pyiceberg.avro.file import META_SCHEMA, AvroFile, AvroFileHeader
 from pyiceberg.avro.resolver import construct_reader, resolve_reader
 
+from appliance.core.kept import Kept
 from appliance.tables.fastpath.internals import AVRO_SCHEMA_KEY
 
 KEPT = 256  # file schemas (with what they are read as): a few per table and spec
 PYICEBERG_ENTER = AvroFile.__enter__
 
-_lock = threading.Lock()
 # (header schema, id of the schema read with, read types, read enums) -> (that schema, kept alive while its id is
 # in the key; the file schema; the reader tree)
-_kept: OrderedDict[tuple, tuple[Any, Any, Any]] = OrderedDict()
+_kept: Kept[tuple, tuple[Any, Any, Any]] = Kept(KEPT)
 
 
 # The container's header (magic, metadata, sync marker), one schema for every Avro file: PyIceberg builds its
@@ -41,20 +39,12 @@ def _enter(self: AvroFile) -> AvroFile:
     self.header = _HEADER.read(self.decoder)
     text = self.header.meta.get(AVRO_SCHEMA_KEY)
     key = (text, id(self.read_schema), tuple(self.read_types.items()), tuple(self.read_enums.items()))
-    with _lock:
-        found = _kept.get(key)
-        if found is not None and found[0] is self.read_schema:
-            _kept.move_to_end(key)
-        else:
-            found = None
-    if found is None:
+    found = _kept.get(key)
+    if found is None or found[0] is not self.read_schema:
         schema = self.header.get_schema()  # no schema in the header: PyIceberg's error
         reader = resolve_reader(schema, self.read_schema or schema, self.read_types, self.read_enums)
         found = (self.read_schema, schema, reader)
-        with _lock:
-            _kept[key] = found
-            while len(_kept) > KEPT:
-                _kept.popitem(last=False)
+        _kept.put(key, found)
     self.schema = found[1]
     if not self.read_schema:
         self.read_schema = found[1]

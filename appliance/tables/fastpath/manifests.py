@@ -20,7 +20,6 @@ from __future__ import annotations
 import io as io_module
 import json
 import threading
-from collections import OrderedDict
 from typing import Any
 
 import fastavro
@@ -42,6 +41,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.types import IcebergType, PrimitiveType
 from pyiceberg.table.metadata import TableMetadata
 
+from appliance.core.kept import Kept
 from appliance.tables.fastpath.avro_records import compile_record
 from appliance.tables.fastpath.entries import (
     AvroFileFormat,
@@ -87,26 +87,25 @@ class Manifests:
         self._lock = threading.Lock()
         self._formats: dict[tuple, EntryFormat] = {}
         self._list_format = AvroFileFormat(MANIFEST_LIST_FILE_SCHEMAS[FORMAT_VERSION], "manifest_file")
-        self._lists: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
-        self._entries: OrderedDict[str, tuple[Entry, ...]] = OrderedDict()
+        self._lists: Kept[str, tuple[ManifestFile, ...]] = Kept(self.KEPT_LISTS)
+        self._entries: Kept[str, tuple[Entry, ...]] = Kept(self.KEPT_ENTRIES, weigh=len)
         self._listed: dict[str, tuple[ManifestFile, bytes]] = {}  # manifest path -> (that object, its list record)
-        self._weights: dict[int, int] = {}  # per kept-files map (by id): the sum of its values' weights
 
     # ---- what a snapshot holds -------------------------------------------------------------
 
     def manifests(self, io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
         """The manifests a manifest list names."""
-        found = self._get(self._lists, manifest_list)
+        found = self._lists.get(manifest_list)
         if found is None:
             found = tuple(read_manifest_list(io.new_input(manifest_list)))
-            self._put(self._lists, manifest_list, found, self.KEPT_LISTS)
+            self._lists.put(manifest_list, found)
         return found
 
     def entries(self, io: FileIO, manifest: ManifestFile) -> tuple[Entry | ManifestEntry, ...]:
         """A manifest's entries, deleted ones included, with inherited sequence numbers filled in: those this
         process wrote as kept (their files `KeptFile`s), any other as PyIceberg reads it, not kept (a commit
         that writes its entries again keeps them so)."""
-        found = self._get(self._entries, manifest.manifest_path)
+        found = self._entries.get(manifest.manifest_path)
         if found is None:
             found = tuple(manifest.fetch_manifest_entry(io, discard_deleted=False))
         return found
@@ -116,14 +115,14 @@ class Manifests:
     def listed_paths(self, io: FileIO, manifest_list: str) -> tuple[str, ...]:
         """The paths of the manifests a list names: from memory if kept, else decoded by fastavro (PyIceberg's
         reader costs 1-2 ms a list, and an expiry of a table 600 snapshots old reads hundreds), never kept."""
-        found = self._get(self._lists, manifest_list)
+        found = self._lists.get(manifest_list)
         if found is not None:
             return tuple(m.manifest_path for m in found)
         return tuple(r["manifest_path"] for r in _records(io, manifest_list, _LISTED))
 
     def live_paths(self, io: FileIO, manifest: str) -> list[str]:
         """The data or delete files a manifest holds live (added or existing, not deleted), as `listed_paths`."""
-        found = self._get(self._entries, manifest)
+        found = self._entries.get(manifest)
         if found is not None:
             return [e.data_file.file_path for e in found if e.status != ManifestEntryStatus.DELETED]
         return [r["data_file"]["file_path"] for r in _records(io, manifest, _LIVE) if r["status"] != ManifestEntryStatus.DELETED]
@@ -156,7 +155,7 @@ class Manifests:
             "schema": fmt.schema_json, "partition-spec": fmt.spec_json, "partition-spec-id": str(spec.spec_id),
             "format-version": "2", "content": "deletes" if content == ManifestContent.DELETES else "data"})
         write_new(io, path, data)
-        self._put(self._entries, path, tuple(kept), self.KEPT_ENTRIES, len)
+        self._entries.put(path, tuple(kept))
         return ManifestFile.from_args(
             manifest_path=path, manifest_length=len(data), partition_spec_id=spec.spec_id,
             content=content, sequence_number=sequence_number,
@@ -177,7 +176,7 @@ class Manifests:
                 "sequence-number": str(sequence_number), "format-version": "2"}
         records = self._listed_records(manifests)
         write_new(io, path, self._list_format.file(records, len(records), meta))
-        self._put(self._lists, path, tuple(manifests), self.KEPT_LISTS)
+        self._lists.put(path, tuple(manifests))
 
     def _listed_records(self, manifests: list[ManifestFile]) -> list[bytes]:
         """The manifests' records in a manifest list. A commit lists its parent's manifests again, the very
@@ -228,7 +227,7 @@ class Manifests:
             return
         with self._lock:
             for path in paths:
-                self._pop(self._entries, path, len)
+                self._entries.pop(path)
                 self._listed.pop(path, None)
 
     def forget(self) -> None:
@@ -237,31 +236,7 @@ class Manifests:
         with self._lock:
             self._lists.clear()
             self._entries.clear()
-            self._weights.clear()
 
-    def _get(self, kept: OrderedDict, key: str):
-        with self._lock:
-            found = kept.get(key)
-            if found is not None:
-                kept.move_to_end(key)
-            return found
-
-    def _put(self, kept: OrderedDict, key: str, value: Any, limit: int, weigh=lambda value: 1) -> None:
-        """Keep `value`; the least recently used go while the kept values weigh more than `limit`."""
-        with self._lock:
-            self._pop(kept, key, weigh)
-            kept[key] = value
-            total = self._weights.get(id(kept), 0) + max(1, weigh(value))
-            while total > limit and len(kept) > 1:
-                _, gone = kept.popitem(last=False)
-                total -= max(1, weigh(gone))
-            self._weights[id(kept)] = total
-
-    def _pop(self, kept: OrderedDict, key: str, weigh) -> None:
-        """Forget `key`'s value and its weight. The caller holds the lock."""
-        gone = kept.pop(key, None)
-        if gone is not None:
-            self._weights[id(kept)] = self._weights.get(id(kept), 0) - max(1, weigh(gone))
 
 
 # What maintenance's walks read of a list's and a manifest's records. A merged manifest's entry carries each

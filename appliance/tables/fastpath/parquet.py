@@ -7,45 +7,24 @@ than one partition in a file, and its values in the file's description.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile, DataFileContent
 
+from appliance.core.kept import Kept
 from appliance.tables.fastpath.internals import parquet_writer_kwargs, to_requested_schema
 from appliance.tables.fastpath.recent import RECENT
 from appliance.tables.fastpath.statistics import StatisticsPlan
-
-T = TypeVar("T")
 
 # Spark hands any task to any worker, so each worker writes for every table of every stream, in turn.
 # With room for fewer tables than that, each table's entry is gone by its next batch and made again:
 # the 64 of before made 200 trickling streams convert their schemas on most writes, half of a
 # worker's CPU. An entry is about 60 KB (the parsed metadata, the converted schemas).
 TABLES_PER_WORKER = 1024
-
-
-_KEPT = threading.Lock()  # the driver writes too (system tables), from threads of its own
-
-
-def remembered(kept: OrderedDict, key: Hashable, make: Callable[[], T], limit: int = TABLES_PER_WORKER) -> T:
-    """`kept[key]`, made on its first use; beyond `limit` entries, the one least recently used goes."""
-    with _KEPT:
-        found = kept.get(key)
-        if found is not None:
-            kept.move_to_end(key)
-            return found
-    found = make()
-    with _KEPT:
-        kept[key] = found
-        if len(kept) > limit:
-            kept.popitem(last=False)
-    return found
 
 
 def write_files(meta: Any, key_json: str, io_properties: dict[str, str], table: pa.Table) -> list[DataFile]:
@@ -120,16 +99,16 @@ class _Writer:
     statistics: StatisticsPlan
     file_arrow: pa.Schema  # what PyIceberg's projection makes of the task's Arrow schema, with field ids
     required: tuple[int, ...]  # the positions of its columns that may hold no null (most tables: none)
-    folders: OrderedDict[str, str] = field(default_factory=OrderedDict)  # partition values -> their files' folder
+    folders: Kept[str, str] = field(default_factory=lambda: Kept(64))  # partition values -> their files' folder
 
 
 # Keyed by the table's slim metadata JSON itself (`TableTarget.metadata_json`: schemas, specs, properties,
 # location, uuid), never by a name or an id: a table changed in any way writing depends on has another key.
-_WRITERS: OrderedDict[tuple[str, pa.Schema], _Writer] = OrderedDict()
+_WRITERS: Kept[tuple[str, pa.Schema], _Writer] = Kept(TABLES_PER_WORKER)
 
 
 def _writer(meta: Any, key_json: str, io_properties: dict[str, str], schema: pa.Schema) -> _Writer:
-    return remembered(_WRITERS, (key_json, schema), lambda: _new_writer(meta, io_properties, schema))
+    return _WRITERS.make((key_json, schema), lambda: _new_writer(meta, io_properties, schema))
 
 
 def _new_writer(meta: Any, io_properties: dict[str, str], schema: pa.Schema) -> _Writer:
@@ -188,7 +167,7 @@ def _folder(w: _Writer, partition: Any) -> str:
     """Where a partition's files go under the data folder: the same few values (a day) come again and
     again, and PyIceberg's path builds the spec's partition type every time."""
     key = repr(tuple(partition[i] for i in range(len(partition))))  # as its path has them: -0.0 is not 0.0
-    return remembered(w.folders, key, lambda: _path(w.metadata.spec(), w, partition), limit=64)
+    return w.folders.make(key, lambda: _path(w.metadata.spec(), w, partition))
 
 
 def _path(spec: Any, w: _Writer, partition: Any) -> str:

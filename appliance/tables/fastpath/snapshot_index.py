@@ -12,12 +12,10 @@ the walk does (tests/test_snapshot_index.py).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 from pyiceberg.table.metadata import TableMetadataCommonFields
 from pyiceberg.table.snapshots import Snapshot
 
+from appliance.core.kept import Kept
 from appliance.tables.fastpath.metadatafile import one_appended
 
 WALKED = 32  # a list this short is walked: an index would cost more than it saves
@@ -26,11 +24,10 @@ WALKED = 32  # a list this short is walked: an index would cost more than it sav
 KEPT = 500_000
 
 _walk = TableMetadataCommonFields.snapshot_by_id
-_lock = threading.Lock()
 # (length, id of the last snapshot) -> (the list, its index). The entry keeps the list and its snapshots alive,
 # so no other list has the same key while it is kept; a list appended to in place has another length.
-_indexes: OrderedDict[tuple[int, int], tuple[list[Snapshot], dict[int, Snapshot]]] = OrderedDict()
-_kept = 0  # snapshots in the kept indexes
+_indexes: Kept[tuple[int, int], tuple[list[Snapshot], dict[int, Snapshot]]] = Kept(
+    KEPT, weigh=lambda kept: len(kept[1]))
 
 
 def snapshot_by_id(metadata: TableMetadataCommonFields, snapshot_id: int) -> Snapshot | None:
@@ -42,34 +39,23 @@ def snapshot_by_id(metadata: TableMetadataCommonFields, snapshot_id: int) -> Sna
 
 def _index_of(snapshots: list[Snapshot]) -> dict[int, Snapshot]:
     key = (len(snapshots), id(snapshots[-1]))
-    with _lock:
-        found = _indexes.get(key)
-        if found is not None and found[0] is snapshots:
-            _indexes.move_to_end(key)
-            return found[1]
-        parent = _indexes.get((len(snapshots) - 1, id(snapshots[-2])))
+    found = _indexes.get(key)
+    if found is not None and found[0] is snapshots:
+        return found[1]
+    parent = _indexes.get((len(snapshots) - 1, id(snapshots[-2])))
     derived = parent is not None and one_appended(parent[0], snapshots)
     if derived:
         index = parent[1].copy()
         index.setdefault(snapshots[-1].snapshot_id, snapshots[-1])
+        # The grandparent's goes: a commit stages its list twice, each time from the parent's, and the table's
+        # next commit starts from this one; older versions each held their own list and index (8 KB a commit at
+        # 500 snapshots, over a million entries for 200 tables) and kept expired snapshots alive.
+        _indexes.pop((len(snapshots) - 2, id(snapshots[-3])))
     else:
         index = {}
         for s in snapshots:
             index.setdefault(s.snapshot_id, s)  # the first of an id, as the walk finds it
-    global _kept
-    with _lock:
-        replaced = _indexes.pop(key, None)
-        _kept -= len(replaced[1]) if replaced else 0
-        # The grandparent's goes: a commit stages its list twice, each time from the parent's, and the table's
-        # next commit starts from this one; older versions each held their own list and index (8 KB a commit at
-        # 500 snapshots, over a million entries for 200 tables) and kept expired snapshots alive.
-        if derived:
-            older = _indexes.pop((len(snapshots) - 2, id(snapshots[-3])), None)
-            _kept -= len(older[1]) if older else 0
-        _indexes[key] = (snapshots, index)
-        _kept += len(index)
-        while _kept > KEPT and len(_indexes) > 1:
-            _kept -= len(_indexes.popitem(last=False)[1][1])
+    _indexes.put(key, (snapshots, index))
     return index
 
 

@@ -9,8 +9,6 @@ tests/test_summaries.py checks every operation against PyIceberg's own.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Mapping
 
 from pyiceberg.manifest import DataFile
@@ -42,6 +40,8 @@ from pyiceberg.table.snapshots import (
     UpdateMetrics,
 )
 
+from appliance.core.kept import Kept
+
 # (total, added, removed): the totals a summary carries forward from its parent's, as PyIceberg sums them
 TOTALS = (
     (TOTAL_DATA_FILES, ADDED_DATA_FILES, DELETED_DATA_FILES),
@@ -54,24 +54,18 @@ TOTALS = (
 NO_PARENT = {total: "0" for total, _, _ in TOTALS}
 
 KEPT_PATHS = 4096
-_paths: OrderedDict[tuple, tuple[PartitionSpec, Schema, str]] = OrderedDict()
-_paths_lock = threading.Lock()  # every stream's worker thread commits
+_paths: Kept[tuple, tuple[PartitionSpec, Schema, str]] = Kept(KEPT_PATHS)
 
 
 def partition_path(spec: PartitionSpec, schema: Schema, partition) -> str:
     """`spec.partition_to_path(partition, schema)`, kept: a table's files fall in the same few partitions."""
     # repr, as a path prints values: -0.0 and 0.0 are equal keys of a dict, and two paths
     key = (id(spec), id(schema), repr(tuple(partition[i] for i in range(len(partition)))))
-    with _paths_lock:
-        found = _paths.get(key)
-        if found is not None and found[0] is spec and found[1] is schema:
-            _paths.move_to_end(key)
-            return found[2]
+    found = _paths.get(key)
+    if found is not None and found[0] is spec and found[1] is schema:
+        return found[2]
     path = spec.partition_to_path(partition, schema)
-    with _paths_lock:
-        _paths[key] = (spec, schema, path)  # the objects held: their ids cannot be reused while kept
-        if len(_paths) > KEPT_PATHS:
-            _paths.popitem(last=False)
+    _paths.put(key, (spec, schema, path))  # the objects held: their ids cannot be reused while kept
     return path
 
 
