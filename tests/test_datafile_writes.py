@@ -166,11 +166,6 @@ def test_two_tables_of_the_same_schema_keep_their_own_locations(catalog):
         assert f.file_path.startswith(table.metadata.location + "/data/")
 
 
-def test_a_worker_keeps_as_many_tables_as_200_streams_write_in_turn():
-    assert parquet._WRITERS.limit >= 400  # 200 streams' tables and their dead-letter tables
-    assert parquet.TABLES_PER_WORKER >= 400
-
-
 WIDE = Schema(
     NestedField(1, "i", IntegerType(), required=False), NestedField(2, "l", LongType(), required=False),
     NestedField(3, "f", FloatType(), required=False), NestedField(4, "d", DoubleType(), required=False),

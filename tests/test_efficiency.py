@@ -165,6 +165,11 @@ def test_a_commit_on_the_table_it_last_swapped_in_skips_the_read_and_one_the_swa
     assert len(metadata_files()) == before
     assert b.load_table("n.t").scan().to_arrow().num_rows == 4
 
+    a.load_table("n.t")
+    assert table.metadata.table_uuid in a._newest
+    a.drop_table("n.t")  # its versions kept are forgotten with it
+    assert table.metadata.table_uuid not in a._newest
+
 
 def test_a_table_is_loaded_as_pyiceberg_loads_it_in_one_statement_without_the_orm(tmp_path):
     from pyiceberg.catalog.sql import SqlCatalog

@@ -5,7 +5,7 @@ an expiry shortened, on a list appended to in place, and with the kept indexes b
 from pyiceberg.table.metadata import TableMetadataCommonFields
 
 from appliance.config.settings import load_settings
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 from appliance.tables.catalog import Catalog
 from appliance.tables.fastpath import snapshot_index
 
@@ -57,7 +57,7 @@ def test_the_index_answers_as_pyicebergs_walk_and_commits_use_it(floe_home, monk
 
 
 def test_the_kept_indexes_are_bounded(floe_home, monkeypatch):
-    monkeypatch.setattr(snapshot_index, "_indexes", Kept(200, weigh=lambda kept: len(kept[1])))
+    monkeypatch.setattr(snapshot_index, "_indexes", Cache(200, weigh=snapshot_index.indexed))
     _, table, lists = stream_table(floe_home, snapshot_index.WALKED + 15)
     for metadata in lists[-10:]:
         metadata.snapshot_by_id(0)

@@ -17,7 +17,7 @@ from pyiceberg.transforms import DayTransform, IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, NestedField, StringType, TimestampType
 
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 from appliance.tables.fastpath import summaries
 from appliance.tables.fastpath.summaries import snapshot_summary
 
@@ -102,7 +102,7 @@ def test_a_parents_unreadable_total_is_refused_as_pyiceberg_refuses_it():
 
 
 def test_partition_paths_are_kept_per_spec_and_schema_objects_and_bounded(monkeypatch):
-    monkeypatch.setattr(summaries, "_paths", Kept(3))
+    monkeypatch.setattr(summaries, "_paths", Cache(3))
     spec = SPECS[1]
     twin = PartitionSpec(PartitionField(1, 1000, DayTransform(), "day"),
                          PartitionField(2, 1001, IdentityTransform(), "region"), spec_id=1)

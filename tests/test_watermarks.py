@@ -47,11 +47,12 @@ def test_many_watermarks_match_the_per_partition_requests(broker, monkeypatch, a
     assert isinstance(found["wm_missing", 0], TopicNotFound)
     with KafkaClient(kafka) as client:  # the same requests sent again (built once): what is new each time
         before = client.many_watermarks(asked)
-        requests = client._asking[tuple(asked)]
+        requests = client._asking.get(tuple(asked))
+        assert requests is not None
         assert client.many_watermarks(asked[:3]) == {k: before[k] for k in asked[:3]}  # another set between
         broker.produce(names[0], [b"{}"], partition=1)
         after = client.many_watermarks(list(asked))
-        assert client._asking[tuple(asked)] is requests  # kept through the other set
+        assert client._asking.get(tuple(asked)) is requests  # kept through the other set
     assert (before[names[0], 1], after[names[0], 1]) == (Watermarks(0, 0), Watermarks(0, 1))
     assert {k: v for k, v in after.items() if k != (names[0], 1) and k[0] != "wm_missing"} == \
            {k: v for k, v in before.items() if k != (names[0], 1) and k[0] != "wm_missing"}

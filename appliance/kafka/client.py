@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from appliance.core.errors import FloeError, ReadTimeout, TopicNotFound
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 from appliance.kafka.errors import kafka_error
 from appliance.kafka.logs import KAFKA_LOG
 from appliance.kafka.reader import Piece, PieceResult, read_topics
@@ -50,7 +50,7 @@ class KafkaClient:
         # times a second, and building hundreds of TopicPartitions each time was a fifth of its cost. A few, not
         # the last: between two polls of every topic a poller asks for those of the streams not lingering.
         # (partitions -> their requests WATERMARKS_AT_ONCE at a time, all of them in one)
-        self._asking: Kept[tuple, tuple[list[dict], list[dict]]] = Kept(ASKING_KEPT)
+        self._asking: Cache[tuple, tuple[list[dict], list[dict]]] = Cache(ASKING_KEPT)
 
     def _connect(self, resolved: dict[str, str]) -> Consumer:
         try:

@@ -26,7 +26,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import TOTAL_DELETE_FILES
 from pyiceberg.typedef import Record
 
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 from appliance.tables.datafiles import live_entries
 from appliance.tables.fastpath.parquet import SMALL_FILE_BYTES
 from appliance.tables.snapshots import summary_properties
@@ -126,7 +126,7 @@ def referenced_paths(delete_file: DataFile) -> tuple[str, str] | None:
 
 
 KEPT_READS = 4096
-_READ: Kept[str, dict[str, np.ndarray]] = Kept(KEPT_READS)  # delete files never change: read once
+_READ: Cache[str, dict[str, np.ndarray]] = Cache(KEPT_READS)  # delete files never change: read once
 
 
 def positions_of(io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:

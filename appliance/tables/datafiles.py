@@ -20,7 +20,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from appliance.core.activity import give_way
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 from appliance.tables.fastpath.changes import MANIFESTS
 from appliance.tables.fastpath.files import delete_file
 from appliance.tables.fastpath.parquet import TABLES_PER_WORKER, partitions, write_files
@@ -52,7 +52,7 @@ class TableTarget:
 
 
 # Keyed by the JSON itself: whatever changes in the table's schemas, specs or properties is another key.
-_METADATA_CACHE: Kept[str, object] = Kept(TABLES_PER_WORKER)
+_METADATA_CACHE: Cache[str, object] = Cache(TABLES_PER_WORKER)
 
 
 def table_metadata(target: TableTarget):

@@ -17,7 +17,7 @@ from pyiceberg.avro.decoder import new_decoder
 from pyiceberg.avro.file import META_SCHEMA, AvroFile, AvroFileHeader
 from pyiceberg.avro.resolver import construct_reader, resolve_reader
 
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 from appliance.tables.fastpath.internals import AVRO_SCHEMA_KEY
 
 KEPT = 256  # file schemas (with what they are read as): a few per table and spec
@@ -25,7 +25,7 @@ PYICEBERG_ENTER = AvroFile.__enter__
 
 # (header schema, id of the schema read with, read types, read enums) -> (that schema, kept alive while its id is
 # in the key; the file schema; the reader tree)
-_kept: Kept[tuple, tuple[Any, Any, Any]] = Kept(KEPT)
+_kept: Cache[tuple, tuple[Any, Any, Any]] = Cache(KEPT)
 
 
 # The container's header (magic, metadata, sync marker), one schema for every Avro file: PyIceberg builds its

@@ -41,7 +41,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.types import IcebergType, PrimitiveType
 from pyiceberg.table.metadata import TableMetadata
 
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 from appliance.tables.fastpath.avro_records import compile_record
 from appliance.tables.fastpath.entries import (
     AvroFileFormat,
@@ -87,8 +87,8 @@ class Manifests:
         self._lock = threading.Lock()
         self._formats: dict[tuple, EntryFormat] = {}
         self._list_format = AvroFileFormat(MANIFEST_LIST_FILE_SCHEMAS[FORMAT_VERSION], "manifest_file")
-        self._lists: Kept[str, tuple[ManifestFile, ...]] = Kept(self.KEPT_LISTS)
-        self._entries: Kept[str, tuple[Entry, ...]] = Kept(self.KEPT_ENTRIES, weigh=len)
+        self._lists: Cache[str, tuple[ManifestFile, ...]] = Cache(self.KEPT_LISTS)
+        self._entries: Cache[str, tuple[Entry, ...]] = Cache(self.KEPT_ENTRIES, weigh=len)
         self._listed: dict[str, tuple[ManifestFile, bytes]] = {}  # manifest path -> (that object, its list record)
 
     # ---- what a snapshot holds -------------------------------------------------------------

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile, DataFileContent
 
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 from appliance.tables.fastpath.internals import parquet_writer_kwargs, to_requested_schema
 from appliance.tables.fastpath.recent import RECENT
 from appliance.tables.fastpath.statistics import StatisticsPlan
@@ -99,12 +99,12 @@ class _Writer:
     statistics: StatisticsPlan
     file_arrow: pa.Schema  # what PyIceberg's projection makes of the task's Arrow schema, with field ids
     required: tuple[int, ...]  # the positions of its columns that may hold no null (most tables: none)
-    folders: Kept[str, str] = field(default_factory=lambda: Kept(64))  # partition values -> their files' folder
+    folders: Cache[str, str] = field(default_factory=lambda: Cache(64))  # partition values -> their files' folder
 
 
 # Keyed by the table's slim metadata JSON itself (`TableTarget.metadata_json`: schemas, specs, properties,
 # location, uuid), never by a name or an id: a table changed in any way writing depends on has another key.
-_WRITERS: Kept[tuple[str, pa.Schema], _Writer] = Kept(TABLES_PER_WORKER)
+_WRITERS: Cache[tuple[str, pa.Schema], _Writer] = Cache(TABLES_PER_WORKER)
 
 
 def _writer(meta: Any, key_json: str, io_properties: dict[str, str], schema: pa.Schema) -> _Writer:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pyiceberg.table.metadata import TableMetadataCommonFields
 from pyiceberg.table.snapshots import Snapshot
 
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 from appliance.tables.fastpath.metadatafile import one_appended
 
 WALKED = 32  # a list this short is walked: an index would cost more than it saves
@@ -26,8 +26,12 @@ KEPT = 500_000
 _walk = TableMetadataCommonFields.snapshot_by_id
 # (length, id of the last snapshot) -> (the list, its index). The entry keeps the list and its snapshots alive,
 # so no other list has the same key while it is kept; a list appended to in place has another length.
-_indexes: Kept[tuple[int, int], tuple[list[Snapshot], dict[int, Snapshot]]] = Kept(
-    KEPT, weigh=lambda kept: len(kept[1]))
+def indexed(kept: tuple[list[Snapshot], dict[int, Snapshot]]) -> int:
+    """What a kept index weighs: its snapshots."""
+    return len(kept[1])
+
+
+_indexes: Cache[tuple[int, int], tuple[list[Snapshot], dict[int, Snapshot]]] = Cache(KEPT, weigh=indexed)
 
 
 def snapshot_by_id(metadata: TableMetadataCommonFields, snapshot_id: int) -> Snapshot | None:

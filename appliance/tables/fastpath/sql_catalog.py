@@ -70,6 +70,9 @@ class FloeSqlCatalog(SqlCatalog):
         # than the rest of a stream's commit. Other databases (PostgreSQL) run the same two statements
         # through SQLAlchemy Core, in a transaction of their own.
         self._sqlite = self.engine.url.database if self.engine.dialect.name == "sqlite" else None
+        # A swap that changed no row says the table moved only where the driver counts rows reliably (SQLite's,
+        # PostgreSQL's): elsewhere every commit reads the table first.
+        self._sane_rowcount = bool(self._sqlite) or bool(self.engine.dialect.supports_sane_rowcount)
         self._db: sqlite3.Connection | None = None  # opened by the first commit
         self._inode = 0  # of the file it opened
         self._db_lock = threading.Lock()
@@ -183,9 +186,9 @@ class FloeSqlCatalog(SqlCatalog):
         PyIceberg does, and the commit staged again on it (the file staged first deleted: nothing names it)."""
         namespace, name = ".".join(table.name()[:-1]), table.name()[-1]
         held = getattr(self._held, "swaps", None)
-        if held is None and self._is_newest(table):
+        if held is None and self._sane_rowcount and self._is_newest(table):
             try:
-                response = self._stage_and_swap(table, requirements, updates, namespace, name, None)
+                response = self._stage_and_swap(table, requirements, updates, namespace, name, None, optimistic=True)
             except CommitFailedException:
                 response = None  # a requirement the table as known fails: judged on the table as it is now
             if response is not None:
@@ -207,11 +210,15 @@ class FloeSqlCatalog(SqlCatalog):
             return self._newest.get(table.metadata.table_uuid) == table.metadata_location
 
     def _stage_and_swap(self, current: Table, requirements, updates, namespace: str, name: str,
-                        held: list | None) -> CommitTableResponse | None:
+                        held: list | None, optimistic: bool = False) -> CommitTableResponse | None:
         """The commit staged on `current`, its metadata file written and swapped in (or held for `together`);
-        None, and the file deleted, when the table is no longer at `current`."""
+        None, and the file deleted, when the table is no longer at `current`. `optimistic`: `current` was not read
+        from the catalog, so a commit that changes nothing is None too (PyIceberg answers it with the table as the
+        catalog has it, or refuses it on that)."""
         staged = self._update_and_stage_table(current, current.name(), requirements, updates)
         if staged.metadata == current.metadata:
+            if optimistic:
+                return None
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
         self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
         args = {"new": staged.metadata_location, "old": current.metadata_location,
@@ -254,6 +261,17 @@ class FloeSqlCatalog(SqlCatalog):
                 delete_file(io, location)
             except OSError:
                 log.warning("Failed to delete metadata file %s", location)
+
+    def drop_table(self, identifier: str | tuple[str, ...]) -> None:
+        """PyIceberg's, and the table's versions kept here forgotten (a table made again under the name is
+        another table, with another uuid, but the metadata of the one dropped would only wait for the LRU)."""
+        location = self.location(self.identifier_to_tuple(identifier)) if self._sqlite else None
+        super().drop_table(identifier)
+        if location is not None:
+            with self._cache_lock:
+                gone = self._metadata.pop(location, None)
+                if gone is not None and self._newest.get(gone.table_uuid) == location:
+                    del self._newest[gone.table_uuid]
 
     def repoint(self, identifier: tuple[str, ...], location: str) -> None:
         """Point the table at the metadata file `location`, wherever it points now: a recovery's, never a

@@ -40,7 +40,7 @@ from pyiceberg.table.snapshots import (
     UpdateMetrics,
 )
 
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
 
 # (total, added, removed): the totals a summary carries forward from its parent's, as PyIceberg sums them
 TOTALS = (
@@ -54,7 +54,7 @@ TOTALS = (
 NO_PARENT = {total: "0" for total, _, _ in TOTALS}
 
 KEPT_PATHS = 4096
-_paths: Kept[tuple, tuple[PartitionSpec, Schema, str]] = Kept(KEPT_PATHS)
+_paths: Cache[tuple, tuple[PartitionSpec, Schema, str]] = Cache(KEPT_PATHS)
 
 
 def partition_path(spec: PartitionSpec, schema: Schema, partition) -> str:

@@ -1,13 +1,19 @@
-"""`core.kept.Kept`, the one cache every part of the engine keeps things in."""
+"""`core.cache.Cache`, the one cache every part of the engine keeps things in."""
 
 import threading
 
-from appliance.core.kept import Kept
+from appliance.core.cache import Cache
+from appliance.tables import datafiles
+from appliance.tables.fastpath import parquet, snapshot_index
+from appliance.tables.fastpath.changes import MANIFESTS
+from appliance.tables.fastpath.manifests import Manifests
+
+from appliance.core.cache import Cache
 
 
 def test_the_least_recently_used_goes_first():
     made: list[int] = []
-    kept: Kept[int, int] = Kept(3)
+    kept: Cache[int, int] = Cache(3)
 
     def use(key: int) -> int:
         return kept.make(key, lambda: made.append(key) or key * 10)
@@ -24,8 +30,8 @@ def test_the_least_recently_used_goes_first():
     assert len(kept) == 0 and kept.get(2) is None
 
 
-def test_weighed_values_go_while_they_weigh_more_than_the_limit_and_one_too_heavy_is_not_kept():
-    kept: Kept[str, tuple] = Kept(10, weigh=len)
+def test_weighed_values_go_while_they_weigh_more_than_the_limit_and_one_too_heavy_is_kept_alone():
+    kept: Cache[str, tuple] = Cache(10, weigh=len)
     kept.put("a", (1,) * 4)
     kept.put("b", (1,) * 4)
     kept.put("empty", ())  # weighs 1, never 0: a limit counts what is kept
@@ -34,14 +40,20 @@ def test_weighed_values_go_while_they_weigh_more_than_the_limit_and_one_too_heav
     assert set(kept) == {"b", "empty", "c"} and kept.weight() == 9
     kept.put("c", (1,) * 2)  # kept again: its new weight
     assert kept.weight() == 7
-    kept.put("huge", (1,) * 11)
-    assert kept.get("huge") is None and set(kept) == {"b", "empty", "c"}
-    kept.put("c", (1,) * 11)  # a value too heavy in place of a kept one: the old one is not served
-    assert kept.get("c") is None
+    kept.put("huge", (1,) * 11)  # heavier than the limit: kept, alone
+    assert kept.get("huge") == (1,) * 11 and set(kept) == {"huge"} and kept.weight() == 10
+    kept.put("a", (1,))
+    assert set(kept) == {"a"}
+
+
+def test_the_engines_caches_hold_what_200_streams_use_in_turn():
+    assert parquet._WRITERS.limit >= 400 and datafiles._METADATA_CACHE.limit >= 400  # tables and dead-letter tables
+    assert snapshot_index._indexes.limit == snapshot_index.KEPT
+    assert MANIFESTS._entries.limit == Manifests.KEPT_ENTRIES and MANIFESTS._lists.limit == Manifests.KEPT_LISTS
 
 
 def test_threads_share_one_without_losing_its_bound():
-    kept: Kept[int, int] = Kept(50)
+    kept: Cache[int, int] = Cache(50)
     errors: list[BaseException] = []
 
     def work(offset: int) -> None:
