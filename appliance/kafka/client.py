@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
-from appliance.core.errors import FloeError, ReadTimeout, TopicNotFound
 from appliance.core.cache import Cache
+from appliance.core.errors import FloeError, ReadTimeout, TopicNotFound
 from appliance.kafka.errors import kafka_error
 from appliance.kafka.logs import KAFKA_LOG
 from appliance.kafka.reader import Piece, PieceResult, read_topics

@@ -95,11 +95,7 @@ class Manifests:
 
     def manifests(self, io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
         """The manifests a manifest list names."""
-        found = self._lists.get(manifest_list)
-        if found is None:
-            found = tuple(read_manifest_list(io.new_input(manifest_list)))
-            self._lists.put(manifest_list, found)
-        return found
+        return self._lists.make(manifest_list, lambda: tuple(read_manifest_list(io.new_input(manifest_list))))
 
     def entries(self, io: FileIO, manifest: ManifestFile) -> tuple[Entry | ManifestEntry, ...]:
         """A manifest's entries, deleted ones included, with inherited sequence numbers filled in: those this

@@ -228,10 +228,7 @@ class FloeSqlCatalog(SqlCatalog):
             held.append((args, response, current.metadata))
             return response
         if self._sql(_SWAP, args) < 1:
-            try:
-                delete_file(staged.io, staged.metadata_location)
-            except OSError:
-                log.warning("Failed to delete metadata file %s", staged.metadata_location)
+            _delete_metadata(staged.io, staged.metadata_location)
             return None
         self._remember(staged.metadata_location, staged.metadata)
         self._drop_old_versions(current.metadata, response)
@@ -257,10 +254,7 @@ class FloeSqlCatalog(SqlCatalog):
             return
         io = self._load_file_io(metadata.properties, response.metadata_location)
         for location in gone:
-            try:
-                delete_file(io, location)
-            except OSError:
-                log.warning("Failed to delete metadata file %s", location)
+            _delete_metadata(io, location)
 
     def drop_table(self, identifier: str | tuple[str, ...]) -> None:
         """PyIceberg's, and the table's versions kept here forgotten (a table made again under the name is
@@ -347,6 +341,14 @@ class FloeSqlCatalog(SqlCatalog):
 
 class _RolledBack(Exception):
     """One statement of `_sql_all` changed nothing: the transaction is rolled back."""
+
+
+def _delete_metadata(io: FileIO, location: str) -> None:
+    """A metadata file no reader is given any more, deleted; a failure a warning, as PyIceberg's."""
+    try:
+        delete_file(io, location)
+    except OSError:
+        log.warning("Failed to delete metadata file %s", location)
 
 
 def _same_file(path: str, inode: int) -> bool:
