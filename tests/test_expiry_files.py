@@ -56,7 +56,8 @@ def test_a_table_a_fifth_over_its_snapshot_cap_is_expired_back_to_it_whatever_th
     catalog, table = committed_again(floe_home, 80)  # 81 snapshots
     settings = load_settings()
     maintainer = Maintainer(settings, catalog=catalog)
-    set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 60, "min_snapshots": 2})
+    set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 60, "min_snapshots": 2,
+                                                                  "min_snapshot_age": "0s"})
     files = [task.file for task in table.scan().plan_files()][:1]
 
     def commit(n: int) -> None:
@@ -99,7 +100,8 @@ def test_an_expiry_past_the_cap_deletes_exactly_what_only_the_expired_snapshots_
             table.delete(EqualTo("a", 1))
     snapshots = table.metadata.snapshots
     expected = (reachable_files(table, snapshots[:-30]).all() - reachable_files(table, snapshots[-30:]).all())
-    policy = build_policy([("default", {**settings.maintenance.policy, "max_snapshots": 30, "min_snapshots": 5})])[0]
+    policy = build_policy([("default", {**settings.maintenance.policy, "max_snapshots": 30, "min_snapshots": 5,
+                                     "min_snapshot_age": "0s"})])[0]
     result = expire(settings, table, policy)
     assert len(result.plan.expire) == len(snapshots) - 30 and result.plan.files_to_delete == expected
     assert result.files_deleted == len(expected) and not any(uri_exists(p) for p in expected)
@@ -121,11 +123,36 @@ def test_a_table_within_its_cap_and_younger_than_kept_snapshots_is_not_planned_f
     }
     future = int(time.time() * 1000) + 1000
     for (cap, keep), expected in cases.items():
-        p = dataclasses.replace(policy, max_snapshots=cap, keep_snapshots=keep, min_snapshots=2)
+        p = dataclasses.replace(policy, max_snapshots=cap, keep_snapshots=keep, min_snapshots=2, min_snapshot_age=0)
         assert may_expire(table, p, future) is expected, (cap, keep)
         assert bool(plan_expiry(table, p, future).expire) is expected, (cap, keep)
     assert MaintenanceTask.EXPIRE not in maintainer.due("n.t")  # never expired, nothing to expire: not due
 
+
+
+def test_the_cap_never_expires_a_snapshot_younger_than_min_snapshot_age(floe_home):
+    """Past `max_snapshots` the oldest go, but not one younger than `min_snapshot_age`: a query or an incremental
+    reader that started on it still finds its files (a busy stream's table keeps that long a history)."""
+    catalog, table = committed_again(floe_home, 40)  # 41 snapshots, all seconds old
+    settings = load_settings()
+    maintainer = Maintainer(settings, catalog=catalog)
+    policy = dataclasses.replace(maintainer.policy("n.t"), max_snapshots=10, min_snapshots=2)
+    assert policy.min_snapshot_age == 300  # the default: 5 minutes
+    stamps = sorted(s.timestamp_ms for s in table.metadata.snapshots)
+    boundary = stamps[15]  # the snapshots before it are older than the floor, the others younger
+    now_ms = boundary + 300_000
+    older = {s.snapshot_id for s in table.metadata.snapshots if s.timestamp_ms < boundary}
+    assert 0 < len(older) <= 15
+    assert set(plan_expiry(table, policy, now_ms).expire) == older
+    unbounded = dataclasses.replace(policy, min_snapshot_age=0)
+    expired = plan_expiry(table, unbounded, now_ms).expire
+    assert len(expired) == 41 - 10 and not {s.snapshot_id for s in table.metadata.snapshots[-5:]} & set(expired)
+    # The engine's check plans before it queues: a table over its cap with every snapshot young is not due.
+    set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 10, "min_snapshots": 2})
+    assert MaintenanceTask.EXPIRE not in maintainer.due("n.t")
+    set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 10, "min_snapshots": 2,
+                                                            "min_snapshot_age": "0s"})
+    assert MaintenanceTask.EXPIRE in maintainer.due("n.t")
 
 def _read_by_pyiceberg(table, snapshots) -> set[str]:
     """Every list, manifest and live file the snapshots name, as PyIceberg reads them from storage."""
@@ -159,7 +186,8 @@ def test_an_expiry_reading_what_it_forgot_deletes_what_pyiceberg_finds_only_the_
     expected = _read_by_pyiceberg(table, snapshots[:-30]) - _read_by_pyiceberg(table, snapshots[-30:])
     merged = [m for s in snapshots[:-30] for m in s.manifests(table.io) if m.existing_files_count > 10]
     assert merged and {p.rsplit(".", 1)[-1] for p in expected} == {"avro", "parquet"}
-    policy = build_policy([("default", {**settings.maintenance.policy, "max_snapshots": 30, "min_snapshots": 5})])[0]
+    policy = build_policy([("default", {**settings.maintenance.policy, "max_snapshots": 30, "min_snapshots": 5,
+                                     "min_snapshot_age": "0s"})])[0]
     result = expire(settings, table, policy)
     assert result.plan.files_to_delete == expected and result.files_deleted == len(expected)
     assert not any(uri_exists(p) for p in expected)

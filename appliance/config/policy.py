@@ -53,6 +53,7 @@ class Policy:
     keep_snapshots: float
     min_snapshots: int
     max_snapshots: int
+    min_snapshot_age: float
     orphan_age: float
     retention: Period
     retention_column: str
@@ -72,6 +73,7 @@ PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "keep_snapshots": parse_duration,
     "min_snapshots": _positive_int,
     "max_snapshots": _positive_int,
+    "min_snapshot_age": parse_duration,
     "orphan_age": _orphan_age,
     "retention": parse_period,
     "retention_column": _column,

@@ -4,7 +4,8 @@ Kept whatever their age: the newest `min_snapshots` ancestors of the current sna
 branch and tag heads, the chain from the current snapshot down to the one holding the
 stream's offsets, so exactly-once resumption never loses its place, and, for each stage
 that reads the table, the snapshot it has read up to and every one after it: the appended
-files it has yet to read are found through them.
+files it has yet to read are found through them. Past `max_snapshots` the oldest go whatever their
+age, but never one younger than `min_snapshot_age`: a reader that started on it finds its files.
 """
 
 from __future__ import annotations
@@ -96,8 +97,10 @@ def plan_expiry(table: Table, policy: Policy, now_ms: int | None = None,
         (s for s in meta.snapshots if s.snapshot_id not in expire), key=lambda s: s.timestamp_ms, reverse=True
     )
     if len(remaining) > policy.max_snapshots:
-        # Beyond the cap the oldest go, young or not (but never a kept one).
-        expire |= {s.snapshot_id for s in remaining[policy.max_snapshots:]} - keep
+        # Beyond the cap the oldest go, young or not, but never a kept one nor one within `min_snapshot_age`: a
+        # query or an incremental reader that started on a snapshot that young still finds its files.
+        floor = now_ms - int(policy.min_snapshot_age * 1000)
+        expire |= {s.snapshot_id for s in remaining[policy.max_snapshots:] if s.timestamp_ms < floor} - keep
     return ExpiryPlan(snapshots=len(meta.snapshots), expire=sorted(expire))
 
 
