@@ -383,6 +383,27 @@ def test_a_batchs_lane_is_told_by_the_messages_it_plans():
     assert jobs_module.lane([(None, [])]) == jobs_module.TRICKLE
 
 
+
+def test_a_background_build_warns_of_nothing_and_is_reaped_when_it_ends(monkeypatch):
+    """The archive's builder outlives the call that starts it: dropping its Popen while it runs raised a
+    ResourceWarning from the garbage collector in whatever came next (a test's set-up, once), and its end left a
+    zombie. The child here is a short sleep standing in for the build's minute."""
+    import gc
+    import warnings
+
+    from appliance.spark.archive import start_detached
+
+    unraised = []
+    monkeypatch.setattr(sys, "unraisablehook", unraised.append)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reaper = start_detached([sys.executable, "-c", "import time; time.sleep(1)"], dict(os.environ))
+        gc.collect()  # while the child runs: its Popen is the reaper's, not garbage
+        assert reaper.is_alive()
+    wait_for(lambda: not reaper.is_alive(), what="the child reaped")
+    gc.collect()
+    assert unraised == []
+
 def test_the_class_data_archive_is_built_and_used(tmp_path, spark):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FLOE_HOME": str(tmp_path / "home")}
     env.pop("PYSPARK_SUBMIT_ARGS", None)

@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -66,11 +67,21 @@ def build_in_background(path: Path) -> None:
         if marker.exists() and time.time() - marker.stat().st_mtime < BUILD_TIMEOUT:
             return  # another process is building it
         marker.write_text(str(os.getpid()))
-        subprocess.Popen([sys.executable, "-m", "appliance.spark.archive", str(path)], start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         env=_builder_env())
+        start_detached([sys.executable, "-m", "appliance.spark.archive", str(path)], _builder_env())
     except OSError:
         pass  # no cache directory to write: sessions start the slower way
+
+
+def start_detached(command: list[str], env: dict[str, str]) -> threading.Thread:
+    """`command` in a session of its own, nobody waiting for it; the thread that reaps it when it ends.
+
+    A Popen dropped while its child runs warns (a ResourceWarning, from the garbage collector, wherever it
+    happens to run) and leaves a zombie once the child ends: the build takes a minute and outlives its caller."""
+    process = subprocess.Popen(command, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=env)
+    reaper = threading.Thread(target=process.wait, name="floe-reaper", daemon=True)
+    reaper.start()
+    return reaper
 
 
 def _builder_env() -> dict[str, str]:
