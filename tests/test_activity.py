@@ -145,8 +145,8 @@ def test_an_expiry_in_the_engine_deletes_nothing_while_a_streams_step_is_under_w
     activity = Activity()
     gate = Gate(activity, patience=30)
     maintainer = Maintainer(settings, catalog=catalog, gate=gate, stopping=threading.Event())
-    set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 5, "min_snapshots": 2,
-                                                                  "min_snapshot_age": "0s"})
+    set_policy(settings, maintainer.state, catalog, "n.t",
+               {"max_snapshots": 5, "min_snapshots": 2, "min_snapshot_age": "0s"})
 
     def meanwhile() -> None:
         assert uri_exists(first_files[0].file_path), "deleted while the stream's step was under way"

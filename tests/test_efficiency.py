@@ -383,11 +383,10 @@ def test_a_batchs_lane_is_told_by_the_messages_it_plans():
     assert jobs_module.lane([(None, [])]) == jobs_module.TRICKLE
 
 
-
-def test_a_background_build_warns_of_nothing_and_is_reaped_when_it_ends(monkeypatch):
+def test_a_background_build_warns_of_nothing_and_is_reaped_when_it_ends(monkeypatch, tmp_path):
     """The archive's builder outlives the call that starts it: dropping its Popen while it runs raised a
-    ResourceWarning from the garbage collector in whatever came next (a test's set-up, once), and its end left a
-    zombie. The child here is a short sleep standing in for the build's minute."""
+    ResourceWarning from the garbage collector in whatever came next (a test's set-up, once), and it was reaped only
+    at some later Popen. The child here waits for a file, standing in for the build's minute."""
     import gc
     import warnings
 
@@ -397,12 +396,16 @@ def test_a_background_build_warns_of_nothing_and_is_reaped_when_it_ends(monkeypa
     monkeypatch.setattr(sys, "unraisablehook", unraised.append)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        reaper = start_detached([sys.executable, "-c", "import time; time.sleep(1)"], dict(os.environ))
+        done = tmp_path / "done"
+        waits = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.02)"
+        reaper = start_detached([sys.executable, "-c", waits], dict(os.environ))
         gc.collect()  # while the child runs: its Popen is the reaper's, not garbage
         assert reaper.is_alive()
+        done.touch()
     wait_for(lambda: not reaper.is_alive(), what="the child reaped")
     gc.collect()
     assert unraised == []
+
 
 def test_the_class_data_archive_is_built_and_used(tmp_path, spark):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FLOE_HOME": str(tmp_path / "home")}

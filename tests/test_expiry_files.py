@@ -13,7 +13,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from appliance.config.policy import build_policy
 from appliance.config.settings import load_settings
 from appliance.core.vocabulary import MaintenanceTask
-from appliance.maintenance.expiry import expire, may_expire, plan_expiry
+from appliance.maintenance.expiry import capped, expire, may_expire, plan_expiry
 from appliance.maintenance.maintainer import Maintainer
 from appliance.maintenance.policies import set_policy
 from appliance.maintenance.queue import spread
@@ -56,8 +56,8 @@ def test_a_table_a_fifth_over_its_snapshot_cap_is_expired_back_to_it_whatever_th
     catalog, table = committed_again(floe_home, 80)  # 81 snapshots
     settings = load_settings()
     maintainer = Maintainer(settings, catalog=catalog)
-    set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 60, "min_snapshots": 2,
-                                                                  "min_snapshot_age": "0s"})
+    set_policy(settings, maintainer.state, catalog, "n.t",
+               {"max_snapshots": 60, "min_snapshots": 2, "min_snapshot_age": "0s"})
     files = [task.file for task in table.scan().plan_files()][:1]
 
     def commit(n: int) -> None:
@@ -101,7 +101,7 @@ def test_an_expiry_past_the_cap_deletes_exactly_what_only_the_expired_snapshots_
     snapshots = table.metadata.snapshots
     expected = (reachable_files(table, snapshots[:-30]).all() - reachable_files(table, snapshots[-30:]).all())
     policy = build_policy([("default", {**settings.maintenance.policy, "max_snapshots": 30, "min_snapshots": 5,
-                                     "min_snapshot_age": "0s"})])[0]
+                                        "min_snapshot_age": "0s"})])[0]
     result = expire(settings, table, policy)
     assert len(result.plan.expire) == len(snapshots) - 30 and result.plan.files_to_delete == expected
     assert result.files_deleted == len(expected) and not any(uri_exists(p) for p in expected)
@@ -129,7 +129,6 @@ def test_a_table_within_its_cap_and_younger_than_kept_snapshots_is_not_planned_f
     assert MaintenanceTask.EXPIRE not in maintainer.due("n.t")  # never expired, nothing to expire: not due
 
 
-
 def test_the_cap_never_expires_a_snapshot_younger_than_min_snapshot_age(floe_home):
     """Past `max_snapshots` the oldest go, but not one younger than `min_snapshot_age`: a query or an incremental
     reader that started on it still finds its files (a busy stream's table keeps that long a history)."""
@@ -147,12 +146,19 @@ def test_the_cap_never_expires_a_snapshot_younger_than_min_snapshot_age(floe_hom
     unbounded = dataclasses.replace(policy, min_snapshot_age=0)
     expired = plan_expiry(table, unbounded, now_ms).expire
     assert len(expired) == 41 - 10 and not {s.snapshot_id for s in table.metadata.snapshots[-5:]} & set(expired)
-    # The engine's check plans before it queues: a table over its cap with every snapshot young is not due.
+    # Counted as the cap counts them, the young ones only up to the cap: no plan at each check, none due.
+    now = int(time.time() * 1000)
+    assert capped(table, policy, now) == 10 and not may_expire(table, policy, now)
+    assert capped(table, policy, now_ms) == 10 + len(older) and may_expire(table, policy, now_ms)
     set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 10, "min_snapshots": 2})
     assert MaintenanceTask.EXPIRE not in maintainer.due("n.t")
-    set_policy(settings, maintainer.state, catalog, "n.t", {"max_snapshots": 10, "min_snapshots": 2,
-                                                            "min_snapshot_age": "0s"})
+    run = maintainer.run("n.t", MaintenanceTask.EXPIRE)  # asked for anyway: says why it expired nothing
+    assert run.outcome == "nothing to do" and run.detail == (
+        "41 snapshots, none to expire (those past max_snapshots are younger than min_snapshot_age, 300s)")
+    set_policy(settings, maintainer.state, catalog, "n.t",
+               {"max_snapshots": 10, "min_snapshots": 2, "min_snapshot_age": "0s"})
     assert MaintenanceTask.EXPIRE in maintainer.due("n.t")
+
 
 def _read_by_pyiceberg(table, snapshots) -> set[str]:
     """Every list, manifest and live file the snapshots name, as PyIceberg reads them from storage."""
@@ -187,7 +193,7 @@ def test_an_expiry_reading_what_it_forgot_deletes_what_pyiceberg_finds_only_the_
     merged = [m for s in snapshots[:-30] for m in s.manifests(table.io) if m.existing_files_count > 10]
     assert merged and {p.rsplit(".", 1)[-1] for p in expected} == {"avro", "parquet"}
     policy = build_policy([("default", {**settings.maintenance.policy, "max_snapshots": 30, "min_snapshots": 5,
-                                     "min_snapshot_age": "0s"})])[0]
+                                        "min_snapshot_age": "0s"})])[0]
     result = expire(settings, table, policy)
     assert result.plan.files_to_delete == expected and result.files_deleted == len(expected)
     assert not any(uri_exists(p) for p in expected)

@@ -19,7 +19,7 @@ POLICY_HELP = {
     "compact_interval": "Compact by itself at most this often, e.g. 10m.",
     "keep_snapshots": "Expire snapshots older than this, e.g. 7d.",
     "min_snapshots": "Always keep at least this many snapshots.",
-    "max_snapshots": "Keep at most this many snapshots, but those younger than min_snapshot_age.",
+    "max_snapshots": "Keep at most this many snapshots, except those younger than min_snapshot_age.",
     "min_snapshot_age": "max_snapshots never expires a snapshot younger than this, e.g. 5m.",
     "orphan_age": "Delete unreferenced files older than this (at least 1h).",
 }

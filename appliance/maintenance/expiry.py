@@ -70,13 +70,22 @@ def over_cap(snapshots: int, policy: Policy, table: str = "") -> bool:
     return snapshots > policy.max_snapshots + max(10, policy.max_snapshots // 5) * (1 + spread(table) / 2)
 
 
+def capped(table: Table, policy: Policy, now_ms: int) -> int:
+    """The table's snapshots as the cap counts them: those younger than `min_snapshot_age` only up to the cap, as
+    the cap cannot expire them (a stream committing every second holds about 300 such; without this it would be
+    over its cap at every check, each planning an expiry that finds the few aged since the last one)."""
+    floor = now_ms - int(policy.min_snapshot_age * 1000)
+    young = sum(1 for s in table.metadata.snapshots if s.timestamp_ms >= floor)
+    return len(table.metadata.snapshots) - young + min(young, policy.max_snapshots)
+
+
 def may_expire(table: Table, policy: Policy, now_ms: int) -> bool:
-    """Whether `plan_expiry` can find anything: a table within its cap whose snapshots are all younger than
-    `keep_snapshots` has none to expire, whatever it keeps. Hundreds of tables are assessed every check, each
-    plan a walk of the table's ancestry and a look at the stages reading it."""
+    """Whether `plan_expiry` can find anything: a table within its cap (as `capped` counts) whose snapshots are all
+    younger than `keep_snapshots` has none to expire, whatever it keeps. Hundreds of tables are assessed every
+    check, each plan a walk of the table's ancestry and a look at the stages reading it."""
     meta = table.metadata
     cutoff = now_ms - int(policy.keep_snapshots * 1000)
-    return len(meta.snapshots) > policy.max_snapshots or any(s.timestamp_ms < cutoff for s in meta.snapshots)
+    return capped(table, policy, now_ms) > policy.max_snapshots or any(s.timestamp_ms < cutoff for s in meta.snapshots)
 
 
 def plan_expiry(table: Table, policy: Policy, now_ms: int | None = None,
@@ -159,7 +168,10 @@ def perform(job: Job) -> None:
     run.snapshots_expired = len(result.plan.expire)
     run.files_deleted = result.files_deleted
     if not result.plan.expire:
-        run.outcome, run.detail = RunOutcome.NOTHING_TO_DO, f"{result.plan.snapshots} snapshots, none to expire"
+        floor = capped(job.table, job.policy, int(time.time() * 1000)) < result.plan.snapshots
+        young = f" (those past max_snapshots are younger than min_snapshot_age, {job.policy.min_snapshot_age:g}s)" \
+            if floor else ""
+        run.outcome, run.detail = RunOutcome.NOTHING_TO_DO, f"{result.plan.snapshots} snapshots, none to expire{young}"
         return
     what = "would delete" if job.dry_run else "deleted"
     count = len(result.plan.files_to_delete) if job.dry_run else result.files_deleted

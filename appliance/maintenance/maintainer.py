@@ -164,7 +164,7 @@ class Maintainer:
         snapshots = len(t.metadata.snapshots)
         now_ms = int(clock() * 1000)
         if snapshots > policy.min_snapshots and expiry.may_expire(t, policy, now_ms) and (
-                expiry.over_cap(snapshots, policy, table)
+                expiry.over_cap(expiry.capped(t, policy, now_ms), policy, table)
                 or self._older_than(table, MaintenanceTask.EXPIRE, cfg.expire_interval, clock)):
             stages = expiry.stage_positions(self.settings, self.catalog, table, self.state)
             if expiry.plan_expiry(t, policy, now_ms, stages).expire:

@@ -118,7 +118,7 @@ def pending_cells(at: str, task: str, trigger: str, state: RequestState, detail:
 
 
 def policy_grid(rows: list[PolicySetting]) -> Table:
-    """The settings in two side-by-side halves: ten rows of one would crowd out the runs."""
+    """The settings in two side-by-side halves: eleven rows of one would crowd out the runs."""
     grid = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     half = (len(rows) + 1) // 2
     for i in range(2):

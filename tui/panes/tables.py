@@ -68,7 +68,7 @@ class TablesPane(ReportsFailures, Horizontal):
             yield tree
         with Vertical(id="table-detail"):
             yield Static("Select a table.", id="table-summary")
-            # Tabs, not one long column: ten policy settings and the runs would leave
+            # Tabs, not one long column: eleven policy settings and the runs would leave
             # the snapshots and the schema a few lines each.
             with TabbedContent(id="table-tabs"):
                 with TabPane("Snapshots (newest first)", id="tab-snapshots"):
