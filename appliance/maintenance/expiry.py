@@ -70,11 +70,16 @@ def over_cap(snapshots: int, policy: Policy, table: str = "") -> bool:
     return snapshots > policy.max_snapshots + max(10, policy.max_snapshots // 5) * (1 + spread(table) / 2)
 
 
+def _young_from(policy: Policy, now_ms: int) -> int:
+    """The timestamp from which a snapshot is too young for the cap to expire (`min_snapshot_age`)."""
+    return now_ms - int(policy.min_snapshot_age * 1000)
+
+
 def capped(table: Table, policy: Policy, now_ms: int) -> int:
     """The table's snapshots as the cap counts them: those younger than `min_snapshot_age` only up to the cap, as
     the cap cannot expire them (a stream committing every second holds about 300 such; without this it would be
     over its cap at every check, each planning an expiry that finds the few aged since the last one)."""
-    floor = now_ms - int(policy.min_snapshot_age * 1000)
+    floor = _young_from(policy, now_ms)
     young = sum(1 for s in table.metadata.snapshots if s.timestamp_ms >= floor)
     return len(table.metadata.snapshots) - young + min(young, policy.max_snapshots)
 
@@ -108,7 +113,7 @@ def plan_expiry(table: Table, policy: Policy, now_ms: int | None = None,
     if len(remaining) > policy.max_snapshots:
         # Beyond the cap the oldest go, young or not, but never a kept one nor one within `min_snapshot_age`: a
         # query or an incremental reader that started on a snapshot that young still finds its files.
-        floor = now_ms - int(policy.min_snapshot_age * 1000)
+        floor = _young_from(policy, now_ms)
         expire |= {s.snapshot_id for s in remaining[policy.max_snapshots:] if s.timestamp_ms < floor} - keep
     return ExpiryPlan(snapshots=len(meta.snapshots), expire=sorted(expire))
 

@@ -76,7 +76,8 @@ def start_detached(command: list[str], env: dict[str, str]) -> threading.Thread:
     """`command` in a session of its own, nobody waiting for it; the thread that reaps it when it ends.
 
     A Popen dropped while its child runs warns (a ResourceWarning, from the garbage collector, wherever it
-    happens to run) and leaves a zombie once the child ends: the build takes a minute and outlives its caller."""
+    happens to run), and the child is reaped only at some later Popen: the build takes a minute and outlives
+    its caller."""
     process = subprocess.Popen(command, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, env=env)
     reaper = threading.Thread(target=process.wait, name="floe-reaper", daemon=True)
