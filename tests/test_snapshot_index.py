@@ -6,10 +6,10 @@ from pyiceberg.table.metadata import TableMetadataCommonFields
 
 from appliance.config.policy import build_policy
 from appliance.config.settings import load_settings
-from appliance.maintenance.expiry import expire
-from appliance.tables.commits import commit_files
 from appliance.core.cache import Cache
+from appliance.maintenance.expiry import expire
 from appliance.tables.catalog import Catalog
+from appliance.tables.commits import commit_files
 from appliance.tables.fastpath import snapshot_index
 
 from conftest import committed_again
