@@ -24,7 +24,6 @@ from appliance.control.streams import create_stream
 from appliance.ingest import jobs as jobs_module
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.runner import StreamRunner
-from appliance.ingest.turns import Turns
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.fastpath.changes import FileChanges, commit_changes
@@ -355,22 +354,17 @@ def test_a_busy_streams_batch_takes_a_job_of_its_own_beside_the_trickles_shared_
 def test_a_shared_job_of_a_few_messages_runs_in_the_engine_and_a_bigger_one_in_spark(broker, spark, floe_home,
                                                                                       monkeypatch):
     """The trickles' shared job (50 messages, at most `in_engine`) is read, decoded and written in its lane's
-    thread, with the lane's own consumer, closed with the jobs; the busy stream's (3,000) is a Spark job. Each
-    stream's decode and write there holds the workers' turn (`ingest.turns`), as their commits do: the lane
-    and a committing worker then do not hand the GIL to each other at every I/O call."""
+    thread, with the lane's own consumer, closed with the jobs; the busy stream's (3,000) is a Spark job."""
     import appliance.ingest.batch as batch_module
 
-    spark_jobs, turns, held = [], [], []
-    in_tasks, write, init = batch_module.run_in_tasks, batch_module._write, Turns.__init__
+    spark_jobs = []
+    in_tasks = batch_module.run_in_tasks
     monkeypatch.setattr(batch_module, "run_in_tasks", lambda *a: spark_jobs.append(a[2]) or in_tasks(*a))
-    monkeypatch.setattr(Turns, "__init__", lambda self, *a: turns.append(self) or init(self, *a))
-    monkeypatch.setattr(batch_module, "_write", lambda *a: held.append(turns[0].held()) or write(*a))
     monkeypatch.setattr(jobs_module, "WINDOW", 30.0)  # every planner submits before a job starts
     sizes = {f"here_a_{os.getpid()}": 20, f"here_b_{os.getpid()}": 30, f"spark_{os.getpid()}": 3000}
     outcomes, jobs, catalog = steps_due_together(broker, spark, sizes, "here", in_engine=100, close=False)
     assert {name: o.rows for name, o in outcomes.items()} == sizes
     assert (jobs.jobs_run, jobs.jobs_in_engine, len(spark_jobs)) == (2, 1, 1), "the trickles' job ran here"
-    assert held == [True, True], "each trickle's write in the lane held the turn"
     for t, n in sizes.items():
         rows = catalog.table(f"here.{t}").scan().to_arrow()
         assert rows.num_rows == n and sorted(rows.column("order_id").to_pylist()) == list(range(n))

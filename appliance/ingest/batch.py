@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,13 +187,11 @@ class BatchResult:
 
 
 def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.datetime,
-              consumers: Consumers | None = None,
-              turn: Callable[[], AbstractContextManager] = nullcontext) -> list[TaskResult | FloeError]:
+              consumers: Consumers | None = None) -> list[TaskResult | FloeError]:
     """One task's work: every item's pieces read together (one consumer and one assignment per
     cluster), then each stream's messages decoded and written. An error is its item's alone:
     whatever a stream's work raises becomes that stream's result, and the other items go on.
-    `consumers`: the caller's, when it runs the work itself (not a Spark task); `turn`: what each item's decode
-    and write hold, there (the stream workers' turn at the driver's Python work, `ingest.turns`)."""
+    `consumers`: the caller's, when it runs the work itself (not a Spark task)."""
     reads: list[tuple[RawBatch, list[PieceResult]] | FloeError | None] = [None] * len(items)
     clusters: dict[KafkaSettings, list[int]] = {}
     for i, (spec, _) in enumerate(items):
@@ -221,8 +217,7 @@ def run_items(items: list[tuple[BatchSpec, list[Piece]]], ingested_at: dt.dateti
         try:
             failpoint("stream_task", spec.stream)
             write = spec.router.write if spec.router is not None else _write
-            with turn():
-                out.append(write(spec, pieces, *read, ingested_at, read_seconds))
+            out.append(write(spec, pieces, *read, ingested_at, read_seconds))
         except FloeError as exc:
             out.append(exc)
         except Exception as exc:  # a bug, or a batch no single message makes fail: this stream retries
@@ -291,8 +286,7 @@ def run_batch(spark, spec: BatchSpec, tasks: list[list[Piece]]) -> BatchResult:
 
 
 def run_batches(spark, batches: list[tuple[BatchSpec, list[list[Piece]]]], parallelism: int,
-                consumers: Consumers | None = None,
-                turn: Callable[[], AbstractContextManager] = nullcontext) -> list[BatchResult | FloeError]:
+                consumers: Consumers | None = None) -> list[BatchResult | FloeError]:
     """Several streams' batches as one Spark job: what each batch did, or the error that stopped it.
 
     A Spark job costs tens of milliseconds of CPU whatever it holds, so streams that are
@@ -315,7 +309,7 @@ def run_batches(spark, batches: list[tuple[BatchSpec, list[list[Piece]]]], paral
     def work(task: int) -> list[tuple[int, TaskResult | FloeError]]:
         group = groups[task]
         return list(zip([b for b, _ in group],
-                        run_items([(specs[b], pieces) for b, pieces in group], ingested_at, consumers, turn)))
+                        run_items([(specs[b], pieces) for b, pieces in group], ingested_at, consumers)))
 
     per_batch: list[list] = [[] for _ in batches]
     for task_results in ([work(0)] if consumers is not None else run_in_tasks(spark, work, len(groups))):

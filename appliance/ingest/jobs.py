@@ -18,8 +18,7 @@ run side by side on Spark's FAIR scheduler.
 A job of at most `in_engine` messages (`engine.batch_in_engine`: the trickles' batches of a tick, a few hundred
 messages) is not a Spark job at all: its lane's thread reads, decodes and writes it here, with consumers of its
 own. The work is the same; what it saves is what a Spark job costs whatever it holds (scheduling in the JVM, the
-job's closure pickled to a Python worker, the results back), a third of 200 trickles' CPU. Each stream's decode
-and write there holds the workers' turn (`turns`), as their commits do.
+job's closure pickled to a Python worker, the results back), a third of 200 trickles' CPU.
 """
 
 from __future__ import annotations
@@ -213,7 +212,7 @@ class BatchJobs:
         try:
             if planned(batches) <= self.in_engine:
                 self.jobs_in_engine += 1
-                results = run_batches(self.spark, batches, 1, consumers=self._consumers[at], turn=self.turns.turn)
+                results = run_batches(self.spark, batches, 1, consumers=self._consumers[at])
             else:
                 results = run_batches(self.spark, batches, parallelism(self.spark))
         except BaseException as exc:  # the job itself failed: every stream in it retries

@@ -5,11 +5,6 @@ once, they hand the GIL to one another at every I/O call of a commit (a file wri
 with 200 streams, 70 context switches a batch and a third of the workers' CPU in the kernel. Taking turns, a worker
 runs its Python work while the others sleep on one lock: a few switches a batch, the same work done.
 
-The trickle lane's thread, which reads, decodes and writes the trickles' shared job in the engine's process
-(`jobs`), takes a turn too, for each stream's decode and write (not its read, which waits on the broker): beside
-a committing worker it took the GIL at each of the commit's I/O calls and gave it back at each of its own (four
-threads committing side by side spent a third more CPU a commit than one at a time, measured apart).
-
 The turn is a courtesy, never a condition of correctness: a worker waits for it only until its holder has held it
 `patience` seconds, then goes on beside it. A worker stuck in a dependency's timeout (a catalog that does not
 answer, an upsert table's key index being built) slows the others by at most that, once, not for as long as it
