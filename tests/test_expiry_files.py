@@ -202,6 +202,71 @@ def test_an_expiry_reading_what_it_forgot_deletes_what_pyiceberg_finds_only_the_
     assert table.scan().to_arrow().num_rows == 89 * 2 - 20 - 30 + 2  # a=1 deleted twice; two 3s
 
 
+def test_an_expiry_on_the_line_reads_the_lists_and_only_the_manifests_that_remove_files(floe_home, monkeypatch):
+    """A cap's expiry (the gone snapshots the oldest part of the line from the current one) finds what to delete
+    from the manifest lists and the manifests holding DELETED entries, never the merged manifests of every live
+    file, and deletes exactly what PyIceberg, reading every file whole, finds only the expired snapshots
+    reference: the files the oldest kept snapshot removed too, not those the oldest expired one did (an earlier
+    expiry, whose oldest kept snapshot it was, deleted them)."""
+    from appliance.tables.commits import commit_rewrite
+    from appliance.tables.datafiles import live_data_files
+    from appliance.tables.fastpath import manifests as manifests_module
+    from pyiceberg.table.snapshots import Operation
+
+    floe_home.mkdir(parents=True)
+    settings = load_settings()
+    catalog = Catalog(settings)
+    data = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table, _ = catalog.ensure_table("n.t", data.schema)
+    rewrites = []
+
+    def commit(first: int, last: int) -> None:
+        nonlocal table
+        for i in range(first, last + 1):
+            table, _ = commit_files(table, write_data_files(TableTarget.of(table), data), "s", "topic",
+                                    {0: i - 1} if i > 1 else None, {0: i})
+            if i % 40 == 0:  # Floe's rewrite (compaction's commit): every live file replaced by one
+                table = commit_rewrite(settings, table, live_data_files(table),
+                                       write_data_files(TableTarget.of(table), table.scan().to_arrow()),
+                                       Operation.REPLACE, {})
+                rewrites.append(table.current_snapshot().snapshot_id)
+            if i == 45:  # another writer's removal: PyIceberg's DELETED entries
+                table.delete(EqualTo("a", 1))
+
+    def expire_from(rewrite: int) -> tuple[set[str], set[str]]:
+        """Expire every snapshot before the `rewrite`: what it deleted, what PyIceberg finds it should, and which
+        manifests (not lists) it read from storage, none of the expired snapshots' merged ones among them."""
+        MANIFESTS.forget()  # as in an engine committing to hundreds of tables
+        snapshots = table.metadata.snapshots
+        at = [s.snapshot_id for s in snapshots].index(rewrite)
+        expected = _read_by_pyiceberg(table, snapshots[:at]) - _read_by_pyiceberg(table, snapshots[at:])
+        merged = {m.manifest_path for s in snapshots[:at] for m in s.manifests(table.io) if m.existing_files_count > 10}
+        removing = {m.manifest_path for s in snapshots for m in s.manifests(table.io) if m.deleted_files_count}
+        lists = {s.manifest_list for s in snapshots}
+        read, real = [], manifests_module._records
+        monkeypatch.setattr(manifests_module, "_records", lambda io, path, fields: read.append(path) or real(io, path, fields))
+        policy = build_policy([("default", {**settings.maintenance.policy, "max_snapshots": len(snapshots) - at,
+                                            "min_snapshots": 5, "min_snapshot_age": "0s"})])[0]
+        result = expire(settings, table, policy)
+        monkeypatch.setattr(manifests_module, "_records", real)
+        assert len(result.plan.expire) == at and result.files_deleted == len(result.plan.files_to_delete)
+        read = {p for p in read if p not in lists}
+        assert merged and read and read <= removing
+        assert not any(uri_exists(p) for p in result.plan.files_to_delete)
+        return result.plan.files_to_delete, expected
+
+    commit(1, 90)
+    deleted, expected = expire_from(rewrites[0])  # the oldest kept removed every file before it
+    assert deleted == expected and {p.rsplit(".", 1)[-1] for p in expected} == {"avro", "parquet"}
+    commit(91, 130)
+    table = catalog.table("n.t")
+    deleted, expected = expire_from(rewrites[1])  # the oldest expired, the first rewrite, removed files too
+    assert deleted == expected and any(p.endswith(".parquet") for p in expected)
+    table = catalog.table("n.t")
+    assert all(uri_exists(p) for p in _read_by_pyiceberg(table, table.metadata.snapshots))
+    assert table.scan().to_arrow().num_rows == 130 * 2 - 45
+
+
 def test_a_list_whose_writer_named_its_records_otherwise_is_read_whole(tmp_path):
     """The projection names the spec's records; a writer that named them otherwise is read as it wrote."""
     schema = {"type": "record", "name": "not_the_spec_name", "fields": [

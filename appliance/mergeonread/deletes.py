@@ -23,13 +23,12 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEn
 from pyiceberg.table import Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import TOTAL_DELETE_FILES
 from pyiceberg.typedef import Record
 
 from appliance.core.cache import Cache
 from appliance.tables.datafiles import live_entries
 from appliance.tables.fastpath.parquet import SMALL_FILE_BYTES
-from appliance.tables.snapshots import summary_properties
+from appliance.tables.snapshots import holds_no_deletes
 
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 SCHEMA = pa.schema([
@@ -177,7 +176,7 @@ class LiveDeletes:
 
 def live_deletes(table: Table, entries: list[ManifestEntry] | None = None) -> LiveDeletes:
     out = LiveDeletes()
-    if entries is None and _none_told(table):
+    if entries is None and holds_no_deletes(table.current_snapshot()):  # nothing to read
         return out
     for e in entries if entries is not None else live_entries(table):
         f = e.data_file
@@ -190,10 +189,3 @@ def live_deletes(table: Table, entries: list[ManifestEntry] | None = None) -> Li
         for path, positions in found.items():
             out._gathered[path].append(positions)
     return out
-
-
-def _none_told(table: Table) -> bool:
-    """Whether the current snapshot's summary says the table holds no delete file: an append-only table's (most
-    tables), whose manifests need not all be read to find none (a compaction read them three times). A summary
-    without the total (another writer's) is not taken for a no."""
-    return summary_properties(table.current_snapshot()).get(TOTAL_DELETE_FILES) == "0"

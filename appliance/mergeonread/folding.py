@@ -161,7 +161,7 @@ class FoldMap:
                 return
             table = table.refresh()
 
-    def carry(self, table: Table, entries: list[ManifestEntry], live_data: set[str]) -> Carried:
+    def carry(self, table: Table, entries: list[ManifestEntry] | None, live_data: set[str]) -> Carried:
         """What a rewrite's commit does with the table's position deletes as they are now: those
         committed since the rewrite read its files, on the new files (most carried ahead); those naming
         no live file, gone."""

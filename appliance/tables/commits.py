@@ -21,7 +21,7 @@ from appliance.config.settings import Settings
 from appliance.core.errors import CommitConflict, OffsetsConflict, RewriteConflict, StageConflict
 from appliance.core.locks import FileLock
 from appliance.core.retry import retrying
-from appliance.tables.datafiles import delete_files, live_data_files, live_entries
+from appliance.tables.datafiles import delete_files, live_data_files, live_data_paths, live_entries
 from appliance.tables.fastpath.appends import append_files
 from appliance.tables.fastpath.changes import FileChanges, commit_changes
 from appliance.tables.fastpath.recent import RECENT
@@ -29,6 +29,7 @@ from appliance.tables.snapshots import (
     MAINTENANCE_KEY,
     RETENTION_DELETED_KEY,
     committed_offsets,
+    holds_no_deletes,
     offsets_properties,
     offsets_summary,
     retention_deleted,
@@ -57,9 +58,10 @@ class Carrier(Protocol):
     def carry_ahead(self, table: Table) -> None:
         """Before the commit lock: carry those committed so far (kept for every attempt)."""
 
-    def carry(self, table: Table, entries: list[ManifestEntry], live_data: set[str]) -> Carried:
-        """Under the lock, on the table as the commit finds it: all that was carried (ahead and now), and
-        the delete files that name no live data file (`live_data`) any more."""
+    def carry(self, table: Table, entries: list[ManifestEntry] | None, live_data: set[str]) -> Carried:
+        """Under the lock, on the table as the commit finds it (`entries`: its live ones, None where its
+        snapshot says it holds no delete file): all that was carried (ahead and now), and the delete files
+        that name no live data file (`live_data`) any more."""
 
     def forget_ahead(self, table: Table) -> None:
         """The rewrite will not commit: what was carried ahead is deleted (nothing references it)."""
@@ -140,10 +142,13 @@ def _swap(table: Table, remove: list[DataFile], add: list[DataFile], label: Oper
     ones (`carrier`), and delete files left naming no live data file are dropped in the same snapshot.
     Raises RewriteConflict when a file to remove is gone, CommitFailedException on a lost race."""
     t0 = time.monotonic()
-    entries = live_entries(table)
     gone = {f.file_path for f in remove}
-    live = {e.data_file.file_path for e in entries if e.data_file.content == DataFileContent.DATA} - gone
-    live |= {f.file_path for f in add}
+    if holds_no_deletes(table.current_snapshot()):  # no delete file to carry or drop: the live files' paths do
+        entries, live = None, live_data_paths(table)
+    else:
+        entries = live_entries(table)
+        live = {e.data_file.file_path for e in entries if e.data_file.content == DataFileContent.DATA}
+    live = (live - gone) | {f.file_path for f in add}
     t1 = time.monotonic()
     carried = carrier.carry(table, entries, live) if carrier else Carried()
     t2 = time.monotonic()
@@ -157,8 +162,8 @@ def _swap(table: Table, remove: list[DataFile], add: list[DataFile], label: Oper
     try:
         table = commit_changes(table, changes, label, {**carried_offsets, **properties}, extra)
         RECENT.forget(gone)  # rewritten away: their kept rows are not read again
-        log.info("%s of %s: %d live files read in %.2f s, deletes carried in %.2f s, committed in %.2f s",
-                 label.value, ".".join(table.name()), len(entries), t1 - t0, t2 - t1, time.monotonic() - t2)
+        log.info("%s of %s: %d live files found in %.2f s, deletes carried in %.2f s, committed in %.2f s",
+                 label.value, ".".join(table.name()), len(live), t1 - t0, t2 - t1, time.monotonic() - t2)
         return table
     except BaseException:
         delete_files(table, [f.file_path for f in carried.fresh])  # never referenced

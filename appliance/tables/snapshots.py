@@ -16,7 +16,7 @@ from typing import Iterator
 
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.table.snapshots import TOTAL_DELETE_FILES, Snapshot, ancestors_of
 
 from appliance.tables.metadata_json import OFFSETS_KEY, STREAM_KEY, parse_offsets  # noqa: F401  (one definition)
 
@@ -37,6 +37,13 @@ POSITION_KEYS = (STREAM_KEY, TOPIC_KEY, OFFSETS_KEY, STAGE_KEY, SOURCE_SNAPSHOT_
 
 def summary_properties(snapshot: Snapshot | None) -> dict[str, str]:
     return snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
+
+
+def holds_no_deletes(snapshot: Snapshot | None) -> bool:
+    """Whether a snapshot's summary says its table holds no delete file: an append-only table's (most tables),
+    whose manifests need not be read whole to find none. A summary without the total (another writer's) is not
+    taken for a no."""
+    return summary_properties(snapshot).get(TOTAL_DELETE_FILES) == "0"
 
 
 def offsets_properties(stream_id: str, topic: str, offsets: dict[int, int]) -> dict[str, str]:

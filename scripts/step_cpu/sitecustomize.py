@@ -49,6 +49,24 @@ appliance.decode.rows:decode_batch
 appliance.tables.datafiles:write_data_files
 appliance.ingest.watermarks:ClusterPoller._poll
 appliance.maintenance.maintainer:Maintainer.run
+appliance.maintenance.scheduler:MaintenanceScheduler._scheduled
+appliance.maintenance.maintainer:Maintainer.assess
+appliance.maintenance.maintainer:Maintainer._older_than
+appliance.maintenance.maintainer:Maintainer._perform_task
+appliance.maintenance.expiry:expire
+appliance.maintenance.expiry:plan_expiry
+appliance.maintenance.expiry:stage_positions
+appliance.maintenance.expiry:unreachable_files
+appliance.maintenance.expiry:delete_giving_way
+pyiceberg.table.update.snapshot:ExpireSnapshots.commit
+appliance.maintenance.compaction:compact
+appliance.maintenance.compaction:plan_compaction
+appliance.maintenance.compaction:delete_files
+appliance.maintenance.compaction:rewrite_groups
+appliance.maintenance.compaction:commit_rewrite
+appliance.maintenance.orphans:remove_orphans
+appliance.maintenance.orphans:referenced_files
+appliance.state.store:StateStore.record_run
 """.split()
     acc = collections.defaultdict(lambda: [0, 0.0])
     start_at = time.monotonic() + float(os.environ.get("FLOE_PHASE_AFTER", "60"))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import io as io_module
 import json
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import fastavro
 from fastavro.read import SchemaResolutionError
@@ -108,20 +108,35 @@ class Manifests:
 
     # ---- which files: maintenance's walks over a table's history ------------------------------
 
-    def listed_paths(self, io: FileIO, manifest_list: str) -> tuple[str, ...]:
-        """The paths of the manifests a list names: from memory if kept, else decoded by fastavro (PyIceberg's
-        reader costs 1-2 ms a list, and an expiry of a table 600 snapshots old reads hundreds), never kept."""
+    def listed(self, io: FileIO, manifest_list: str) -> tuple[Listed, ...]:
+        """What a list says of each manifest it names (its path, the snapshot that added it, how many files it
+        holds DELETED): from memory if kept, else decoded by fastavro (PyIceberg's reader costs 1-2 ms a list,
+        and an expiry reads dozens), never kept."""
         found = self._lists.get(manifest_list)
         if found is not None:
-            return tuple(m.manifest_path for m in found)
-        return tuple(r["manifest_path"] for r in _records(io, manifest_list, _LISTED))
+            return tuple(Listed(m.manifest_path, m.added_snapshot_id, m.deleted_files_count) for m in found)
+        return tuple(Listed(r["manifest_path"], r.get("added_snapshot_id"), r.get("deleted_files_count"))
+                     for r in _records(io, manifest_list, _LISTED))
+
+    def listed_paths(self, io: FileIO, manifest_list: str) -> tuple[str, ...]:
+        """The paths of the manifests a list names, as `listed`."""
+        return tuple(m.path for m in self.listed(io, manifest_list))
 
     def live_paths(self, io: FileIO, manifest: str) -> list[str]:
-        """The data or delete files a manifest holds live (added or existing, not deleted), as `listed_paths`."""
+        """The data or delete files a manifest holds live (added or existing, not deleted), as `listed`."""
         found = self._entries.get(manifest)
         if found is not None:
             return [e.data_file.file_path for e in found if e.status != ManifestEntryStatus.DELETED]
-        return [r["data_file"]["file_path"] for r in _records(io, manifest, _LIVE) if r["status"] != ManifestEntryStatus.DELETED]
+        return [r["data_file"]["file_path"] for r in _records(io, manifest, _ENTRIES) if r["status"] != ManifestEntryStatus.DELETED]
+
+    def deleted_paths(self, io: FileIO, manifest: Listed) -> list[tuple[int, str]]:
+        """The files a manifest holds DELETED, each with the snapshot that removed it (an entry's own snapshot id,
+        else the one that added the manifest, as the spec has entries inherit it), as `listed`."""
+        found = self._entries.get(manifest.path)
+        rows = ((e.status, e.snapshot_id, e.data_file.file_path) for e in found) if found is not None else (
+            (r["status"], r.get("snapshot_id"), r["data_file"]["file_path"]) for r in _records(io, manifest.path, _ENTRIES))
+        return [(by if by is not None else manifest.added_by, path)
+                for status, by, path in rows if status == ManifestEntryStatus.DELETED]
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -242,11 +257,22 @@ class Manifests:
 # Avro resolves a reader's record against the writer's by name, and Iceberg's writers name them as the spec's
 # schemas do (`manifest_file`, `manifest_entry`, `r2` for the data file, field 2).
 _LISTED = fastavro.parse_schema({"type": "record", "name": "manifest_file", "fields": [
-    {"name": "manifest_path", "type": "string"}]})
-_LIVE = fastavro.parse_schema({"type": "record", "name": "manifest_entry", "fields": [
+    {"name": "manifest_path", "type": "string"},
+    {"name": "added_snapshot_id", "type": ["null", "long"], "default": None},
+    {"name": "deleted_files_count", "type": ["null", "int"], "default": None}]})
+_ENTRIES = fastavro.parse_schema({"type": "record", "name": "manifest_entry", "fields": [
     {"name": "status", "type": "int"},
+    {"name": "snapshot_id", "type": ["null", "long"], "default": None},
     {"name": "data_file", "type": {"type": "record", "name": "r2", "fields": [{"name": "file_path", "type": "string"}]}},
 ]})
+
+
+class Listed(NamedTuple):
+    """A manifest as a manifest list names it, what maintenance's walks need of it."""
+
+    path: str
+    added_by: int | None  # the snapshot that wrote it
+    deleted: int | None  # how many files it holds DELETED (None: the list does not say)
 
 
 def _records(io: FileIO, path: str, fields: dict) -> list[dict]:
