@@ -233,10 +233,10 @@ def test_an_expiry_on_the_line_reads_the_lists_and_only_the_manifests_that_remov
             if i == 45:  # another writer's removal: PyIceberg's DELETED entries
                 table.delete(EqualTo("a", 1))
 
-    def expire_from(rewrite: int) -> tuple[set[str], set[str]]:
-        """Expire every snapshot before the `rewrite`: what it deleted, what PyIceberg finds it should, and which
-        manifests (not lists) it read from storage, none of the expired snapshots' merged ones among them."""
-        MANIFESTS.forget()  # as in an engine committing to hundreds of tables
+    def expire_from(rewrite: int, restarted: bool) -> tuple[set[str], set[str], set[str]]:
+        """Expire every snapshot before the `rewrite`: what it deleted, what PyIceberg finds it should, and the
+        lists it read from storage. Of the manifests it reads none of the expired snapshots' merged ones."""
+        MANIFESTS.forget(everything=restarted)  # as in an engine committing to hundreds of tables, or restarted
         snapshots = table.metadata.snapshots
         at = [s.snapshot_id for s in snapshots].index(rewrite)
         expected = _read_by_pyiceberg(table, snapshots[:at]) - _read_by_pyiceberg(table, snapshots[at:])
@@ -250,18 +250,20 @@ def test_an_expiry_on_the_line_reads_the_lists_and_only_the_manifests_that_remov
         result = expire(settings, table, policy)
         monkeypatch.setattr(manifests_module, "_records", real)
         assert len(result.plan.expire) == at and result.files_deleted == len(result.plan.files_to_delete)
-        read = {p for p in read if p not in lists}
-        assert merged and read and read <= removing
+        manifests = {p for p in read if p not in lists}
+        assert merged and manifests and manifests <= removing
         assert not any(uri_exists(p) for p in result.plan.files_to_delete)
-        return result.plan.files_to_delete, expected
+        return result.plan.files_to_delete, expected, {p for p in read if p in lists}
 
     commit(1, 90)
-    deleted, expected = expire_from(rewrites[0])  # the oldest kept removed every file before it
+    deleted, expected, lists = expire_from(rewrites[0], restarted=False)  # the oldest kept removed every file before it
     assert deleted == expected and {p.rsplit(".", 1)[-1] for p in expected} == {"avro", "parquet"}
+    assert len(lists) <= 3  # the oldest expired, the oldest kept and the current snapshot's: what the others added is known
     commit(91, 130)
     table = catalog.table("n.t")
-    deleted, expected = expire_from(rewrites[1])  # the oldest expired, the first rewrite, removed files too
+    deleted, expected, lists = expire_from(rewrites[1], restarted=True)  # the oldest expired, the first rewrite, removed files too
     assert deleted == expected and any(p.endswith(".parquet") for p in expected)
+    assert len(lists) > 30  # another process's lists: each read
     table = catalog.table("n.t")
     assert all(uri_exists(p) for p in _read_by_pyiceberg(table, table.metadata.snapshots))
     assert table.scan().to_arrow().num_rows == 130 * 2 - 45

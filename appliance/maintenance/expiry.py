@@ -28,7 +28,7 @@ from appliance.maintenance.queue import spread
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.commits import commit_lock
-from appliance.tables.datafiles import unreachable_files
+from appliance.tables.datafiles import forget_expired, unreachable_files
 from appliance.tables.fastpath.transactions import LeanTransaction
 from appliance.tables.snapshots import ancestors, lineage_since, offsets_snapshot_chain, stage_position
 
@@ -161,6 +161,7 @@ def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = Fal
     doomed = unreachable_files(table, expired_snapshots, table.metadata.snapshots,
                                {s.snapshot_id: s.parent_snapshot_id for s in pre.snapshots})
     plan.files_to_delete = doomed
+    forget_expired(expired_snapshots)
     result.files_deleted, result.failures = delete_giving_way(table, doomed)
     return result
 

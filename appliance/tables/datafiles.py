@@ -173,30 +173,40 @@ def unreachable_files(table: Table, gone: Iterable[Snapshot], kept: Iterable[Sna
 def _dropped_on_the_line(io: FileIO, kept: list[Snapshot], gone: list[Snapshot]) -> set[str]:
     """`unreachable_files` of a line (`kept` its newest part, from the current snapshot back; `gone` the rest),
     as Java Iceberg's incremental cleanup finds them: every writer makes a snapshot's manifest list from its
-    parent's, never lists a manifest again once it has dropped it, and records a file it removes as a DELETED
-    entry, with its own snapshot id, in a manifest it adds. So what the gone snapshots share with any kept one
-    they share with the oldest kept, and a file live in a gone snapshot and in no kept one is one that a snapshot
-    after the oldest gone, up to the oldest kept, removed: its DELETED entry is in a manifest that snapshot
-    added. Only the lists and those manifests are read, never the merged manifests of every live file (an
-    expiry's cost when it read them: 0.4-0.55 ms a snapshot at a cap of 100). A file removed and then added
-    again under the same path (which no writer of Floe's does) would be deleted: Java's cleanup does the same."""
+    parent's and the manifests it adds, never lists a manifest again once it has dropped it, and records a file it
+    removes as a DELETED entry, with its own snapshot id, in a manifest it adds. So what the gone snapshots share
+    with any kept one they share with the oldest kept; they list the oldest gone one's manifests and those each
+    later one added; and a file live in a gone snapshot and in no kept one is one that a snapshot after the oldest
+    gone, up to the oldest kept, removed: its DELETED entry is in a manifest that snapshot added. Only those
+    manifests are read, and of the lists only the oldest gone and oldest kept ones where this process wrote the
+    others (`Manifests.new_in`); never the merged manifests of every live file (an expiry's cost when it read
+    them: 0.4-0.55 ms a snapshot at a cap of 100). A file removed and then added again under the same path (which
+    no writer of Floe's does) would be deleted: Java's cleanup does the same."""
     oldest_kept, current = kept[-1], kept[0]
     kept_manifests = {m.path for s in {oldest_kept.snapshot_id: oldest_kept, current.snapshot_id: current}.values()
                       for m in MANIFESTS.listed(io, s.manifest_list)}
     out = {s.manifest_list for s in gone} - {s.manifest_list for s in kept}
+    listed = [*MANIFESTS.listed(io, gone[-1].manifest_list)]
     # The oldest gone snapshot's removals were live only before it: in no gone snapshot.
-    removers = {s.snapshot_id for s in gone[:-1]} | {oldest_kept.snapshot_id}
+    removers = [*gone[:-1], oldest_kept]
+    for snapshot in removers:
+        listed += MANIFESTS.new_in(io, snapshot.manifest_list)
     removing: dict[str, Listed] = {}
-    for snapshot in (*gone, oldest_kept):
-        for manifest in MANIFESTS.listed(io, snapshot.manifest_list):
-            if snapshot is not oldest_kept and manifest.path not in kept_manifests:
-                out.add(manifest.path)
-            if manifest.added_by in removers and manifest.deleted != 0:
-                removing[manifest.path] = manifest
+    by = {s.snapshot_id for s in removers}
+    for manifest in listed:
+        if manifest.path not in kept_manifests:
+            out.add(manifest.path)
+        if manifest.added_by in by and manifest.deleted != 0:
+            removing[manifest.path] = manifest
     for manifest in removing.values():
         give_way()
-        out.update(path for by, path in MANIFESTS.deleted_paths(io, manifest) if by in removers)
+        out.update(path for remover, path in MANIFESTS.deleted_paths(io, manifest) if remover in by)
     return out
+
+
+def forget_expired(snapshots: Iterable[Snapshot]) -> None:
+    """Snapshots an expiry committed away: what their lists added is not asked again."""
+    MANIFESTS.forget_lists(s.manifest_list for s in snapshots)
 
 
 def _the_line(table: Table, gone: list[Snapshot], kept: list[Snapshot],

@@ -67,6 +67,9 @@ appliance.maintenance.compaction:commit_rewrite
 appliance.maintenance.orphans:remove_orphans
 appliance.maintenance.orphans:referenced_files
 appliance.state.store:StateStore.record_run
+appliance.tables.reading:_as_written
+appliance.tables.fastpath.recent:RecentFiles._drop
+pyarrow.parquet:ParquetFile.__init__
 """.split()
     acc = collections.defaultdict(lambda: [0, 0.0])
     start_at = time.monotonic() + float(os.environ.get("FLOE_PHASE_AFTER", "60"))
