@@ -146,7 +146,7 @@ class Manifests:
             return [e.data_file.file_path for e in found if e.status != ManifestEntryStatus.DELETED]
         return [r["data_file"]["file_path"] for r in _records(io, manifest, _ENTRIES) if r["status"] != ManifestEntryStatus.DELETED]
 
-    def deleted_paths(self, io: FileIO, manifest: Listed) -> list[tuple[int, str]]:
+    def deleted_paths(self, io: FileIO, manifest: Listed) -> list[tuple[int | None, str]]:
         """The files a manifest holds DELETED, each with the snapshot that removed it (an entry's own snapshot id,
         else the one that added the manifest, as the spec has entries inherit it), as `listed`."""
         found = self._entries.get(manifest.path)
