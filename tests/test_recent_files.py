@@ -71,6 +71,39 @@ def test_a_compaction_takes_the_small_files_rows_from_memory_and_forgets_them(fl
     assert all(kept.rows(path) is None for path in written), "rewritten away: forgotten"
 
 
+def test_a_groups_files_kept_are_rewritten_at_once_as_they_would_be_read_one_by_one(floe_home, kept):
+    """A compaction's rewrite takes a group's kept files whole (neighbours in a block as one slice): the same rows
+    in the same order and the same per-file kept bitmaps as reading each file back from storage."""
+    from appliance.maintenance.rewrite import RewriteGroup, rewrite_group
+    from appliance.tables.reading import held_rows
+
+    settings, catalog = _lab(floe_home)
+    table, _ = catalog.ensure_table("lab.t", SCHEMA)
+    sizes = [3, 1, 5, 2] * 5  # 20 files: two sealed blocks and four files of a block still filling
+    files, start = [], 0
+    for n in sizes:
+        files += write_data_files(TableTarget.of(table), rows(start, n))
+        start += n
+    target = TableTarget.of(table)
+    # Not in the order written: a block's files out of order, and a file of the filling block between sealed ones
+    order = files[:3] + [files[17], files[4], files[3]] + files[5:17] + files[18:]
+    group = RewriteGroup(tuple(order), table.metadata.default_spec_id, order[0].partition)
+    parts, counts = kept.rows_of([f.file_path for f in order])
+    assert counts == [f.record_count for f in order] and len(parts) < len(order) - 8, "neighbours taken as one slice"
+    paths = [f.file_path for f in order]
+    assert held_rows(order, table.schema()) is not None, "taken from memory"
+    at_once = rewrite_group(target, group, 128 * 1024 * 1024, None)
+    kept.forget(paths)
+    assert held_rows(order, table.schema()) is None
+    one_by_one = rewrite_group(target, group, 128 * 1024 * 1024, None)
+    got = [read_table(table.metadata, table.io, table.schema(), file_tasks(r.files)) for r in (at_once, one_by_one)]
+    assert got[0].num_rows == sum(sizes) and got[0].equals(got[1])
+    assert got[0].column("id").to_pylist() == [i for f in order for i in range(sum(sizes[:files.index(f)]),
+                                                                                sum(sizes[:files.index(f) + 1]))]
+    assert [(k.rows, k.bits.tobytes()) for k in at_once.kept] == [(k.rows, k.bits.tobytes()) for k in one_by_one.kept]
+    assert at_once.rows_out == one_by_one.rows_out == sum(sizes)
+
+
 def _rows(n: int, start: int = 0) -> pa.Table:
     return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "name": [f"r{i}" for i in range(n)]})
 

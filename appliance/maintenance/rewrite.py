@@ -27,7 +27,7 @@ from appliance.core.failpoints import failpoint
 from appliance.mergeonread.folding import Kept
 from appliance.spark.tasks import run_in_tasks
 from appliance.tables.datafiles import TableTarget, table_metadata
-from appliance.tables.reading import file_tasks, read_batches
+from appliance.tables.reading import file_tasks, held_rows, read_batches
 from appliance.tables.storage import storage_errors
 
 REWRITTEN = "floe-rewrite-"  # the start of the name of every file a rewrite writes
@@ -227,10 +227,18 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int,
     writer: RollingWriter | Repartitioner = RollingWriter(target, group, target_bytes, bytes_per_row)
     if repartitions(meta, group):
         writer = Repartitioner(target, meta, target_bytes, bytes_per_row)
+    # Every row kept, in order, into one writer: the files' rows as this process keeps them, if it does, all at once.
+    held = None if keep is not None or isinstance(writer, Repartitioner) or any(d is not None for d in group.deleted) \
+        else held_rows(list(group.files), schema)
     try:
         with storage_errors(target.where(), "rewrite data files"):
-            kept = [_copy(read_batches(meta, io, schema, file_tasks([f])), group.deleted_of(i), kept_rows, writer)
-                    for i, f in enumerate(group.files)]
+            if held is not None:
+                for batch in held[0].to_batches():
+                    writer.add(batch)
+                kept = [Kept.every(rows) for rows in held[1]]
+            else:
+                kept = [_copy(read_batches(meta, io, schema, file_tasks([f])), group.deleted_of(i), kept_rows, writer)
+                        for i, f in enumerate(group.files)]
             files = writer.close()
     except BaseException:
         for f in writer.files:  # written but never to be committed

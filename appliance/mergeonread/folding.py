@@ -48,6 +48,10 @@ class Kept:
         return cls(len(mask), np.packbits(mask.astype(bool), bitorder="little"))
 
     @classmethod
+    def every(cls, rows: int) -> Kept:
+        return cls.of(np.ones(rows, dtype=bool))
+
+    @classmethod
     def none(cls, rows: int) -> Kept:
         return cls(rows, np.zeros((rows + 7) // 8, dtype=np.uint8))
 
@@ -176,6 +180,8 @@ class FoldMap:
     def translate(self, table: Table, now: LiveDeletes) -> list[DataFile]:
         """Delete files on the outputs for the rows of the inputs that delete files committed since the
         rewrite read them remove."""
+        if all(name in self.known for name in now.named):  # none committed since: an append-only table's every time
+            return []
         hit_scattered = [p for p in self.scattered if _new_positions(now, self.known, p).size]
         if hit_scattered:
             raise RewriteConflict(f"rows of {hit_scattered[0]} were deleted while it was rewritten into the "

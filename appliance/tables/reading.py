@@ -104,6 +104,32 @@ def read_batches(meta: Any, io: Any, schema: Schema, tasks: Iterable[Any],
         yield from by_pyiceberg()
 
 
+def held_rows(files: list[Any], schema: Schema) -> tuple[pa.Table, list[int]] | None:
+    """The rows of `files` one after the other, as `read_batches` reads them with no delete and no filter, and each
+    file's row count, when every one is a small file this process wrote and keeps (`recent`) in the schema asked;
+    None otherwise. A compaction of a trickle's table merges a few hundred files of a few rows: read one at a time,
+    their setting up (a task, a generator, a schema check, a batch each) cost more than their rows."""
+    from pyiceberg.manifest import FileFormat
+
+    if any(f.file_format != FileFormat.PARQUET for f in files) or not all(f.field_type.is_primitive
+                                                                         for f in schema.fields):
+        return None
+    found = RECENT.rows_of([f.file_path for f in files])
+    if found is None:
+        return None
+    parts, counts = found
+    arrow = arrow_schema(schema)
+    checked: list[pa.Schema] = []  # the schemas of parts found as asked: almost always one
+    out = []
+    for part in parts:
+        if not any(part.schema.equals(s, check_metadata=True) for s in checked):
+            if not _as_asked(part.schema, schema, arrow):
+                return None
+            checked.append(part.schema)
+        out.append(pa.Table.from_arrays(part.select(arrow.names).columns, schema=arrow))
+    return (pa.concat_tables(out) if out else arrow.empty_table()), counts
+
+
 FIELD_ID = b"PARQUET:field_id"
 BATCH_ROWS = 131_072  # as PyArrow's scanner, which PyIceberg's reader uses
 THREADED_BYTES = 1 << 20  # a file this large is decoded a column per thread; a small one costs more so

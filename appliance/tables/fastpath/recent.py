@@ -102,6 +102,32 @@ class RecentFiles:
             found = self._where.get(path)
             return None if found is None else found[0].rows(found[1])
 
+    def rows_of(self, paths: list[str]) -> tuple[list[pa.Table], list[int]] | None:
+        """The rows kept of every file at `paths`, one after the other (neighbours in a block as one slice of it: a
+        compaction takes a trickle's files in the order they were written, eight to a block), and each file's row
+        count; None when a file is not kept."""
+        with self._lock:
+            found = [self._where.get(path) for path in paths]
+            if any(f is None for f in found):
+                return None
+            parts, counts = [], []
+            i = 0
+            while i < len(found):
+                block, first = found[i]
+                last = first
+                while (block.table is not None and i + 1 < len(found) and found[i + 1][0] is block
+                       and found[i + 1][1] == last + 1):
+                    i, last = i + 1, last + 1
+                if block.table is None:
+                    parts.append(block.parts[first])
+                    counts.append(block.parts[first].num_rows)
+                else:
+                    start = block.offsets[first]
+                    parts.append(block.table.slice(start, block.offsets[last + 1] - start))
+                    counts += [block.offsets[j + 1] - block.offsets[j] for j in range(first, last + 1)]
+                i += 1
+            return parts, counts
+
     def forget(self, paths: Iterable[str]) -> None:
         """Files no longer live (rewritten away): their rows are not read again."""
         with self._lock:
