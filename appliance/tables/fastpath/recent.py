@@ -102,6 +102,10 @@ class RecentFiles:
             found = self._where.get(path)
             return None if found is None else found[0].rows(found[1])
 
+    def holds(self, path: str) -> bool:
+        with self._lock:
+            return path in self._where
+
     def rows_of(self, paths: list[str]) -> tuple[list[pa.Table], list[int]] | None:
         """The rows kept of every file at `paths`, one after the other (neighbours in a block as one slice of it: a
         compaction takes a trickle's files in the order they were written, eight to a block), and each file's row
