@@ -49,8 +49,8 @@ SCHEMA = Schema(
                                           NestedField(7, "since", LongType(), required=False)), required=False),
 )
 DAY = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
-STATS = ("record_count", "column_sizes", "value_counts", "null_value_counts", "nan_value_counts", "lower_bounds",
-         "upper_bounds", "split_offsets", "file_format", "content", "partition")
+STATS = ("record_count", "file_size_in_bytes", "column_sizes", "value_counts", "null_value_counts", "nan_value_counts",
+         "lower_bounds", "upper_bounds", "split_offsets", "file_format", "content", "partition")
 
 
 def rows(n: int, hours: int = 0, start: int = 0) -> pa.Table:
@@ -89,6 +89,11 @@ def file_schema(table, data_file) -> pa.Schema:
         return pq.read_schema(f)
 
 
+def read_bytes(table, data_file) -> bytes:
+    with table.io.new_input(data_file.file_path).open() as f:
+        return f.read()
+
+
 def assert_same_files(table, ours, theirs):
     """Floe's files and PyIceberg's, matched by partition: the same descriptions and Parquet schemas."""
     assert len(ours) == len(theirs)
@@ -99,6 +104,9 @@ def assert_same_files(table, ours, theirs):
             assert getattr(mine, name) == getattr(other, name), name
         assert mine.spec_id == table.metadata.default_spec_id  # PyIceberg's own leaves it to its commit
         assert file_schema(table, mine).equals(file_schema(table, other), check_metadata=True)
+        # The very bytes, whether Floe made the file in memory (a small one on a local warehouse) or streamed it
+        assert read_bytes(table, mine) == read_bytes(table, other)
+        assert len(read_bytes(table, mine)) == mine.file_size_in_bytes
         folder = other.file_path.rsplit("/", 1)[0]
         assert mine.file_path.rsplit("/", 1)[0] == folder
 

@@ -1,5 +1,5 @@
-"""A commit's new files (manifests, manifest lists, metadata), each written whole under a name never used;
-and the old metadata files a commit pushes out of the log, deleted.
+"""A commit's new files (manifests, manifest lists, metadata, a trickle's small data files), each written whole
+under a name never used; and the old metadata files a commit pushes out of the log, deleted.
 
 PyIceberg's `create(overwrite=False)` on a local warehouse asks whether the file exists, then has PyArrow
 make its folder again and open it for writing: eight system calls a file, three files a commit. A local
@@ -26,6 +26,15 @@ def write_new(io: FileIO, location: str, data: bytes) -> None:
         with io.new_output(location).create(overwrite=False) as out:
             out.write(data)
         return
+    _write_local(path, data)
+
+
+def is_local(io: FileIO, location: str) -> bool:
+    """Whether `write_new` writes `location` itself, without PyIceberg's existence check (an S3 request)."""
+    return _local_path(io, location) is not None
+
+
+def _write_local(path: str, data: bytes) -> None:
     try:
         fd = os.open(path, _FLAGS, 0o666)
     except FileNotFoundError:
