@@ -102,3 +102,30 @@ def test_every_message_lands_once_in_a_mixed_batch():
     assert sorted(offsets) == list(range(100, 3100))
     assert out.dead_letter.num_rows == 300
 
+
+
+@pytest.mark.parametrize("millis", [[1_700_000_000_123, None, -1, 0], [1_700_000_000_000 + i for i in range(300)],
+                                    [2**62, 5]])
+def test_a_batchs_kafka_timestamps_convert_as_arrows_multiply_does_small_or_large(millis):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from appliance.decode.rows import UTC_MICROS, _millis_to_ts
+
+    # Arrow's multiply, which every batch went through before small ones were converted in Python (and which a
+    # timestamp past 64 bits of microseconds still takes: wrapped, not an error)
+    expected = pc.multiply(pa.array(millis, pa.int64()), 1000).cast(UTC_MICROS)
+    assert _millis_to_ts(millis).equals(expected)
+
+
+def test_a_column_already_of_its_type_is_the_array_arrow_inferred_and_the_rows_schema_is_made_once():
+    values = [orjson.dumps({"id": i, "amount": i / 2, "ok": i % 2 == 0, "customer": {"name": f"n{i}"},
+                            "at": "2024-05-01T12:00:00+02:00", "day": "2024-05-01", "extra": [i]}) for i in range(4)]
+    mapping = Mapping(MAPPING.columns)
+    at = dt.datetime(2026, 1, 1, tzinfo=UTC)
+    first, second = (decode_batch(batch(values), mapping, 1000, at) for _ in range(2))
+    assert first.target.equals(second.target) and first.target.schema == mapping.arrow_schema()
+    assert first.target.column("id").to_pylist() == [0, 1, 2, 3]
+    assert first.target.column("amount").to_pylist() == [0.0, 0.5, 1.0, 1.5]
+    assert mapping.arrow_schema() is mapping.arrow_schema() and mapping == Mapping(MAPPING.columns)
+    assert hash(mapping) == hash(Mapping(MAPPING.columns))
