@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 PARTITIONS_TTL = 30.0  # seconds a topic's partition list is kept: partitions are rarely added
 CORES_TTL = 30.0  # seconds Spark's core count is kept: a cluster's executors come and go
+_CORES: dict[int, tuple[float, int]] = {}  # id of a SparkSession -> (asked at, its default parallelism)
 MAX_EVOLUTIONS = 3  # schema updates one batch may ask for before it is given up and read again
 
 
@@ -96,7 +97,6 @@ class StreamRunner:
         self.marks: dict[int, Watermarks] = {}  # the watermarks the last step saw
         self._reported: set[Expired] = set()
         self._partitions: tuple[float, list[int]] | None = None  # (looked up at, partitions)
-        self._cores: tuple[float, int] | None = None  # (asked at, Spark's default parallelism)
         self._targets: dict[tuple, tuple[tuple, TableTarget]] = {}
         self.schema = StreamSchema(settings, state, stream, member=member)
         self._format = format_of(stream)
@@ -216,10 +216,12 @@ class StreamRunner:
         return self.jobs.run(spec, tasks) if self.jobs else run_batch(self.spark, spec, tasks)
 
     def _parallelism(self) -> int:
-        # A question to the JVM; asked again now and then, as a cluster's executors come and go.
-        if self._cores is None or time.monotonic() - self._cores[0] > CORES_TTL:
-            self._cores = (time.monotonic(), parallelism(self.spark))
-        return self._cores[1]
+        # A question to the JVM, asked again now and then as a cluster's executors come and go; once for every
+        # stream of the session (200 streams asked it 7 times a second).
+        found = _CORES.get(id(self.spark))
+        if found is None or time.monotonic() - found[0] > CORES_TTL:
+            found = _CORES[id(self.spark)] = (time.monotonic(), parallelism(self.spark))
+        return found[1]
 
     def _target(self, table) -> TableTarget:
         """What tasks need to write `table`'s files: the same while its schema, spec and properties are."""

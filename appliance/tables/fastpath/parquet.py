@@ -104,12 +104,14 @@ class _Writer:
 
 
 # Keyed by the table's slim metadata JSON itself (`TableTarget.metadata_json`: schemas, specs, properties,
-# location, uuid), never by a name or an id: a table changed in any way writing depends on has another key.
-_WRITERS: Cache[tuple[str, pa.Schema], _Writer] = Cache(TABLES_PER_WORKER)
+# location, uuid), never by a name or an id: a table changed in any way writing depends on has another key; and by
+# the rows' Arrow schema as its IPC bytes (7 us), whose hash is kept with them: a pa.Schema is hashed afresh each
+# time, 20 us, and a cache's look-up hashes its key three times.
+_WRITERS: Cache[tuple[str, bytes], _Writer] = Cache(TABLES_PER_WORKER)
 
 
 def _writer(meta: Any, key_json: str, io_properties: dict[str, str], schema: pa.Schema) -> _Writer:
-    return _WRITERS.make((key_json, schema), lambda: _new_writer(meta, io_properties, schema))
+    return _WRITERS.make((key_json, schema.serialize().to_pybytes()), lambda: _new_writer(meta, io_properties, schema))
 
 
 def _new_writer(meta: Any, io_properties: dict[str, str], schema: pa.Schema) -> _Writer:
