@@ -18,6 +18,7 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update import update_table_metadata
+from pyiceberg.types import StringType
 
 from appliance.config.settings import load_settings
 from appliance.control.streams import create_stream
@@ -236,6 +237,14 @@ def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised
     # What the catalog wrote reads back as the table it committed.
     written = FromInputFile.table_metadata(table.io.new_input(table.metadata_location))
     assert written == table.metadata
+    # A second schema: each schema's JSON made once, the first one's kept through the change
+    first_schema = writer._schemas._known[uuid][0][1]
+    with table.update_schema() as update:
+        update.add_column("b", StringType())
+    table.append(pa.table({"a": pa.array([2], pa.int64()), "b": ["x"]}))
+    assert len(table.metadata.schemas) == 2
+    assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
+    assert writer._schemas._known[uuid][0][1] is first_schema and set(writer._schemas._known[uuid]) == {0, 1}
 
 
 def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):

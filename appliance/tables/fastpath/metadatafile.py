@@ -1,4 +1,4 @@
-"""Table metadata files, each snapshot and snapshot-log entry serialised once rather than once per commit.
+"""Table metadata files, each snapshot, snapshot-log entry and schema serialised once rather than once per commit.
 
 Every commit writes the whole table metadata again: every kept snapshot, and the snapshot log with
 one entry per snapshot. Each snapshot's summary goes through a Python-level pydantic serializer, so
@@ -75,11 +75,15 @@ class MetadataWriter:
         self._exclude_none = not Config().get_bool("legacy-current-snapshot-id")
         self._snapshots = _Spliced("snapshots", lambda s: s.snapshot_id, self._exclude_none)
         self._log = _Spliced("snapshot-log", lambda e: (e.snapshot_id, e.timestamp_ms), self._exclude_none)
+        # A schema's JSON goes through PyIceberg's Python serializer of each field's type: 50 us a commit for 11
+        # columns, the same every time.
+        self._schemas = _Spliced("schemas", lambda s: s.schema_id, self._exclude_none)
 
     def json(self, metadata: TableMetadata) -> bytes:
-        rest = metadata.model_copy(update={"snapshots": [], "snapshot_log": []}).model_dump_json(
+        rest = metadata.model_copy(update={"snapshots": [], "snapshot_log": [], "schemas": []}).model_dump_json(
             exclude_none=self._exclude_none).encode()
-        fields = [(self._snapshots, metadata.snapshots), (self._log, metadata.snapshot_log)]
+        fields = [(self._snapshots, metadata.snapshots), (self._log, metadata.snapshot_log),
+                  (self._schemas, metadata.schemas)]
         at = [rest.find(spliced.empty) for spliced, _ in fields]
         if any(rest.count(spliced.empty) != 1 for spliced, _ in fields):
             # A shape this splice does not know: serialise it all, as PyIceberg does.
