@@ -177,8 +177,10 @@ def _path(spec: Any, w: _Writer, partition: Any) -> str:
     return "" if spec.is_unpartitioned() else spec.partition_to_path(partition, w.metadata.schema()) + "/"
 
 
-def _parquet(pq: Any, stream: Any, data: pa.Table, w: _Writer, options: dict[str, Any]) -> Any:
+def _parquet(stream: Any, data: pa.Table, w: _Writer, options: dict[str, Any]) -> Any:
     """`data` written to `stream` as one Parquet file; the writer, whose metadata describes the file."""
+    import pyarrow.parquet as pq
+
     writer = pq.ParquetWriter(stream, schema=data.schema, store_decimal_as_integer=True, **options)
     writer.write(data, row_group_size=w.row_group_size)
     writer.close()
@@ -187,7 +189,6 @@ def _parquet(pq: Any, stream: Any, data: pa.Table, w: _Writer, options: dict[str
 
 def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
     """The rows of one partition (`partition`: its values) as data files near the target size."""
-    import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import bin_pack_arrow_table
     from pyiceberg.manifest import FileFormat
 
@@ -211,13 +212,13 @@ def _write(w: _Writer, table: pa.Table, partition: Any) -> list[DataFile]:
             # A trickle's file made in memory and written by one call under a name never used (O_EXCL): PyIceberg's
             # output makes the file's folder again and goes through PyArrow's file system, 50-80 us a file.
             with pa.BufferOutputStream() as stream:
-                writer = _parquet(pq, stream, data, w, options)
+                writer = _parquet(stream, data, w, options)
                 body = stream.getvalue()
             write_new(w.io, path, body)
             size = body.size
         else:
             with w.io.new_output(path).create(overwrite=True) as stream:
-                writer = _parquet(pq, stream, data, w, options)
+                writer = _parquet(stream, data, w, options)
                 size = stream.tell()  # what was written: PyIceberg's len(output) asks the file system again
         data_file = DataFile.from_args(
             content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
