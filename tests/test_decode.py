@@ -103,7 +103,6 @@ def test_every_message_lands_once_in_a_mixed_batch():
     assert out.dead_letter.num_rows == 300
 
 
-
 @pytest.mark.parametrize("millis", [[1_700_000_000_123, None, -1, 0], [1_700_000_000_000 + i for i in range(300)],
                                     [2**62, 5]])
 def test_a_batchs_kafka_timestamps_convert_as_arrows_multiply_does_small_or_large(millis):

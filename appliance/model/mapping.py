@@ -10,6 +10,7 @@ from __future__ import annotations
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -103,14 +104,15 @@ class Mapping:
         return {c.source for c in self.columns} | set(self.ignored)
 
     def arrow_schema(self) -> pa.Schema:
-        """The Arrow schema of the target rows: the mapped columns, then Floe's own. Made once per mapping (a
-        stream keeps its mapping while its table's schema stays): every batch asks for it."""
-        found = self.__dict__.get("_arrow_schema")
-        if found is None:
-            found = pa.schema([pa.field(c.name, c.arrow_type) for c in self.columns]
-                              + [c.field for c in KAFKA_COLUMNS] + [INGESTED_AT.field])
-            object.__setattr__(self, "_arrow_schema", found)  # not a field: equality and hashing ignore it
-        return found
+        """The Arrow schema of the target rows: the mapped columns, then Floe's own."""
+        return self._arrow_schema
+
+    @cached_property
+    def _arrow_schema(self) -> pa.Schema:
+        # Made once per mapping (a stream keeps its mapping while its table's schema stays): every batch asks for
+        # it. Kept in the instance's __dict__, not a field: equality and hashing ignore it.
+        return pa.schema([pa.field(c.name, c.arrow_type) for c in self.columns]
+                         + [c.field for c in KAFKA_COLUMNS] + [INGESTED_AT.field])
 
     def to_toml(self, header: str = "") -> str:
         doc: dict = {
