@@ -71,10 +71,31 @@ def test_run_until_caught_up_lands_every_offset_once(broker, topic, small_messag
     offsets = json.loads(summary["floe.offsets"])
     assert sum(offsets.values()) == len(values)
 
+    # floe.log sums the batches up (at the run's end here, once a minute in a long run), with no line a batch.
+    log = (settings.log_dir / "floe.log").read_text()
+    assert "orders: batch of" not in log
+    [line] = [line for line in log.splitlines() if "ingest, the last" in line]
+    assert f" of 1 stream committed {len(values):,} messages (3,000 rows, {len(MALFORMED)} dead letters)" in line, line
+
     # Running again finds nothing new and commits nothing.
     snapshots = len(table.snapshots())
     run_until_caught_up(spark)
     assert len(table.refresh().snapshots()) == snapshots
+    assert (settings.log_dir / "floe.log").read_text().count("ingest, the last") == 1  # nothing committed: no line
+
+
+def test_at_log_level_debug_floe_log_has_a_line_for_every_batch(broker, topic, floe_home, spark):
+    floe_home.mkdir(parents=True, exist_ok=True)
+    (floe_home / "floe.toml").write_text('[logs]\nlevel = "DEBUG"\n')
+    broker.produce(topic, pizza_values(10))
+    created = floe("stream", "create", "orders", "--bootstrap", broker.bootstrap, "--topic", topic,
+                   "--table", "ingest.orders")
+    assert created.returncode == 0, created.stderr
+    run_until_caught_up(spark)
+    log = (load_settings().log_dir / "floe.log").read_text()
+    assert "orders: batch of 10 messages (10 rows, 0 dead letters)" in log
+    assert "ingest, the last" in log and " of 1 stream committed 10 messages (10 rows, 0 dead letters)" in log
+    assert "DEBUG py4j" not in log and "DEBUG pyiceberg" not in log  # a library's debug lines are never a user's
 
 
 def count(table):

@@ -13,6 +13,7 @@ def test_defaults_come_from_config_dir(floe_home):
     assert s.spark_master == "local[*]"
     assert s.warehouse == (floe_home.resolve() / "warehouse").as_uri()
     assert s.engine.max_message_bytes == 1024 * 1024
+    assert s.logs.level == "info"
 
 
 def test_the_documented_defaults_file_is_the_one_the_package_ships():
@@ -43,6 +44,8 @@ def test_home_file_overrides_defaults(floe_home):
         ('[engine]\nbatch_in_engine = "lots"\n', "engine.batch_in_engine must be a whole number, not 'lots'"),
         ('[engine]\nbatch_in_engine = -1\n', "engine.batch_in_engine must be 0"),
         ('[engine]\ntrickle_messages = 2.5\n', "engine.trickle_messages must be a whole number"),
+        ('[logs]\nlevel = "verbose"\n', "logs.level must be one of debug, info, warning, error, not 'verbose'"),
+        ('[logs]\nlevel = 10\n', "logs.level must be one of debug, info, warning, error, not 10"),
     ],
 )
 def test_bad_config_names_file_and_key(floe_home, text, message):

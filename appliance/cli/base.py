@@ -18,7 +18,7 @@ def settings() -> Settings:
     """Settings of this FLOE_HOME, which exists afterwards; Floe's log goes to its logs/."""
     loaded = load_settings()
     ensure_home(loaded)
-    log_to(loaded.log_dir / "floe.log", loaded.logs.max_bytes, loaded.logs.keep)
+    log_to(loaded.log_dir / "floe.log", loaded.logs.max_bytes, loaded.logs.keep, loaded.logs.level)
     console = os.environ.pop(CONSOLE_LOG, "")
     if console:
         capture_console(Path(console), loaded.logs.max_bytes, loaded.logs.keep)

@@ -80,10 +80,14 @@ class AlertingSettings:
     alerts: tuple[AlertDef, ...] = ()  # [[alerts]] of floe.toml
 
 
+LEVELS = ("debug", "info", "warning", "error")  # `[logs] level`
+
+
 @dataclass(frozen=True)
 class LogSettings:
     max_bytes: int = 10 * 1024 * 1024  # each log file is rolled over at this size
     keep: int = 5  # older files kept: floe.log.1 ... floe.log.5
+    level: str = "info"  # Floe's own lines at this level and up (`LEVELS`); libraries' at info or warning
 
 
 @dataclass(frozen=True)
@@ -345,7 +349,9 @@ def _logs(raw: dict[str, Any], source: Path, check) -> LogSettings:
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     check(max_bytes >= 1024, "logs.max_size", "must be at least 1KB")
-    return LogSettings(max_bytes=max_bytes, keep=keep)
+    level = raw["level"].lower() if isinstance(raw["level"], str) else raw["level"]
+    check(level in LEVELS, "logs.level", f"must be one of {', '.join(LEVELS)}, not {level!r}")
+    return LogSettings(max_bytes=max_bytes, keep=keep, level=level)
 
 
 def ensure_home(settings: Settings) -> None:

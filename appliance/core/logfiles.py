@@ -24,6 +24,7 @@ from pathlib import Path
 from appliance.core.secrets import ScrubbingFormatter
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+OWN = "appliance"  # the package whose loggers `[logs] level` sets
 QUIET = ("py4j", "pyiceberg", "sqlalchemy")  # libraries whose INFO lines say nothing a user needs
 # Set by `control/processes.spawn` for a command it starts in the background: that command's console
 # (and its JVM's) goes to this file, rolled like the logs, not to a descriptor that could never be rolled.
@@ -96,9 +97,10 @@ def logging_to_file() -> bool:
     return any(isinstance(h, RollingHandler) for h in logging.getLogger().handlers)
 
 
-def log_to(path: Path, max_bytes: int, keep: int) -> None:
-    """This process's log lines (INFO and up; libraries' WARNING and up) into `path`, rolled at `max_bytes`.
-    Once per process: a second call changes nothing."""
+def log_to(path: Path, max_bytes: int, keep: int, level: str = "info") -> None:
+    """This process's log lines into `path`, rolled at `max_bytes`: Floe's own at `level` and up (`[logs] level`),
+    libraries' at INFO and up (those of `QUIET` at WARNING: a library's debug lines are never a user's). Once per
+    process: a second call changes nothing."""
     root = logging.getLogger()
     if logging_to_file():
         return
@@ -106,6 +108,7 @@ def log_to(path: Path, max_bytes: int, keep: int) -> None:
     handler.setFormatter(ScrubbingFormatter(FORMAT))  # a driver's message may carry a piece of a password
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    logging.getLogger(OWN).setLevel(level.upper())
     for noisy in QUIET:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

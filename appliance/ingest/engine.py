@@ -34,6 +34,7 @@ from appliance.ingest.indexes import keep_only, preload, save_all
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.outages import Outages, close_left_over
 from appliance.ingest.patterns import Discover
+from appliance.ingest.summary import IngestSummary
 from appliance.ingest.watermarks import WatermarkPollers
 from appliance.ingest.worker import OUTAGE_BACKOFF, Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
@@ -118,6 +119,7 @@ class Engine:
         self.outages = Outages()
         self._catalog_retry: tuple[float, Iterator[float]] | None = None  # (next look, pauses) while it is down
         self._reconciled: list[tuple[Any, ...]] | None = None  # the streams' keys the workers were last matched to
+        self.summary: IngestSummary | None = None  # floe.log's line a minute of what the streams committed
 
     def _heartbeat(self, state: EngineState) -> None:
         taking = self.answers is not None and self.answers.is_alive() and state is EngineState.RUNNING \
@@ -162,6 +164,8 @@ class Engine:
             # lives a minute mostly lives long: out of the collections' walks (a test's engine owns no process).
             self.collector = Collector(FULL_COLLECTION_EVERY, FREEZE_EVERY, young=YOUNG_COLLECTION)
             self.collector.collect()
+        with contextlib.suppress(sqlite3.Error):  # before any worker; or at the first tick that reads the database
+            self.summary = IngestSummary(self.state)
         metrics = f", metrics at {self.metrics.url}" if self.metrics else ""
         self.state.add_event(EventKind.ENGINE_STARTED,
                              f"engine started (pid {os.getpid()}, spark {self.settings.spark_master}{metrics})")
@@ -207,6 +211,10 @@ class Engine:
                     self._open_catalog()
                 self._heartbeat(EngineState.RUNNING)
                 unwritable = None
+                if self.summary is None:
+                    self.summary = IngestSummary(self.state)
+                elif self.summary.due():
+                    self.summary.log()
             except sqlite3.Error as exc:  # a full disk: the engine carries on, and writes again once it can
                 if unwritable != str(exc):
                     log.warning("the state database cannot be written (%s): the engine carries on", exc)
@@ -236,6 +244,9 @@ class Engine:
         for worker in self.workers.values():
             worker.join()
         self.pollers.close()
+        if self.summary is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self.summary.log()  # what was committed since the last line
         save_all()  # the upsert streams' key indexes: the next start loads them
         if self.jobs is not None:
             self.jobs.close()

@@ -265,9 +265,10 @@ class StreamRunner:
             throttle_ms=result.throttle_ms, route_tables=route_tables,
             table_rows=json.dumps(table_rows, sort_keys=True),
         ))
-        log.info(
-            "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs%s",
-            self.stream.name, outcome.messages, outcome.rows, outcome.dead_letter_rows, seconds,
-            result.total("read_seconds"), result.total("decode_seconds"), result.total("write_seconds"),
-            "" if commit_seconds is None else f"; commit {commit_seconds:.2f}s",
-        )
+        if log.isEnabledFor(logging.DEBUG):  # 50 a second with 200 trickles: the engine sums them up once a minute
+            log.debug(
+                "%s: batch of %d messages (%d rows, %d dead letters) in %.2fs; read %.2fs decode %.2fs write %.2fs%s",
+                self.stream.name, outcome.messages, outcome.rows, outcome.dead_letter_rows, seconds,
+                result.total("read_seconds"), result.total("decode_seconds"), result.total("write_seconds"),
+                "" if commit_seconds is None else f"; commit {commit_seconds:.2f}s",
+            )

@@ -23,7 +23,8 @@ from appliance.core.activity import give_way
 from appliance.core.errors import CommitConflict
 from appliance.core.retry import retrying
 from appliance.core.vocabulary import RunOutcome
-from appliance.maintenance.job import Job, delete_giving_way, plural
+from appliance.core.words import plural
+from appliance.maintenance.job import Job, delete_giving_way
 from appliance.maintenance.queue import spread
 from appliance.state.store import StateStore
 from appliance.tables.catalog import Catalog

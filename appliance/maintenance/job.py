@@ -33,10 +33,6 @@ class Job:
         return self.run.dry_run
 
 
-def plural(n: int, what: str) -> str:
-    return f"{n} {what}{'s' * (n != 1)}"
-
-
 def delete_giving_way(table: Table, paths: Iterable[str]) -> tuple[int, list[str]]:
     """`delete_files`, giving way to the streams' batches between every few files (`core.activity`): for the
     deletes a task makes outside any commit lock (an expiry's, orphans')."""

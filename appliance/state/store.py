@@ -233,6 +233,11 @@ class StateStore(StageRecords, MemberRecords, RouteRecords, EngineRequests, Aler
         # Its fields read one by one: `asdict` copies each value deeply, a twentieth of a trickle's driver CPU.
         self.db.conn.execute(_INSERT_BATCH, [getattr(batch, c) for c in _BATCH_COLUMNS])
 
+    def batches_after(self, after: int) -> list[tuple[int, str, int, int, int, int]]:
+        """(id, stream, duration_ms, messages, rows, dead_letter_rows) of every batch after the id `after`, by id."""
+        return self.db.conn.execute("select id, stream, duration_ms, messages, rows, dead_letter_rows from batches "
+                                    "where id > ? order by id", [after]).fetchall()
+
     def recent_batches(self, stream: str, limit: int = 20) -> list[BatchRecord]:
         """The stream's newest batches, newest first."""
         return [BatchRecord.of(r) for r in self._rows("batches", "stream = ?", [stream], order_by="id desc",

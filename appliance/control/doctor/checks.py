@@ -51,10 +51,6 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def counted(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 class Running:
     """One check in a thread of its own. `fn` returns a Check, or (Check, value) to hand a value on.
     Its result is a failed Check when it raises, or when it still runs past its deadline (the thread

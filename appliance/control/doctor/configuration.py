@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from appliance.config.settings import DEFAULTS_FILE, Settings, load_settings
-from appliance.control.doctor.checks import SECRET_TODO, Check, counted, failed, one_line, passed
+from appliance.control.doctor.checks import SECRET_TODO, Check, failed, one_line, passed
 from appliance.core.errors import FloeError, SecretUnresolved
 from appliance.core.secrets import URI_PASSWORD, has_reference, reference_values, resolve
+from appliance.core.words import plural
 from appliance.kafka.settings import is_secret
 from appliance.model.stream import StreamDef
 from appliance.state.store import StateStore
@@ -78,7 +79,7 @@ def check_secrets(settings: Settings, secrets: set[str]) -> Check:
             problems.append(str(exc))
     if problems:
         return failed("secrets", "; ".join(problems), SECRET_TODO)
-    return passed("secrets", f"{counted(len(references), 'reference')} in the settings, all resolved"
+    return passed("secrets", f"{plural(len(references), 'reference')} in the settings, all resolved"
                   if references else "no secret references in the settings")
 
 
@@ -100,5 +101,5 @@ def check_state(settings: Settings) -> tuple[Check, list[StreamDef]]:
         return passed("state", f"no state database yet ({settings.state_db}): no streams"), []
     with StateStore(settings.state_db) as state:
         streams, stages = state.streams(), state.stages()
-    return passed("state", f"{counted(len(streams), 'stream')}, {counted(len(stages), 'stage')} in "
+    return passed("state", f"{plural(len(streams), 'stream')}, {plural(len(stages), 'stage')} in "
                            f"{settings.state_db}"), streams

@@ -10,9 +10,10 @@ import shutil
 import socket
 import subprocess
 
-from appliance.control.doctor.checks import SECRET_TODO, Check, counted, failed, one_line, passed
+from appliance.control.doctor.checks import SECRET_TODO, Check, failed, one_line, passed
 from appliance.core import hints
 from appliance.core.errors import BrokerUnreachable, SecretUnresolved, TopicNotFound
+from appliance.core.words import plural
 from appliance.kafka.client import KafkaClient
 from appliance.kafka.registry import Registry
 from appliance.kafka.settings import RegistrySettings
@@ -68,7 +69,7 @@ def check_broker(stream: StreamDef, timeout: float, lines: KafkaLines) -> Check:
         return failed(name, str(exc), f"create topic {stream.topic} on {kafka.bootstrap}, or check the stream "
                                       f"with `{hints.SHOW_STREAM.format(stream=stream.name)}`")
     paused = " (stream paused)" if stream.paused else ""
-    return passed(name, f"{kafka.bootstrap}: topic {stream.topic}, {counted(len(partitions), 'partition')}{paused}")
+    return passed(name, f"{kafka.bootstrap}: topic {stream.topic}, {plural(len(partitions), 'partition')}{paused}")
 
 
 def check_registry(stream: StreamDef, timeout: float) -> Check:
@@ -83,7 +84,7 @@ def check_registry(stream: StreamDef, timeout: float) -> Check:
     subject = ""
     if stream.subject:
         subject = f", subject {stream.subject} " + ("registered" if stream.subject in subjects else "not registered")
-    return passed(name, f"{given.display_url}: {counted(len(subjects), 'subject')}{subject}")
+    return passed(name, f"{given.display_url}: {plural(len(subjects), 'subject')}{subject}")
 
 
 def check_java(timeout: float) -> Check:

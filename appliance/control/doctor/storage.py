@@ -14,8 +14,9 @@ from typing import Any
 
 from appliance.config.catalog import DEFAULT_NAME
 from appliance.config.settings import Settings
-from appliance.control.doctor.checks import SKIP, Check, counted, failed, one_line, passed, run, skipped
+from appliance.control.doctor.checks import SKIP, Check, failed, one_line, passed, run, skipped
 from appliance.core.secrets import mask_uri_password
+from appliance.core.words import plural
 from appliance.tables.catalog import Catalog
 from appliance.tables.storage import describe
 
@@ -47,7 +48,7 @@ def check_catalog(settings: Settings) -> tuple[Check, Any]:
         namespaces = iceberg.list_namespaces()
     except Exception as exc:
         return failed("catalog", f"{describe_catalog(iceberg)}: {one_line(exc)}", CATALOG_TODO), iceberg
-    return passed("catalog", f"{describe_catalog(iceberg)} ({counted(len(namespaces), 'namespace')})"), iceberg
+    return passed("catalog", f"{describe_catalog(iceberg)} ({plural(len(namespaces), 'namespace')})"), iceberg
 
 
 def warehouse_of(settings: Settings, iceberg: Any) -> str:
