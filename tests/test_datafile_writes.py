@@ -249,6 +249,51 @@ def test_a_file_without_statistics_is_described_by_pyiceberg_itself(tmp_path):
         assert bool(theirs["lower_bounds"]) == (options.get("write_statistics") is not False)
 
 
+def test_bounds_read_as_stored_are_pyiceberg_s_whatever_units_and_types_the_file_has(tmp_path):
+    """Bounds are read as the file stores them (microseconds, UTF-8 bytes) only where that is what PyIceberg's
+    reading of PyArrow's logical values comes to: a file of another unit, or of strings stored as plain binary,
+    is described as PyIceberg describes it, by one plan whatever file came before."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+        schema_to_pyarrow,
+    )
+
+    from appliance.tables.fastpath.statistics import StatisticsPlan
+
+    schema = Schema(*SCHEMA.fields, NestedField(8, "day", DateType(), required=False),
+                    NestedField(9, "t", TimeType(), required=False), NestedField(10, "local", TimestampType(),
+                                                                                   required=False))
+    plan, ids = compute_statistics_plan(schema, {}), parquet_path_to_id_mapping(schema)
+    ours = StatisticsPlan(plan, ids)
+    base = rows(10)
+    data = pa.table({**{name: base.column(name) for name in base.column_names},
+                     "day": [dt.date(2026, 1, 1) + dt.timedelta(days=k) for k in range(10)],
+                     "t": pa.array([dt.time(k, k, k, 1000 * k + 7) for k in range(10)], pa.time64("us")),
+                     "local": [dt.datetime(2026, 1, 1, k, 0, 0, 123457) for k in range(10)]}).cast(
+        schema_to_pyarrow(schema))
+    as_binary = data.set_column(2, "region", data.column("region").cast(pa.binary()))
+    nanos = data.cast(pa.schema([f.with_type(pa.timestamp("ns", f.type.tz)) if pa.types.is_timestamp(f.type) else f
+                                 for f in data.schema]))
+    refused = []
+    for name, table, options in (("us", data, {}), ("ms", data, {"coerce_timestamps": "ms",
+                                                                  "allow_truncated_timestamps": True}),
+                                 ("us again", data, {}), ("ns", nanos, {}), ("binary", as_binary, {})):
+        pq.write_table(table, tmp_path / "f.parquet", **options)
+        metadata = pq.read_metadata(tmp_path / "f.parquet")
+        try:
+            theirs = data_file_statistics_from_parquet_metadata(metadata, plan, ids).to_serialized_dict()
+        except Exception as exc:  # PyIceberg fails on the bounds of strings stored as binary, and so does Floe
+            with pytest.raises(type(exc)):
+                ours.serialized(metadata)
+            refused.append(name)
+            continue
+        assert ours.serialized(metadata) == theirs, name
+        assert theirs["lower_bounds"][2] != theirs["upper_bounds"][2]  # the timestamps' bounds are there
+    assert refused == ["binary"]
+
+
 def test_a_small_file_is_written_uncompressed_a_bigger_one_with_the_tables_codec(catalog):
     table, _ = catalog.ensure_table("n.t", SCHEMA, Partitioning.parse("none"))
     small, big = rows(20), rows(1000)
