@@ -224,7 +224,9 @@ def test_a_grouping_stage_given_a_new_query_is_recomputed_once_not_added_to(brok
     update_stage(settings, "per_status", "select status, count(*) as n, max(amount) as top, "
                  "cast(sum(amount) as string) as n2 from source group by status", spark=spark)
     broker.produce(topic, [order(120 + i, rng) for i in range(30)])
-    caught_up(spark)
+    with StateStore(settings.state_db) as state:
+        runs_before = state.newest_stage_run()
+    run_until_caught_up(spark)  # as `floe run --until-caught-up`, its log in floe.log
     equal("prep.per_status", "select status, count(*) as n, max(amount) as top, cast(sum(amount) as varchar) "
           "as n2 from ingest.g group by status", "status, n, top, n2")
     # Every run wrote the whole table: rows out add up over the runs, the table holds one row per status.
@@ -232,6 +234,13 @@ def test_a_grouping_stage_given_a_new_query_is_recomputed_once_not_added_to(brok
         status = state.stage_status("per_status")
     held = rows("select count(*) n from prep.per_status")[0]["n"]
     assert status.table_rows == held and status.rows_out_total > held
+    # floe.log sums the stage's runs up at the run's end (once a minute in a long run), with no line a run.
+    with StateStore(settings.state_db) as state:
+        ran = len(state.stage_runs_after(runs_before))
+    log = (settings.log_dir / "floe.log").read_text()
+    assert "stage per_status:" not in log
+    [line] = [line for line in log.splitlines() if "stages, the last" in line]
+    assert f": {ran} run{'s' * (ran != 1)} of 1 stage, " in line and ran >= 1, line
 
 
 def test_maintenance_of_the_source_alone_moves_a_stage_on_and_expiry_waits_for_a_first_run(broker, topic, spark):

@@ -34,7 +34,7 @@ from appliance.ingest.indexes import keep_only, preload, save_all
 from appliance.ingest.jobs import BatchJobs
 from appliance.ingest.outages import Outages, close_left_over
 from appliance.ingest.patterns import Discover
-from appliance.ingest.summary import IngestSummary
+from appliance.ingest.summary import EngineSummary
 from appliance.ingest.watermarks import WatermarkPollers
 from appliance.ingest.worker import OUTAGE_BACKOFF, Shared, StreamWorker
 from appliance.maintenance.scheduler import MaintenanceScheduler
@@ -119,7 +119,7 @@ class Engine:
         self.outages = Outages()
         self._catalog_retry: tuple[float, Iterator[float]] | None = None  # (next look, pauses) while it is down
         self._reconciled: list[tuple[Any, ...]] | None = None  # the streams' keys the workers were last matched to
-        self.summary: IngestSummary | None = None  # floe.log's line a minute of what the streams committed
+        self.summary: EngineSummary | None = None  # floe.log's lines a minute: what the streams and stages did
 
     def _heartbeat(self, state: EngineState) -> None:
         taking = self.answers is not None and self.answers.is_alive() and state is EngineState.RUNNING \
@@ -165,7 +165,7 @@ class Engine:
             self.collector = Collector(FULL_COLLECTION_EVERY, FREEZE_EVERY, young=YOUNG_COLLECTION)
             self.collector.collect()
         with contextlib.suppress(sqlite3.Error):  # before any worker; or at the first tick that reads the database
-            self.summary = IngestSummary(self.state)
+            self.summary = EngineSummary(self.state)
         metrics = f", metrics at {self.metrics.url}" if self.metrics else ""
         self.state.add_event(EventKind.ENGINE_STARTED,
                              f"engine started (pid {os.getpid()}, spark {self.settings.spark_master}{metrics})")
@@ -212,7 +212,7 @@ class Engine:
                 self._heartbeat(EngineState.RUNNING)
                 unwritable = None
                 if self.summary is None:
-                    self.summary = IngestSummary(self.state)
+                    self.summary = EngineSummary(self.state)
                 elif self.summary.due():
                     self.summary.log()
             except sqlite3.Error as exc:  # a full disk: the engine carries on, and writes again once it can

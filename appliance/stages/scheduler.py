@@ -178,8 +178,9 @@ class StageScheduler(threading.Thread):
         state.record_stage_run(StageRunRecord(stage.name, started_at, now(), int(result.seconds * 1000),
                                               result.from_snapshot, result.to_snapshot, result.rows_in,
                                               result.rows_out, "ok"))
-        log.info("stage %s: %d rows in, %d out in %.2fs (source snapshot %s -> %s)", stage.name, result.rows_in,
-                 result.rows_out, result.seconds, result.from_snapshot, result.to_snapshot)
+        # A stage over a trickle runs every few seconds: the engine sums its runs up once a minute (`ingest.summary`).
+        log.debug("stage %s: %d rows in, %d out in %.2fs (source snapshot %s -> %s)", stage.name, result.rows_in,
+                  result.rows_out, result.seconds, result.from_snapshot, result.to_snapshot)
         if stage.name in self._failing:
             self._recovered(state, stage)
 

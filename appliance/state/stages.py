@@ -81,6 +81,15 @@ class StageRecords:
         self.db.conn.execute(f"insert into stage_runs ({', '.join(row)}) values ({', '.join('?' * len(row))})",
                              list(row.values()))
 
+    def stage_runs_after(self, after: int) -> list[tuple[int, str, int, int, int, str]]:
+        """(id, stage, duration_ms, rows_in, rows_out, outcome) of every stage run after the id `after`, by id."""
+        return self.db.conn.execute("select id, stage, duration_ms, rows_in, rows_out, outcome from stage_runs "
+                                    "where id > ? order by id", [after]).fetchall()
+
+    def newest_stage_run(self) -> int:
+        """The newest stage run's id (0 with none)."""
+        return self.db.conn.execute("select coalesce(max(id), 0) from stage_runs").fetchone()[0]
+
     def stage_runs(self, stage: str, limit: int = 20) -> list[StageRunRecord]:
         return [StageRunRecord.of(r) for r in self._rows("stage_runs", "stage = ?", [stage], order_by="id desc",
                                                            limit=limit)]
