@@ -199,8 +199,8 @@ def _text(statistics: Any) -> tuple[Any, Any]:
 
 def _micros(statistics: Any) -> tuple[Any, Any]:
     if "timeUnit=microseconds" in str(statistics.logical_type):
-        return statistics.min_raw, statistics.max_raw
-    return statistics.min, statistics.max  # another unit: the datetime PyIceberg converts
+        return _raw(statistics)
+    return _logical(statistics)  # another unit: the datetime PyIceberg converts
 
 
 def _reader_of(primitive: Any) -> Callable[[Any], tuple[Any, Any]]:
