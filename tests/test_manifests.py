@@ -196,6 +196,42 @@ def test_a_partitioned_tables_manifests_summarise_their_partitions_as_pyiceberg_
                for p in m.partitions)
 
 
+def test_a_trickles_manifest_and_list_are_written_plain_a_merged_manifest_deflated_and_all_read_back(twins):
+    """A block under `SMALL_BLOCK_BYTES` is written with Avro's null codec (its deflate cost more than its bytes),
+    a bigger one deflated: PyIceberg, DuckDB and fastavro read both alike, and read what PyIceberg wrote."""
+    import fastavro
+
+    settings, catalog, (ours, theirs) = twins
+
+    def codecs(table) -> dict[str, str]:
+        snapshot = table.current_snapshot()
+        paths = {"list": snapshot.manifest_list}
+        paths.update((m.manifest_path, m.manifest_path) for m in snapshot.manifests(table.io))
+        out = {}
+        for key, path in paths.items():
+            with open(path.removeprefix("file://"), "rb") as f:
+                reader = fastavro.reader(f)
+                out[key] = reader.metadata["avro.codec"]
+                assert sum(1 for _ in reader) >= 1  # every record read back by fastavro
+        return out
+
+    many = [f for i in range(100) for f in write_data_files(TableTarget.of(ours), rows(i, 1))]
+    ours = append_files(ours, many, {})  # one manifest of 100 entries: over 16 KiB of records
+    big = codecs(ours)
+    assert big.pop("list") == "null" and list(big.values()) == ["deflate"]
+    ours = append_files(ours, write_data_files(TableTarget.of(ours), rows(100, 3)), {})  # a trickle's commit
+    after = codecs(ours)
+    assert after.pop("list") == "null" and sorted(after.values()) == ["deflate", "null"]
+    theirs = pyiceberg_append(theirs, write_data_files(TableTarget.of(theirs), rows(0, 103)), {})
+    assert set(codecs(theirs).values()) == {"deflate"}  # PyIceberg's, for the readers below to read too
+    fresh = FloeSqlCatalog("floe", **settings.catalog_properties())
+    for name in ("ours", "theirs"):
+        table = fresh.load_table(f"n.{name}")  # read from storage, not from what this process keeps
+        assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(103)), name
+        assert run_query(settings, f"select count(*) as n, sum(id) as s from n.{name}").to_pylist() == \
+            [{"n": 103, "s": sum(range(103))}], name
+
+
 def test_a_commits_files_are_written_whole_and_never_over_another(twins, tmp_path):
     from pyiceberg.io.pyarrow import PyArrowFileIO
 

@@ -22,6 +22,14 @@ from appliance.core.avrofile import avro_long, container_header
 from appliance.tables.fastpath.avro_records import Encoder, Unusual, encode
 
 
+# A block whose records take less than this is written with Avro's null codec, as a small data file is written
+# uncompressed (`parquet.SMALL_FILE_BYTES`): a trickle's commit writes a manifest of one entry (about 450 bytes)
+# and a list of a few dozen manifests (about 4 KB), and deflating the two took about 190 us of its CPU, for
+# 3 KB of storage, kept until the snapshot expires. A merged manifest of hundreds of entries is still deflated.
+# Every Avro reader takes both codecs (the spec requires them): PyIceberg, fastavro, Java's, DuckDB's.
+SMALL_BLOCK_BYTES = 16 * 1024
+
+
 def _deflate(data: bytes) -> bytes:
     """Avro's deflate: raw, no zlib wrapper. The window no larger than the data (at least 512 bytes, at most
     32 KB): every match a 32 KB window would find, within a few bytes of its size, without zlib setting up a
@@ -55,10 +63,13 @@ class AvroFileFormat:
         return self.file([body.getvalue()], len(records), metadata)
 
     def file(self, encoded: list[bytes], count: int, metadata: dict[str, str]) -> bytes:
-        """An object container file of `count` records already encoded, in one block."""
-        meta = {**metadata, "avro.schema": self.schema_json, "avro.codec": "deflate"}
+        """An object container file of `count` records already encoded, in one block: deflated unless small."""
+        block = b"".join(encoded)
+        small = len(block) < SMALL_BLOCK_BYTES
+        meta = {**metadata, "avro.schema": self.schema_json, "avro.codec": "null" if small else "deflate"}
         sync = os.urandom(16)
-        block = _deflate(b"".join(encoded))
+        if not small:
+            block = _deflate(block)
         return b"".join([container_header(meta, sync), avro_long(count), avro_long(len(block)), block, sync])
 
 
