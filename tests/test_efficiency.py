@@ -245,6 +245,12 @@ def test_metadata_files_hold_what_pyiceberg_writes_with_each_snapshot_serialised
     assert len(table.metadata.schemas) == 2
     assert writer.json(table.metadata) == table.metadata.model_dump_json().encode()
     assert writer._schemas._known[uuid][0][1] is first_schema and set(writer._schemas._known[uuid]) == {0, 1}
+    # An equal schema from a reload: its JSON kept, and the object the next commits pass kept with it.
+    reloaded = FromInputFile.table_metadata(table.io.new_input(table.metadata_location))
+    assert reloaded.schemas[0] is not table.metadata.schemas[0]
+    assert writer.json(reloaded) == reloaded.model_dump_json().encode()
+    assert writer._schemas._known[uuid][0] == (reloaded.schemas[0], first_schema)
+    assert writer._schemas._known[uuid][0][0] is reloaded.schemas[0]
 
 
 def test_appends_merge_manifests_so_the_manifest_list_stays_short(floe_home):
