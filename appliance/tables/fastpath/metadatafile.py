@@ -64,7 +64,7 @@ class _Spliced:
 
     def _entry(self, known: tuple[Any, bytes] | None, entry: Any) -> tuple[Any, bytes]:
         # The same object while the metadata stays cached; an equal one after a reload, kept from then on: the
-        # next commit passes that one (comparing a table's schema field by field was 20 us of every commit).
+        # next commit passes that one (a 12-column schema compared field by field was 16 us of every commit).
         if known is not None:
             if known[0] is entry:
                 return known
