@@ -87,7 +87,8 @@ async def test_500_streams_summed_filtered_sorted_and_refreshed_in_place(floe_ho
         # A refresh with one stream changed: that row's cells change, no row is added or removed, the cursor
         # and the scroll stay.
         await until(pilot, lambda: keys(table) == sorted(keys(table)) and table.cursor_row == 200, 10, "by name")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: table.scroll_y > 0 and not app.animator.is_being_animated(table, "scroll_y"), 10,
+                    "scrolled to the cursor's row")
         rows = [row.key for row in table.ordered_rows]
         scroll = table.scroll_y
         assert scroll > 0  # row 200 of 500 is below the first screen

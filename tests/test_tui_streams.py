@@ -1,6 +1,7 @@
 """The Streams pane against a real engine, broker and catalog, driven by Textual's Pilot."""
 
 import pytest
+from textual.worker import Worker, WorkerState
 
 from appliance.config.settings import load_settings
 from appliance.control.streams import create_stream
@@ -105,10 +106,20 @@ async def test_a_failing_refresh_is_reported_once_and_the_ui_carries_on(floe_hom
     floe_home.mkdir(parents=True, exist_ok=True)
     settings.state_db.write_bytes(b"this is not a database" * 100)  # every read of the state fails
     app = FloeApp(settings)
+    failed: list[str] = []  # every worker that failed, by group, as the app was told of it
+    told = app.worker_changed
+
+    def counted(worker: Worker, state: WorkerState) -> None:
+        if state is WorkerState.ERROR:
+            failed.append(worker.group)
+        told(worker, state)
+
+    app.worker_changed = counted
     async with app.run_test(size=(160, 40)) as pilot:
         failures = lambda: [n for n in app._notifications if n.title == "Background task failed"]  # noqa: E731
         await until(pilot, lambda: any("streams-load" in n.message for n in failures()), 20, "the failure reported")
-        await pilot.pause(3.5)  # three more refreshes of each pane, each failing the same way
+        before = failed.count("streams-load")
+        await until(pilot, lambda: failed.count("streams-load") >= before + 3, 20, "three more refreshes failing alike")
         shown = failures()
         assert all(n.severity == "error" and "not a database" in n.message for n in shown), shown
         groups = [n.message.split(":")[0] for n in shown]

@@ -399,7 +399,7 @@ async def test_bootstrap_offers_the_clusters_floe_knows_and_the_typed_value_wins
         assert box.value == "kafka-a:9092"
         box.value = "me:1"
         screen.query_one("SourceStep").post_message(BrokersKnown(["kafka-b:9092"]))  # a late answer
-        await pilot.pause(0.2)
+        await pilot.pause()  # until the screen has handled what was posted before: the late answer too
         assert box.value == "me:1"
 
 
