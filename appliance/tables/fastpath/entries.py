@@ -55,13 +55,6 @@ class AvroFileFormat:
         fastavro.schemaless_writer(body, self.parsed, record)
         return body.getvalue()
 
-    def encode(self, records: list[dict[str, Any]], metadata: dict[str, str]) -> bytes:
-        body = io_module.BytesIO()
-        write = fastavro.schemaless_writer
-        for record in records:
-            write(body, self.parsed, record)
-        return self.file([body.getvalue()], len(records), metadata)
-
     def file(self, encoded: list[bytes], count: int, metadata: dict[str, str]) -> bytes:
         """An object container file of `count` records already encoded, in one block: deflated unless small."""
         block = b"".join(encoded)
