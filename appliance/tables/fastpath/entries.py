@@ -31,13 +31,9 @@ SMALL_BLOCK_BYTES = 16 * 1024
 
 
 def _deflate(data: bytes) -> bytes:
-    """Avro's deflate: raw, no zlib wrapper. The window no larger than the data (at least 512 bytes, at most
-    32 KB): every match a 32 KB window would find, within a few bytes of its size, without zlib setting up a
-    32 KB window for a smaller block (45 against 10 us for 1 KB, when every manifest was deflated; now only a
-    block of `SMALL_BLOCK_BYTES` or more is). A raw stream does not say its window; any inflater reads it."""
-    bits = max(9, min(15, (len(data) - 1).bit_length()))
-    compressor = zlib.compressobj(6, zlib.DEFLATED, -bits)
-    return compressor.compress(data) + compressor.flush()
+    """Avro's deflate: raw, no zlib wrapper, as fastavro and Java's Inflater(nowrap) read it. Only a block of
+    `SMALL_BLOCK_BYTES` or more comes here, so zlib's full 32 KB window, not one sized to a small block."""
+    return zlib.compress(data, 6, wbits=-15)
 
 
 class AvroFileFormat:
