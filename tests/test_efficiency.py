@@ -398,6 +398,34 @@ def test_a_batchs_lane_is_told_by_the_messages_it_plans():
     assert jobs_module.lane([(None, [])]) == jobs_module.TRICKLE
 
 
+def test_a_sessions_core_count_is_asked_once_and_ends_with_the_session():
+    """The count is kept per session for every stream; a session that ends takes it with it, so a new one (at the
+    same address, as CPython reuses a freed object's) asks its own."""
+    from appliance.ingest import runner
+
+    class Context:
+        def __init__(self, cores: int) -> None:
+            self.asked, self.cores = 0, cores
+
+        @property
+        def defaultParallelism(self) -> int:
+            self.asked += 1
+            return self.cores
+
+    class Session:  # what `parallelism` reads of a SparkSession
+        def __init__(self, cores: int) -> None:
+            self.sparkContext = Context(cores)
+
+    first = Session(2)
+    assert [runner.session_cores(first) for _ in range(5)] == [2] * 5 and first.sparkContext.asked == 1
+    del first
+    for cores in (4, 6, 8):  # each one freed before the next is made: CPython hands out the same address again
+        session = Session(cores)
+        assert runner.session_cores(session) == cores
+        del session
+    assert len(runner._CORES) == 0
+
+
 def test_a_background_build_warns_of_nothing_and_is_reaped_when_it_ends(monkeypatch, tmp_path):
     """The archive's builder outlives the call that starts it: dropping its Popen while it runs raised a
     ResourceWarning from the garbage collector in whatever came next (a test's set-up, once), and it was reaped only

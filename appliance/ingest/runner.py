@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import weakref
 from dataclasses import dataclass
 
 from appliance.config.settings import Settings
@@ -49,7 +50,20 @@ log = logging.getLogger(__name__)
 
 PARTITIONS_TTL = 30.0  # seconds a topic's partition list is kept: partitions are rarely added
 CORES_TTL = 30.0  # seconds Spark's core count is kept: a cluster's executors come and go
-_CORES: dict[int, tuple[float, int]] = {}  # id of a SparkSession -> (asked at, its default parallelism)
+# A SparkSession -> (asked at, its default parallelism); held weakly, so a session that ends takes its count with it
+# (keyed by id(), a new session given a dead one's id would have seen its count).
+_CORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def session_cores(spark) -> int:
+    """Spark's default parallelism: a question to the JVM, asked again now and then as a cluster's executors come
+    and go; once for every stream of the session (200 streams asked it 7 times a second)."""
+    found = _CORES.get(spark)
+    if found is None or time.monotonic() - found[0] > CORES_TTL:
+        found = _CORES[spark] = (time.monotonic(), parallelism(spark))
+    return found[1]
+
+
 MAX_EVOLUTIONS = 3  # schema updates one batch may ask for before it is given up and read again
 
 
@@ -216,12 +230,7 @@ class StreamRunner:
         return self.jobs.run(spec, tasks) if self.jobs else run_batch(self.spark, spec, tasks)
 
     def _parallelism(self) -> int:
-        # A question to the JVM, asked again now and then as a cluster's executors come and go; once for every
-        # stream of the session (200 streams asked it 7 times a second).
-        found = _CORES.get(id(self.spark))
-        if found is None or time.monotonic() - found[0] > CORES_TTL:
-            found = _CORES[id(self.spark)] = (time.monotonic(), parallelism(self.spark))
-        return found[1]
+        return session_cores(self.spark)
 
     def _target(self, table) -> TableTarget:
         """What tasks need to write `table`'s files: the same while its schema, spec and properties are."""
