@@ -317,3 +317,32 @@ def test_a_password_written_unencoded_into_the_uri_is_masked_in_whatever_piece_t
         Catalog(load_settings()).iceberg
     said = str(refused.value)
     assert "could not translate host name" in said and not _leaks(said, AWKWARD), said
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_openers_of_a_catalog_not_made_yet_all_open_it(tmp_path, backend, request):
+    """`floe query` while `floe demo` starts on a new home: each opener creates the catalog's tables, and PyIceberg
+    looks for each table before creating it, so a table the other made in between raised 'already exists' (the
+    demo ended at its start, once in the suite)."""
+    from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
+
+    for round in range(8):
+        if backend == "postgres":
+            uri = request.getfixturevalue("postgres").database(f"opened_{next(_counter)}_{random.randrange(1 << 20)}")
+        else:
+            uri = f"sqlite:///{tmp_path}/catalog-{round}.db"
+        barrier, failed = threading.Barrier(4), []
+
+        def open_it() -> None:
+            barrier.wait()
+            try:
+                FloeSqlCatalog("floe", uri=uri, warehouse=f"file://{tmp_path}/warehouse").list_namespaces()
+            except Exception as exc:  # noqa: BLE001 - whatever it is, the test names it
+                failed.append(exc)
+
+        openers = [threading.Thread(target=open_it) for _ in range(4)]
+        for t in openers:
+            t.start()
+        for t in openers:
+            t.join(60)
+        assert not failed, f"round {round}: {failed[0]!r}"

@@ -79,6 +79,17 @@ class FloeSqlCatalog(SqlCatalog):
         self._held = threading.local()  # this thread's commits held for `together`
         self._ios: dict[tuple, FileIO] = {}  # by properties and scheme: see `_load_file_io`
 
+    def create_tables(self) -> None:
+        """PyIceberg's, beside another opener of the same new catalog (`floe query` as `floe demo` starts on a new
+        home): it looks for each table, then creates it, and a table the other made in between raised 'already
+        exists'. Again then: it finds what was made. An error that is not that race raises again each time."""
+        for attempt in range(3):
+            try:
+                return super().create_tables()
+            except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.IntegrityError):
+                if attempt == 2:
+                    raise
+
     @contextmanager
     def together(self) -> Iterator[None]:
         """The commits made in this block (by this thread) swap in at its end, in one SQL transaction:
