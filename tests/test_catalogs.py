@@ -326,17 +326,19 @@ def test_openers_of_a_catalog_not_made_yet_all_open_it(tmp_path, backend, reques
     demo ended at its start, once in the suite)."""
     from appliance.tables.fastpath.sql_catalog import FloeSqlCatalog
 
-    for round in range(8):
+    for n in range(8):
         if backend == "postgres":
             uri = request.getfixturevalue("postgres").database(f"opened_{next(_counter)}_{random.randrange(1 << 20)}")
         else:
-            uri = f"sqlite:///{tmp_path}/catalog-{round}.db"
+            uri = f"sqlite:///{tmp_path}/catalog-{n}.db"
         barrier, failed = threading.Barrier(4), []
 
         def open_it() -> None:
             barrier.wait()
             try:
-                FloeSqlCatalog("floe", uri=uri, warehouse=f"file://{tmp_path}/warehouse").list_namespaces()
+                catalog = FloeSqlCatalog("floe", uri=uri, warehouse=f"file://{tmp_path}/warehouse")
+                catalog.list_namespaces()
+                catalog.engine.dispose()
             except Exception as exc:  # noqa: BLE001 - whatever it is, the test names it
                 failed.append(exc)
 
@@ -345,4 +347,4 @@ def test_openers_of_a_catalog_not_made_yet_all_open_it(tmp_path, backend, reques
             t.start()
         for t in openers:
             t.join(60)
-        assert not failed, f"round {round}: {failed[0]!r}"
+        assert not failed, f"round {n}: {failed[0]!r}"
