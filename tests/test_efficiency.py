@@ -299,7 +299,7 @@ def test_a_commit_through_an_older_table_deletes_what_it_pushed_out_and_warns_of
 
 
 def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str, in_engine: int = 0,
-                       close: bool = True) -> tuple[dict, BatchJobs, Catalog]:
+                       close: bool = True, jobs: BatchJobs | None = None) -> tuple[dict, BatchJobs, Catalog]:
     """A stream per topic of `sizes` (that many messages each), each worker's step planning before any submits (due
     together), on one `BatchJobs`: each stream's outcome, the jobs and the catalog.
 
@@ -311,7 +311,7 @@ def steps_due_together(broker, spark, sizes: dict[str, int], namespace: str, in_
         broker.produce(t, pizza_values(n))
     streams = [create_stream(settings, t, bootstrap=broker.bootstrap, topic=t, table=f"{namespace}.{t}").stream
                for t in sizes]
-    jobs = BatchJobs(spark, in_engine)
+    jobs = jobs or BatchJobs(spark, in_engine)
     jobs.turns.patience = 600.0
     catalog = Catalog(settings)
     outcomes, first = {}, []
@@ -387,6 +387,39 @@ def test_a_shared_job_of_a_few_messages_runs_in_the_engine_and_a_bigger_one_in_s
     assert len(kept) == 1 and not jobs._consumers[jobs_module.BUSY]
     jobs.close()
     assert not kept, "the lane's consumer closed with the jobs"
+
+
+def test_in_the_first_minute_before_any_spark_job_a_bigger_job_runs_in_the_engine_then_spark_takes_it(
+        broker, spark, floe_home, monkeypatch):
+    """A restart's catch-up (300 messages here, three times `in_engine`) runs in the engine's process while Spark has
+    run no job (its Python workers not started: the first job waits seconds for them); once one has, a job of the
+    same size is a Spark job again, as is one past `COLD_FACTOR` times `in_engine` from the first."""
+    import appliance.ingest.batch as batch_module
+
+    spark_jobs = []
+    in_tasks = batch_module.run_in_tasks
+    monkeypatch.setattr(batch_module, "run_in_tasks", lambda *a: spark_jobs.append(a[2]) or in_tasks(*a))
+    monkeypatch.setattr(jobs_module, "WINDOW", 30.0)  # every planner submits before a job starts
+    pid = os.getpid()
+    jobs = BatchJobs(spark, 100)
+    rounds = [({f"cold_{pid}": 300}, (1, 1, 0)), ({f"big_{pid}": 600}, (2, 1, 1)), ({f"warm_{pid}": 300}, (3, 1, 2))]
+    for sizes, (run, here, in_spark) in rounds:
+        outcomes, _, catalog = steps_due_together(broker, spark, sizes, "cold", close=False, jobs=jobs)
+        assert {name: o.rows for name, o in outcomes.items()} == sizes
+        assert (jobs.jobs_run, jobs.jobs_in_engine, jobs.jobs_in_spark, len(spark_jobs)) == (run, here, in_spark,
+                                                                                             in_spark), sizes
+        for t, n in sizes.items():
+            rows = catalog.table(f"cold.{t}").scan().to_arrow()
+            assert rows.num_rows == n and sorted(rows.column("order_id").to_pylist()) == list(range(n))
+    jobs.close()
+
+
+def test_a_jobs_bar_for_the_engine_is_higher_only_in_its_first_minute_before_a_spark_job():
+    limit, factor, minute = jobs_module.in_engine_limit, jobs_module.COLD_FACTOR, jobs_module.COLD_SECONDS
+    assert limit(2000, spark_jobs=0, age=1.0) == 2000 * factor == 10_000
+    assert limit(2000, spark_jobs=0, age=minute + 1) == 2000, "a stream of thousands a second goes to Spark"
+    assert limit(2000, spark_jobs=1, age=1.0) == 2000
+    assert limit(0, spark_jobs=0, age=1.0) == 0, "0 keeps every job in Spark"
 
 
 def test_a_batchs_lane_is_told_by_the_messages_it_plans():

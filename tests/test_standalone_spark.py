@@ -145,7 +145,10 @@ def test_run_on_a_standalone_cluster(broker, topic, standalone_cluster, floe_hom
         f'region = "{seaweed.region}"\naccess_key_id = "{seaweed.access_key}"\n'
         f'secret_access_key = "{seaweed.secret_key}"\n\n[catalog]\ntype = "sql"\nuri = "{url}"\n'
         # the executor's JVM as Floe's driver (a team's cluster sets its own)
-        f'\n[spark.conf]\n"spark.executor.extraJavaOptions" = "{JVM_OPTIONS}"\n')
+        f'\n[spark.conf]\n"spark.executor.extraJavaOptions" = "{JVM_OPTIONS}"\n'
+        # Every job in Spark: a job of a few thousand messages may otherwise run in the driver (`batch_in_engine`,
+        # and five times that in the engine's first minute), and the point here is where Spark's tasks run.
+        '\n[engine]\nbatch_in_engine = 0\n')
     good = pizza_values(6000)  # enough for plan_tasks to use both executor cores
     values = good[:3000] + MALFORMED + good[3000:]
     broker.produce(topic, values)

@@ -18,7 +18,10 @@ run side by side on Spark's FAIR scheduler.
 A job of at most `in_engine` messages (`engine.batch_in_engine`: the trickles' batches of a tick, a few hundred
 messages) is not a Spark job at all: its lane's thread reads, decodes and writes it here, with consumers of its
 own. The work is the same; what it saves is what a Spark job costs whatever it holds (scheduling in the JVM, the
-job's closure pickled to a Python worker, the results back), a third of 200 trickles' CPU.
+job's closure pickled to a Python worker, the results back), a third of 200 trickles' CPU. In the engine's first
+minute, until its first Spark job, the bar is `COLD_FACTOR` times higher (`in_engine_limit`): that job would also
+start Spark's Python workers, 2-4 s, while the catch-up of a restart (ten seconds of a stream at 300 msg/s, 3,000
+messages) takes a few tenths of a second here.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ WINDOW = 0.1  # seconds a submitted batch waits at most for the other streams' b
 BUSY_MESSAGES = 1000  # a batch planned this big goes in the busy lane
 BUSY, TRICKLE = 0, 1
 JITTER = 0.25  # a step that began within this share of a tick after it began at that tick (`trickle_due`)
+COLD_FACTOR = 5  # in the engine's first minute, before its first Spark job: jobs this many times bigger run here
+COLD_SECONDS = 60.0
 
 
 def planned(batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> int:
@@ -49,6 +54,15 @@ def planned(batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> int:
 def lane(batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> int:
     """The lane of one worker's batches: BUSY when they plan `BUSY_MESSAGES` or more messages."""
     return BUSY if planned(batches) >= BUSY_MESSAGES else TRICKLE
+
+
+def in_engine_limit(in_engine: int, spark_jobs: int, age: float) -> int:
+    """The most messages a job may plan to run in the engine's process rather than in Spark, for jobs that have run
+    `spark_jobs` Spark jobs in `age` seconds: `in_engine`, or `COLD_FACTOR` times that in the first `COLD_SECONDS`
+    while none ran in Spark (Spark's Python workers not started: a first Spark job waits 2-4 s for them). A first
+    minute's cap, not a cap until the first Spark job: a stream of a few thousand messages a second would otherwise
+    run in the engine's thread for as long as the engine runs."""
+    return in_engine * COLD_FACTOR if spark_jobs == 0 and age < COLD_SECONDS else in_engine
 
 
 def next_tick(after: float, grid: float) -> float:
@@ -126,6 +140,8 @@ class BatchJobs:
         self.turns = Turns()
         self.jobs_run = 0  # shared jobs started, for whoever wants to see the sharing
         self.jobs_in_engine = 0  # of them, those run here
+        self.jobs_in_spark = 0  # and those run in Spark
+        self._born = time.monotonic()  # with the engine's first stream: its first minute is its catch-up
         self._closed = False
 
     @contextmanager
@@ -210,10 +226,11 @@ class BatchJobs:
     def _run(self, batch: list[_Request], at: int) -> None:
         batches = [b for r in batch for b in r.batches]
         try:
-            if planned(batches) <= self.in_engine:
+            if planned(batches) <= in_engine_limit(self.in_engine, self.jobs_in_spark, time.monotonic() - self._born):
                 self.jobs_in_engine += 1
                 results = run_batches(self.spark, batches, 1, consumers=self._consumers[at])
             else:
+                self.jobs_in_spark += 1
                 results = run_batches(self.spark, batches, parallelism(self.spark))
         except BaseException as exc:  # the job itself failed: every stream in it retries
             results = [exc] * len(batches)
