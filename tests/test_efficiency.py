@@ -389,17 +389,22 @@ def test_a_shared_job_of_a_few_messages_runs_in_the_engine_and_a_bigger_one_in_s
     assert not kept, "the lane's consumer closed with the jobs"
 
 
-def test_in_the_first_minute_before_any_spark_job_a_bigger_job_runs_in_the_engine_then_spark_takes_it(
+def test_in_the_first_minute_before_spark_s_python_workers_start_a_bigger_job_runs_in_the_engine(
         broker, spark, floe_home, monkeypatch):
-    """A restart's catch-up (300 messages here, three times `in_engine`) runs in the engine's process while Spark has
-    run no job (its Python workers not started: the first job waits seconds for them); once one has, a job of the
-    same size is a Spark job again, as is one past `COLD_FACTOR` times `in_engine` from the first."""
+    """A restart's catch-up (300 messages here, three times `in_engine`) runs in the engine's process while the
+    session's Python workers have run no job of ours (the first waits seconds for them to start); once one has, a
+    job of the same size is a Spark job again, as is one past `COLD_FACTOR` times `in_engine` from the first."""
+    import weakref
+
     import appliance.ingest.batch as batch_module
+    import appliance.spark.tasks as tasks_module
 
     spark_jobs = []
     in_tasks = batch_module.run_in_tasks
     monkeypatch.setattr(batch_module, "run_in_tasks", lambda *a: spark_jobs.append(a[2]) or in_tasks(*a))
     monkeypatch.setattr(jobs_module, "WINDOW", 30.0)  # every planner submits before a job starts
+    # The suite's session ran other tests' jobs: as a new engine's own session, none yet.
+    monkeypatch.setattr(tasks_module, "_STARTED", weakref.WeakSet())
     pid = os.getpid()
     jobs = BatchJobs(spark, 100)
     rounds = [({f"cold_{pid}": 300}, (1, 1, 0)), ({f"big_{pid}": 600}, (2, 1, 1)), ({f"warm_{pid}": 300}, (3, 1, 2))]
@@ -414,12 +419,12 @@ def test_in_the_first_minute_before_any_spark_job_a_bigger_job_runs_in_the_engin
     jobs.close()
 
 
-def test_a_jobs_bar_for_the_engine_is_higher_only_in_its_first_minute_before_a_spark_job():
+def test_a_jobs_bar_for_the_engine_is_higher_only_in_its_first_minute_before_spark_s_workers_start():
     limit, factor, minute = jobs_module.in_engine_limit, jobs_module.COLD_FACTOR, jobs_module.COLD_SECONDS
-    assert limit(2000, spark_jobs=0, age=1.0) == 2000 * factor == 10_000
-    assert limit(2000, spark_jobs=0, age=minute + 1) == 2000, "a stream of thousands a second goes to Spark"
-    assert limit(2000, spark_jobs=1, age=1.0) == 2000
-    assert limit(0, spark_jobs=0, age=1.0) == 0, "0 keeps every job in Spark"
+    assert limit(2000, started=False, age=1.0) == 2000 * factor == 10_000
+    assert limit(2000, started=False, age=minute + 1) == 2000, "a stream of thousands a second goes to Spark"
+    assert limit(2000, started=True, age=1.0) == 2000
+    assert limit(0, started=False, age=1.0) == 0, "0 keeps every job in Spark"
 
 
 def test_a_batchs_lane_is_told_by_the_messages_it_plans():

@@ -19,9 +19,9 @@ A job of at most `in_engine` messages (`engine.batch_in_engine`: the trickles' b
 messages) is not a Spark job at all: its lane's thread reads, decodes and writes it here, with consumers of its
 own. The work is the same; what it saves is what a Spark job costs whatever it holds (scheduling in the JVM, the
 job's closure pickled to a Python worker, the results back), a third of 200 trickles' CPU. In the engine's first
-minute, until its first Spark job, the bar is `COLD_FACTOR` times higher (`in_engine_limit`): that job would also
-start Spark's Python workers, 2-4 s, while the catch-up of a restart (ten seconds of a stream at 300 msg/s, 3,000
-messages) takes a few tenths of a second here.
+minute, while the session's Python workers have run no job of ours, the bar is `COLD_FACTOR` times higher
+(`in_engine_limit`): a first Spark job waits 2-4 s for them to start, while the catch-up of a restart (ten seconds
+of a stream at 300 msg/s, 3,000 messages) takes a few tenths of a second here.
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ from appliance.ingest.batch import BatchResult, BatchSpec, run_batches
 from appliance.ingest.turns import Turns
 from appliance.kafka.reader import Consumers, Piece, close_consumers
 from appliance.spark.session import parallelism
+from appliance.spark.tasks import workers_started
 
 WINDOW = 0.1  # seconds a submitted batch waits at most for the other streams' batches
 BUSY_MESSAGES = 1000  # a batch planned this big goes in the busy lane
 BUSY, TRICKLE = 0, 1
 JITTER = 0.25  # a step that began within this share of a tick after it began at that tick (`trickle_due`)
-COLD_FACTOR = 5  # in the engine's first minute, before its first Spark job: jobs this many times bigger run here
+COLD_FACTOR = 5  # in the engine's first minute, Spark's Python workers not started: jobs this many times bigger here
 COLD_SECONDS = 60.0
 
 
@@ -56,13 +57,13 @@ def lane(batches: list[tuple[BatchSpec, list[list[Piece]]]]) -> int:
     return BUSY if planned(batches) >= BUSY_MESSAGES else TRICKLE
 
 
-def in_engine_limit(in_engine: int, spark_jobs: int, age: float) -> int:
-    """The most messages a job may plan to run in the engine's process rather than in Spark, for jobs that have run
-    `spark_jobs` Spark jobs in `age` seconds: `in_engine`, or `COLD_FACTOR` times that in the first `COLD_SECONDS`
-    while none ran in Spark (Spark's Python workers not started: a first Spark job waits 2-4 s for them). A first
-    minute's cap, not a cap until the first Spark job: a stream of a few thousand messages a second would otherwise
-    run in the engine's thread for as long as the engine runs."""
-    return in_engine * COLD_FACTOR if spark_jobs == 0 and age < COLD_SECONDS else in_engine
+def in_engine_limit(in_engine: int, started: bool, age: float) -> int:
+    """The most messages a job may plan to run in the engine's process rather than in Spark, `age` seconds after the
+    engine's first stream started: `in_engine`, or `COLD_FACTOR` times that in the first `COLD_SECONDS` while Spark's
+    Python workers have not `started` (`spark.tasks.workers_started`: a first Spark job waits 2-4 s for them). A first
+    minute's bar, not one until they start: a stream of a few thousand messages a second would otherwise run in the
+    engine's thread for as long as the engine runs."""
+    return in_engine * COLD_FACTOR if not started and age < COLD_SECONDS else in_engine
 
 
 def next_tick(after: float, grid: float) -> float:
@@ -226,7 +227,8 @@ class BatchJobs:
     def _run(self, batch: list[_Request], at: int) -> None:
         batches = [b for r in batch for b in r.batches]
         try:
-            if planned(batches) <= in_engine_limit(self.in_engine, self.jobs_in_spark, time.monotonic() - self._born):
+            limit = in_engine_limit(self.in_engine, workers_started(self.spark), time.monotonic() - self._born)
+            if planned(batches) <= limit:
                 self.jobs_in_engine += 1
                 results = run_batches(self.spark, batches, 1, consumers=self._consumers[at])
             else:

@@ -13,10 +13,20 @@ tasks wrote is committed before every task has answered.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
 from appliance.core.errors import FloeError, SparkTaskLost, UnforeseenError
+
+
+_STARTED: weakref.WeakSet = weakref.WeakSet()  # the sessions whose Python workers have run a job of ours
+
+
+def workers_started(spark) -> bool:
+    """Whether `spark` has run a job of `run_in_tasks`: its Python workers are up. The first such job of a session
+    waits for them to start (2-4 s), a job of a few thousand messages ten times over."""
+    return spark in _STARTED
 
 
 @dataclass
@@ -41,6 +51,7 @@ def run_in_tasks(spark, work: Callable[[int], object], n: int) -> list:
         results = spark.sparkContext.parallelize(range(n), n).map(run).collect()
     except Exception as exc:
         raise _lost(exc) from exc
+    _STARTED.add(spark)
     failed = [r.error for r in results if isinstance(r, _Failed)]
     if failed:
         raise failed[0]
